@@ -1,0 +1,74 @@
+# gpushare — every target sets up what it needs on a fresh machine.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON311 ?= $(shell for p in python3.11 /usr/bin/python3.11; do command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; print(sys.executable)' && break; done)
+BOOT      := .bootstrap
+UV        := $(BOOT)/bin/uv
+VENV      := .venv
+PY        := $(VENV)/bin/python
+STAMP     := $(VENV)/.synced
+APT_PKGS  := nats-server runc containerd qemu-system-x86 linux-image-amd64 linux-headers-amd64 busybox-static cpio kmod gcc make libelf-dev
+SCENARIO  ?= all
+PYTEST_ARGS ?=
+
+export UV_PYTHON := $(PYTHON311)
+export UV_PROJECT_ENVIRONMENT := $(VENV)
+export UV_LINK_MODE := copy
+
+.PHONY: help run test lint bench deps venv protos system clean kmod
+
+help:
+	@echo "make run   - start the local cluster, every service and the scenarios (SCENARIO=name, ARGS=--keep)"
+	@echo "make test  - install what is missing, then run the whole test suite"
+	@echo "make lint  - ruff, mypy --strict, import-linter"
+	@echo "make bench - every benchmark, one table, bench/results.json"
+
+$(UV):
+	@test -n "$(PYTHON311)" || { echo "error: Python 3.11 is required (python3.11 not found on PATH)"; exit 1; }
+	$(PYTHON311) -m venv $(BOOT)
+	$(BOOT)/bin/pip install --quiet --disable-pip-version-check 'uv>=0.5'
+
+$(STAMP): $(UV) uv.lock pyproject.toml libs/common/pyproject.toml $(wildcard services/*/pyproject.toml) runtime/pyproject.toml sim/pyproject.toml
+	$(UV) sync --frozen --all-packages
+	@touch $(STAMP)
+
+uv.lock: | $(UV)
+	$(UV) lock
+
+venv: $(STAMP) protos
+
+# gRPC stubs are generated from the .proto files at build time, never committed.
+PROTOS := $(wildcard libs/common/proto/*.proto)
+PROTO_OUT := libs/common/gpushare_common/adapters/kubeletapi
+protos: $(STAMP)
+	@mkdir -p $(PROTO_OUT)
+	@if [ -n "$(PROTOS)" ]; then $(PY) -m grpc_tools.protoc -Ilibs/common/proto --python_out=$(PROTO_OUT) --pyi_out=$(PROTO_OUT) --grpc_python_out=$(PROTO_OUT) $(PROTOS) && sed -i -E 's/^import (\w+_pb2)/from . import \1/' $(PROTO_OUT)/*_pb2*.py; fi
+
+# System packages the tests and the local cluster use (Debian). Installs only what is missing.
+system:
+	@missing=""; for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing system packages:$$missing"; \
+	  if [ "$$(id -u)" != 0 ]; then echo "error: need root to apt-get install$$missing"; exit 1; fi; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+
+deps: system venv
+
+test: deps
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: venv
+	$(PY) -m ruff check .
+	$(PY) -m mypy libs/common/gpushare_common runtime/gpushare_runtime services/*/gpushare_* sim/gpushare_sim
+	$(VENV)/bin/lint-imports
+
+bench: deps
+	$(PY) -m bench $(BENCH_ARGS)
+
+run: deps
+	$(PY) -m gpushare_sim.run --scenario $(SCENARIO) $(ARGS)
+
+clean:
+	rm -rf $(VENV) $(BOOT) .mypy_cache .ruff_cache .pytest_cache

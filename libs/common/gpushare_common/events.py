@@ -1,0 +1,236 @@
+"""Every message gpushare sends over NATS: one tagged union of frozen msgspec structs.
+
+Schema evolution (msgspec's rules): a new field always gets a default; a
+field's type never changes; nothing here forbids unknown fields, so an older
+reader accepts a newer message and ignores what it does not know.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Literal, TypeAlias
+
+import msgspec
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+def now() -> float:
+    return time.time()
+
+
+class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
+    """Common envelope: the node it concerns, a unique id (idempotency key), a timestamp."""
+
+    node: str
+    id: str = msgspec.field(default_factory=new_id)
+    ts: float = msgspec.field(default_factory=now)
+
+
+PodState = Literal["using", "cleared"]
+
+
+class ShadowEvent(Event, frozen=True, kw_only=True, tag="shadow"):
+    """A ShadowPod is running on the node with real cards, or is gone (``cleared``)."""
+
+    shadow_pod: str  # <ns>/<name>
+    state: Literal["running", "cleared"]
+    resource: str = ""  # share resource without domain, e.g. share-gpu-4
+    share_kind: str = "share"  # share | share-dev
+    share_spec: int = 0
+    container: str = "main"
+    vendor_resource: str = ""
+    devices: tuple[str, ...] = ()  # real device ids
+    terminating: bool = False
+
+
+class ShareEvent(Event, frozen=True, kw_only=True, tag="share"):
+    """A SharePod's container holds virtual devices (``using``) or released them."""
+
+    share_pod: str
+    container: str
+    resource: str  # e.g. share-gpu-4
+    state: PodState
+    devices: tuple[str, ...] = ()  # virtual device ids
+
+
+class GenericEvent(Event, frozen=True, kw_only=True, tag="generic"):
+    """A reserved (ordinary) pod holds real cards, or released them."""
+
+    pod: str
+    container: str
+    vendor_resource: str
+    state: PodState
+    devices: tuple[str, ...] = ()  # real device ids
+    lendable: bool = False  # a dev machine whose idle cards may be lent
+
+
+class SpotEvent(Event, frozen=True, kw_only=True, tag="spot"):
+    """A spot pod holds spot devices, or released them."""
+
+    pod: str
+    container: str
+    state: PodState
+    devices: tuple[str, ...] = ()  # spot-<real id>
+    priority: int = 0
+
+
+class LowPowerEvent(Event, frozen=True, kw_only=True, tag="lowpower"):
+    """An owner is away (``using=False``) or back (``using=True``)."""
+
+    owner: str  # pod key of the dev machine
+    using: bool
+    devices: tuple[str, ...] = ()  # the owner's real device ids
+    containers: tuple[str, ...] = ()
+    utilisation: float = 0.0
+    reason: str = ""
+
+
+class OwnerBackEvent(Event, frozen=True, kw_only=True, tag="ownerback"):
+    """The kernel saw a GPU ioctl from a watched pid namespace."""
+
+    pidns: int
+    pid: int
+    kernel_ts_ns: int
+    pod: str = ""
+    container: str = ""
+    resolved: bool = False
+    notice_to_publish_ms: float = 0.0
+
+
+Health = Literal["Healthy", "Unhealthy"]
+
+
+class DeviceHealth(Event, frozen=True, kw_only=True, tag="health"):
+    """Desired health of a resource's devices; ``full`` replaces the whole set."""
+
+    resource: str  # without domain, e.g. spot-gpu
+    devices: dict[str, Health] = {}
+    full: bool = False
+    reason: str = ""
+
+
+class SpareCapacity(Event, frozen=True, kw_only=True, tag="capacity"):
+    """Oversold CPU/memory a node can sell again (``gpushare/vcpu``, ``gpushare/vmem``)."""
+
+    resource: str  # vcpu | vmem
+    devices: int  # device count advertised
+    unit: int  # millicores or bytes per device
+    inputs: dict[str, float] = {}
+
+
+KmodOp = Literal["add", "delete", "detect", "undetect", "release", "stats", "config"]
+
+
+class KmodCommand(Event, frozen=True, kw_only=True, tag="kmod_cmd"):
+    """A request to the kmod-bridge; pods are pod keys or ``pod/container`` keys."""
+
+    op: KmodOp
+    pidns: tuple[int, ...] = ()
+    pods: tuple[str, ...] = ()
+    reason: str = ""
+
+
+class NamespaceStats(msgspec.Struct, frozen=True, kw_only=True):
+    pidns: int
+    watched: bool = False
+    need_notice: bool = False
+    blocked: int = 0
+    last_access_ns: int = 0
+    hits: int = 0
+    notices: int = 0
+    pod: str = ""
+
+
+class KmodReply(Event, frozen=True, kw_only=True, tag="kmod_reply"):
+    """The kernel's answer: ``status`` 0 or a negative errno."""
+
+    op: str
+    status: int
+    message: str = ""
+    pidns: tuple[int, ...] = ()
+    stats: tuple[NamespaceStats, ...] = ()
+    kernel_now_ns: int = 0
+
+
+class EvictionRecord(Event, frozen=True, kw_only=True, tag="eviction"):
+    """One pod killed and evicted: why, and how long each step took."""
+
+    pod: str
+    reason: str  # owner-back | reserved | shadow-gone | pressure | ...
+    owner: str = ""
+    containers: tuple[str, ...] = ()
+    kill_ms: float = 0.0
+    delete_ms: float = 0.0
+    total_ms: float = 0.0
+    trigger_id: str = ""  # id of the event that caused it
+    outcome: str = "evicted"  # evicted | already-gone | failed
+    error: str = ""
+
+
+AnyEvent: TypeAlias = (
+    ShadowEvent
+    | ShareEvent
+    | GenericEvent
+    | SpotEvent
+    | LowPowerEvent
+    | OwnerBackEvent
+    | DeviceHealth
+    | SpareCapacity
+    | KmodCommand
+    | KmodReply
+    | EvictionRecord
+)
+
+EVENT_TYPES: tuple[type[Event], ...] = (
+    ShadowEvent,
+    ShareEvent,
+    GenericEvent,
+    SpotEvent,
+    LowPowerEvent,
+    OwnerBackEvent,
+    DeviceHealth,
+    SpareCapacity,
+    KmodCommand,
+    KmodReply,
+    EvictionRecord,
+)
+
+_encoder = msgspec.json.Encoder()
+_decoder: msgspec.json.Decoder[AnyEvent] = msgspec.json.Decoder(AnyEvent)
+
+
+class EventDecodeError(ValueError):
+    """A payload that is not a gpushare event: the reason names the field."""
+
+    def __init__(self, reason: str, payload: bytes) -> None:
+        self.reason = reason
+        self.payload = payload[:200]
+        super().__init__(f"undecodable event: {reason}")
+
+
+def encode(event: Event) -> bytes:
+    return _encoder.encode(event)
+
+
+def decode(payload: bytes) -> AnyEvent:
+    try:
+        return _decoder.decode(payload)
+    except msgspec.DecodeError as err:
+        raise EventDecodeError(str(err), payload) from None
+
+
+def event_tag(event: Event) -> str:
+    return str(type(event).__struct_config__.tag)
+
+
+def pod_of(event: Event) -> str:
+    """The pod an event concerns, for filtering and logs ("" when none)."""
+    for attr in ("pod", "shadow_pod", "share_pod", "owner"):
+        value = getattr(event, attr, "")
+        if value:
+            return str(value)
+    return ""

@@ -1,0 +1,376 @@
+"""Device IDs, source references, runtime annotations and their signatures.
+
+Standard library only: the OCI runtime imports this module on every container
+create, so it must stay cheap to import.  Every parser returns a value or
+raises :class:`IdError` (a ``ValueError``); no other exception escapes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+DOMAIN = "gpushare.k8s.io"
+ANN_DEVICES_FROM = f"{DOMAIN}/container-devices-from."
+ANN_DEVICES_IDS = f"{DOMAIN}/container-devices-ids."
+ANN_SIGNATURE = f"{DOMAIN}/signature."
+ANN_DEVICE_OWNER = f"{DOMAIN}/device-owner"
+ANN_SHARE_SPEC = f"{DOMAIN}/share-spec"
+ANN_SHARE_KIND = f"{DOMAIN}/share-kind"
+ANN_PARTITION = f"{DOMAIN}/partition"
+ANN_USER_ID = f"{DOMAIN}/user-id"
+LABEL_POD_DESCRIPTION = f"{DOMAIN}/pod-description"
+SHADOW_POD_LABEL_VALUE = "shadow-pod"
+CONDITION_USING = f"{DOMAIN}/Using"
+SHADOW_CONTAINER = "main"
+
+ANY_TARGET = "*"
+SAME_AS_TARGET = "_"
+ALL_RESOURCES = "*"
+SPOT_PREFIX = "spot-"
+
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?\Z")
+_RESOURCE = re.compile(r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?\Z")
+_REAL_ID = re.compile(r"[A-Za-z0-9][-A-Za-z0-9_.:/]{0,251}\Z")
+_INDEX = re.compile(r"(0|[1-9][0-9]{0,5})\Z")
+MAX_ANNOTATION_BYTES = 64 * 1024
+
+
+class IdError(ValueError):
+    """A malformed device ID, reference or annotation: says what, which value and why."""
+
+    def __init__(self, what: str, value: object, reason: str) -> None:
+        self.what = what
+        self.value = value
+        self.reason = reason
+        shown = value if isinstance(value, str) and len(value) <= 120 else repr(value)[:120]
+        super().__init__(f"invalid {what} {shown!r}: {reason}")
+
+
+def _check(pattern: re.Pattern[str], what: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise IdError(what, value, f"expected a string, got {type(value).__name__}")
+    if not pattern.match(value):
+        raise IdError(what, value, f"not a valid {what}")
+    return value
+
+
+def check_namespace(value: object) -> str:
+    return _check(_DNS_LABEL, "namespace", value)
+
+
+def check_pod_name(value: object) -> str:
+    return _check(_DNS_SUBDOMAIN, "pod name", value)
+
+
+def check_container_name(value: object) -> str:
+    return _check(_DNS_LABEL, "container name", value)
+
+
+def check_resource_name(value: object) -> str:
+    return _check(_RESOURCE, "resource name", value)
+
+
+def check_real_device_id(value: object) -> str:
+    return _check(_REAL_ID, "device id", value)
+
+
+# --- pod and container keys -------------------------------------------------
+
+
+def pod_key(namespace: str, name: str) -> str:
+    return f"{namespace}/{name}"
+
+
+def parse_pod_key(key: object) -> tuple[str, str]:
+    if not isinstance(key, str) or key.count("/") != 1:
+        raise IdError("pod key", key, "expected <namespace>/<pod>")
+    namespace, name = key.split("/")
+    return check_namespace(namespace), check_pod_name(name)
+
+
+# --- share virtual devices --------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ShareDeviceId:
+    """``<namespace>/<shadowpod-name>-<index>``: one of the N virtual devices of a ShadowPod."""
+
+    namespace: str
+    shadow_pod: str
+    index: int
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.shadow_pod}-{self.index}"
+
+    @property
+    def shadow_key(self) -> str:
+        return pod_key(self.namespace, self.shadow_pod)
+
+
+def share_device_ids(namespace: str, shadow_pod: str, count: int) -> list[str]:
+    return [str(ShareDeviceId(namespace, shadow_pod, i)) for i in range(count)]
+
+
+def parse_share_device_id(value: object) -> ShareDeviceId:
+    if not isinstance(value, str):
+        raise IdError("share device id", value, "expected a string")
+    namespace, slash, rest = value.partition("/")
+    name, dash, index = rest.rpartition("-")
+    if not slash or not dash:
+        raise IdError("share device id", value, "expected <namespace>/<shadowpod>-<index>")
+    if not _INDEX.match(index):
+        raise IdError("share device id", value, "index must be a non-negative integer")
+    try:
+        return ShareDeviceId(check_namespace(namespace), check_pod_name(name), int(index))
+    except IdError as err:
+        raise IdError("share device id", value, err.reason) from None
+
+
+# --- spot devices -----------------------------------------------------------
+
+
+def spot_device_id(real_id: str) -> str:
+    return SPOT_PREFIX + check_real_device_id(real_id)
+
+
+def parse_spot_device_id(value: object) -> str:
+    """Return the real device ID behind ``spot-<id>``."""
+    if not isinstance(value, str) or not value.startswith(SPOT_PREFIX):
+        raise IdError("spot device id", value, f"expected {SPOT_PREFIX}<real device id>")
+    try:
+        return check_real_device_id(value[len(SPOT_PREFIX) :])
+    except IdError as err:
+        raise IdError("spot device id", value, err.reason) from None
+
+
+# --- source references ------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SourceRef:
+    """``ns/pod/container``; ``_`` in namespace or pod means "same as the target"."""
+
+    namespace: str
+    pod: str
+    container: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.pod}/{self.container}"
+
+    @property
+    def same_pod(self) -> bool:
+        return self.namespace == SAME_AS_TARGET and self.pod == SAME_AS_TARGET
+
+    def resolve(self, namespace: str, pod: str) -> SourceRef:
+        """Replace ``_`` by the target's namespace and pod."""
+        return SourceRef(
+            namespace if self.namespace == SAME_AS_TARGET else self.namespace,
+            pod if self.pod == SAME_AS_TARGET else self.pod,
+            self.container,
+        )
+
+    def leaves_pod(self, namespace: str, pod: str) -> bool:
+        resolved = self.resolve(namespace, pod)
+        return (resolved.namespace, resolved.pod) != (namespace, pod)
+
+
+def parse_source_ref(value: object) -> SourceRef:
+    if not isinstance(value, str) or value.count("/") != 2:
+        raise IdError("source reference", value, "expected <namespace>/<pod>/<container>")
+    namespace, pod, container = value.split("/")
+    try:
+        if namespace != SAME_AS_TARGET:
+            check_namespace(namespace)
+        if pod != SAME_AS_TARGET:
+            check_pod_name(pod)
+        check_container_name(container)
+    except IdError as err:
+        raise IdError("source reference", value, err.reason) from None
+    if namespace == SAME_AS_TARGET and pod != SAME_AS_TARGET:
+        raise IdError("source reference", value, "'_' namespace needs '_' pod")
+    return SourceRef(namespace, pod, container)
+
+
+# --- runtime annotations ----------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SourceSelection:
+    """Which devices to copy from one source: ``{"*": [...]}`` or per resource name."""
+
+    source: SourceRef
+    resources: tuple[tuple[str, tuple[str, ...]], ...] = ((ALL_RESOURCES, ()),)
+
+    @property
+    def copies_all(self) -> bool:
+        return any(name == ALL_RESOURCES for name, _ in self.resources)
+
+    @property
+    def resource_names(self) -> frozenset[str]:
+        return frozenset(name for name, _ in self.resources if name != ALL_RESOURCES)
+
+
+@dataclass(frozen=True, slots=True)
+class DevicesFrom:
+    """``container-devices-from.<target>``."""
+
+    target: str
+    sources: tuple[SourceSelection, ...]
+
+    def leaves_pod(self, namespace: str, pod: str) -> bool:
+        return any(s.source.leaves_pod(namespace, pod) for s in self.sources)
+
+
+@dataclass(frozen=True, slots=True)
+class DevicesIds:
+    """``container-devices-ids.<target>``: real devices per vendor resource."""
+
+    target: str
+    devices: tuple[tuple[str, tuple[str, ...]], ...]
+
+
+def _check_target(target: str, annotation: str) -> str:
+    if target == ANY_TARGET:
+        return target
+    try:
+        return check_container_name(target)
+    except IdError as err:
+        raise IdError("annotation target", annotation, err.reason) from None
+
+
+def _load_json(annotation: str, value: str) -> object:
+    if len(value) > MAX_ANNOTATION_BYTES:
+        raise IdError("annotation", annotation, f"value longer than {MAX_ANNOTATION_BYTES} bytes")
+    try:
+        return json.loads(value)
+    except (ValueError, RecursionError) as err:
+        raise IdError("annotation", annotation, f"malformed JSON: {err}") from None
+
+
+def _id_list(annotation: str, value: object) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise IdError("annotation", annotation, "device lists must be JSON arrays of strings")
+    return tuple(value)
+
+
+def parse_devices_from(target: str, value: str) -> DevicesFrom:
+    annotation = ANN_DEVICES_FROM + str(target)
+    _check_target(target, annotation)
+    if not isinstance(value, str) or not value.strip():
+        raise IdError("annotation", annotation, "empty value")
+    if not value.lstrip().startswith("{"):
+        try:
+            return DevicesFrom(target, (SourceSelection(parse_source_ref(value.strip())),))
+        except IdError as err:
+            raise IdError("annotation", annotation, err.reason) from None
+    doc = _load_json(annotation, value)
+    if not isinstance(doc, dict) or not doc:
+        raise IdError("annotation", annotation, "expected a non-empty JSON object of sources")
+    sources = []
+    for ref, selection in doc.items():
+        try:
+            source = parse_source_ref(ref)
+        except IdError as err:
+            raise IdError("annotation", annotation, err.reason) from None
+        if not isinstance(selection, dict) or not selection:
+            raise IdError("annotation", annotation, f"source {ref!r}: expected an object")
+        resources = []
+        for name, ids in selection.items():
+            if name != ALL_RESOURCES:
+                try:
+                    check_resource_name(name)
+                except IdError as err:
+                    raise IdError("annotation", annotation, err.reason) from None
+            resources.append((name, _id_list(annotation, ids)))
+        sources.append(SourceSelection(source, tuple(resources)))
+    return DevicesFrom(target, tuple(sources))
+
+
+def parse_devices_ids(target: str, value: str) -> DevicesIds:
+    annotation = ANN_DEVICES_IDS + str(target)
+    _check_target(target, annotation)
+    doc = _load_json(annotation, value) if isinstance(value, str) else None
+    if not isinstance(doc, dict) or not doc:
+        raise IdError("annotation", annotation, "expected a JSON object {resource: [ids]}")
+    devices = []
+    for resource, ids in doc.items():
+        try:
+            check_resource_name(resource)
+            checked = tuple(check_real_device_id(i) for i in _id_list(annotation, ids))
+        except IdError as err:
+            raise IdError("annotation", annotation, err.reason) from None
+        if not checked:
+            raise IdError("annotation", annotation, f"resource {resource!r}: no device ids")
+        devices.append((resource, checked))
+    return DevicesIds(target, tuple(devices))
+
+
+def format_devices_from(sources: Mapping[str, Mapping[str, list[str]]]) -> str:
+    """JSON multi-source form, keys sorted so that signatures are stable."""
+    return json.dumps(sources, sort_keys=True, separators=(",", ":"))
+
+
+def format_devices_ids(devices: Mapping[str, list[str]]) -> str:
+    return json.dumps(devices, sort_keys=True, separators=(",", ":"))
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRequest:
+    """One runtime annotation found on a container, with its signature if any."""
+
+    target: str
+    annotation: str
+    value: str
+    request: DevicesFrom | DevicesIds
+    signature: str | None
+
+
+def device_requests(annotations: Mapping[str, str]) -> list[DeviceRequest]:
+    """Every gpushare device annotation of a container, parsed; the first bad one raises."""
+    found = []
+    for key, value in sorted(annotations.items()):
+        if key.startswith(ANN_DEVICES_FROM):
+            target = key[len(ANN_DEVICES_FROM) :]
+            request: DevicesFrom | DevicesIds = parse_devices_from(target, value)
+        elif key.startswith(ANN_DEVICES_IDS):
+            target = key[len(ANN_DEVICES_IDS) :]
+            request = parse_devices_ids(target, value)
+        else:
+            continue
+        signature = annotations.get(ANN_SIGNATURE + target)
+        found.append(DeviceRequest(target, key, value, request, signature))
+    return found
+
+
+# --- signatures -------------------------------------------------------------
+
+
+def sign(key: bytes, target: str, value: str) -> str:
+    """Hex HMAC-SHA256 over ``<target>\\n<value>`` with the node key."""
+    return hmac.new(key, f"{target}\n{value}".encode(), hashlib.sha256).hexdigest()
+
+
+def verify(key: bytes, target: str, value: str, signature: str | None) -> bool:
+    if not signature or not isinstance(signature, str):
+        return False
+    return hmac.compare_digest(sign(key, target, value), signature.strip().lower())
+
+
+def load_key(path: str) -> bytes:
+    """Read the node signing key; raise IdError with what to do if unusable."""
+    try:
+        with open(path, "rb") as handle:
+            key = handle.read().strip()
+    except OSError as err:
+        raise IdError("signing key file", path, f"cannot read ({err.strerror}); "
+                      "create it with: head -c 32 /dev/urandom | xxd -p -c 64 > FILE; "
+                      "chmod 600 FILE") from None
+    if len(key) < 16:
+        raise IdError("signing key file", path, "key shorter than 16 bytes")
+    return key

@@ -1,0 +1,121 @@
+"""Every NATS subject gpushare uses, built and parsed here and nowhere else.
+
+``<prefix>.<node>.event.<kind>``, ``<prefix>.<node>.health.<resource>``,
+``<prefix>.<node>.capacity.<resource>``, ``<prefix>.<node>.kmod.cmd``,
+``<prefix>.<node>.eviction``. The prefix is ``gpushare.v1`` in production;
+tests and the replay sandbox use their own.  A node name's ``.`` becomes ``_``
+(node names never contain ``_``, so the mapping is reversible).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+DEFAULT_PREFIX = "gpushare.v1"
+DEFAULT_DOMAIN = "gpushare"
+
+EventKind = Literal["shadow", "share", "generic", "spot", "lowpower", "ownerback"]
+EVENT_KINDS: tuple[str, ...] = get_args(EventKind)
+Channel = Literal["event", "health", "capacity", "kmod", "eviction"]
+
+_TOKEN = re.compile(r"[A-Za-z0-9_-]+\Z")
+_PREFIX = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*\Z")
+
+
+class SubjectError(ValueError):
+    def __init__(self, subject: str, reason: str) -> None:
+        self.subject = subject
+        self.reason = reason
+        super().__init__(f"invalid subject {subject!r}: {reason}")
+
+
+def node_token(node: str) -> str:
+    if not node or "_" in node or not _TOKEN.match(node.replace(".", "_")):
+        raise SubjectError(node, "node names must be non-empty DNS names without '_'")
+    return node.replace(".", "_")
+
+
+def node_from_token(token: str) -> str:
+    return token.replace("_", ".")
+
+
+def resource_token(resource: str, domain: str = DEFAULT_DOMAIN) -> str:
+    """``gpushare/spot-gpu`` -> ``spot-gpu`` (a bare name passes through)."""
+    name = resource.removeprefix(domain + "/")
+    if not _TOKEN.match(name):
+        raise SubjectError(resource, "resource token must be letters, digits, '-' or '_'")
+    return name
+
+
+@dataclass(frozen=True, slots=True)
+class SubjectInfo:
+    node: str
+    channel: str
+    name: str  # event kind, resource token, "cmd" or ""
+
+
+@dataclass(frozen=True, slots=True)
+class Subjects:
+    """Subject builders for one prefix."""
+
+    prefix: str = DEFAULT_PREFIX
+
+    def __post_init__(self) -> None:
+        if not _PREFIX.match(self.prefix):
+            raise SubjectError(self.prefix, "prefix must be dot-separated tokens")
+
+    def event(self, node: str, kind: str) -> str:
+        if kind not in EVENT_KINDS:
+            raise SubjectError(kind, f"unknown event kind (one of {', '.join(EVENT_KINDS)})")
+        return f"{self.prefix}.{node_token(node)}.event.{kind}"
+
+    def node_events(self, node: str) -> str:
+        return f"{self.prefix}.{node_token(node)}.event.*"
+
+    def health(self, node: str, resource: str) -> str:
+        return f"{self.prefix}.{node_token(node)}.health.{resource_token(resource)}"
+
+    def node_health(self, node: str) -> str:
+        return f"{self.prefix}.{node_token(node)}.health.*"
+
+    def capacity(self, node: str, resource: str) -> str:
+        return f"{self.prefix}.{node_token(node)}.capacity.{resource_token(resource)}"
+
+    def node_capacity(self, node: str) -> str:
+        return f"{self.prefix}.{node_token(node)}.capacity.*"
+
+    def kmod_cmd(self, node: str) -> str:
+        return f"{self.prefix}.{node_token(node)}.kmod.cmd"
+
+    def eviction(self, node: str) -> str:
+        return f"{self.prefix}.{node_token(node)}.eviction"
+
+    def all(self) -> str:
+        return f"{self.prefix}.>"
+
+    def all_nodes(self, channel: str = "event") -> str:
+        return f"{self.prefix}.*.{channel}.>" if channel in ("event", "health", "capacity") \
+            else f"{self.prefix}.*.{channel}"
+
+    def parse(self, subject: str) -> SubjectInfo:
+        head = self.prefix + "."
+        if not subject.startswith(head):
+            raise SubjectError(subject, f"does not start with {head!r}")
+        parts = subject[len(head) :].split(".")
+        if len(parts) < 2 or not all(_TOKEN.match(p) for p in parts):
+            raise SubjectError(subject, "expected <node>.<channel>[.<name>]")
+        node, channel, rest = node_from_token(parts[0]), parts[1], parts[2:]
+        if channel == "event" and len(rest) == 1 and rest[0] in EVENT_KINDS:
+            return SubjectInfo(node, channel, rest[0])
+        if channel in ("health", "capacity") and len(rest) == 1:
+            return SubjectInfo(node, channel, rest[0])
+        if channel == "kmod" and rest == ["cmd"]:
+            return SubjectInfo(node, channel, "cmd")
+        if channel == "eviction" and not rest:
+            return SubjectInfo(node, channel, "")
+        raise SubjectError(subject, f"unknown channel {'.'.join(parts[1:])!r}")
+
+
+DEFAULT = Subjects()
