@@ -1,0 +1,289 @@
+"""A private containerd for tests and the local cluster.
+
+Everything lives under one temporary directory (root, state, socket, config,
+log), so several instances run side by side with the host's containerd and
+with each other::
+
+    with Containerd() as ctrd:                 # start() waits for the socket
+        ctrd.ctr("run", "--rootfs", "-d", rootfs_dir, "box1", "/bin/sleep", "60")
+        ctrd.ctr("task", "ls")                 # namespace "default" unless given
+        ctrd.ctr("task", "ls", namespace="k8s.io")
+        ctrd.bundle_dir("default", "box1")     # the OCI bundle the runtime saw
+    # stop(): kills and deletes every task and container in every namespace,
+    # stops containerd, unmounts what is left under the directory, removes it.
+
+API:
+
+- ``Containerd(base_dir=None, *, containerd_bin="containerd", ctr_bin="ctr")``
+- ``start(timeout=20.0)``: write the config, start containerd, wait until
+  ``ctr version`` answers on the socket; :class:`ContainerdError` if it exits
+  or does not answer in time (the error carries the log's tail).
+- ``ctr(*args, namespace="default", check=True, timeout=60.0)``: run
+  ``ctr --address SOCKET -n NAMESPACE ARGS...``; a
+  :class:`subprocess.CompletedProcess` with text output;
+  :class:`ContainerdError` on a non-zero exit when ``check``.
+- ``run(rootfs, container_id, *command, runc_binary=None, annotations=None,
+  devices=(), detach=False, namespace="default")``: ``ctr run --rootfs`` with
+  this instance's own runc state root and FIFO directory (so container IDs
+  never collide with another containerd's).
+- ``bundle_dir(namespace, container_id)``: where the runc v2 shim keeps that
+  container's bundle; ``runc_root(namespace)``: runc's ``--root`` for it.
+- ``stop()``: idempotent clean-up described above.
+- ``missing_binaries()``: the system binaries this needs that are not on PATH.
+
+The runc v2 shim keeps its socket under ``/run/containerd/s`` whatever the
+state directory; its name hashes this instance's socket address, so
+instances never collide, and the shim removes it when its task is deleted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+REQUIRED_BINARIES = ("containerd", "ctr", "containerd-shim-runc-v2", "runc")
+_DISABLED_PLUGINS = (
+    "io.containerd.grpc.v1.cri",
+    "io.containerd.internal.v1.opt",
+    "io.containerd.snapshotter.v1.btrfs",
+    "io.containerd.snapshotter.v1.zfs",
+    "io.containerd.snapshotter.v1.aufs",
+    "io.containerd.snapshotter.v1.devmapper",
+    "io.containerd.tracing.processor.v1.otlp",
+)
+
+
+class ContainerdError(RuntimeError):
+    """containerd did not start, or a ``ctr`` command failed."""
+
+    def __init__(self, what: str, detail: str) -> None:
+        self.what = what
+        self.detail = detail
+        super().__init__(f"{what}: {detail.strip()[-2000:]}")
+
+
+def missing_binaries() -> list[str]:
+    return [name for name in REQUIRED_BINARIES if shutil.which(name) is None]
+
+
+def _config_text(root: Path, state: Path, socket: Path) -> str:
+    disabled = ", ".join(f'"{name}"' for name in _DISABLED_PLUGINS)
+    return (
+        "version = 2\n"
+        f'root = "{root}"\n'
+        f'state = "{state}"\n'
+        f"disabled_plugins = [{disabled}]\n"
+        "[grpc]\n"
+        f'  address = "{socket}"\n'
+        "[ttrpc]\n"
+        f'  address = "{socket}.ttrpc"\n'
+        "[debug]\n"
+        '  address = ""\n'
+        '  level = "info"\n'
+        "[metrics]\n"
+        '  address = ""\n'
+    )
+
+
+class Containerd:
+    """One containerd on a temporary root, state directory and socket."""
+
+    def __init__(
+        self,
+        base_dir: Path | None = None,
+        *,
+        containerd_bin: str = "containerd",
+        ctr_bin: str = "ctr",
+    ) -> None:
+        self._owns_base = base_dir is None
+        # unix socket paths are limited to 108 bytes: keep the base short
+        self.base_dir = Path(base_dir or tempfile.mkdtemp(prefix="ctrd-", dir="/tmp"))
+        self.root = self.base_dir / "root"
+        self.state = self.base_dir / "state"
+        self.address = self.base_dir / "containerd.sock"
+        self.config_path = self.base_dir / "config.toml"
+        self.log_path = self.base_dir / "containerd.log"
+        self.fifo_dir = self.base_dir / "fifo"
+        self._containerd_bin = containerd_bin
+        self._ctr_bin = ctr_bin
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> Containerd:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def bundle_dir(self, namespace: str, container_id: str) -> Path:
+        return self.state / "io.containerd.runtime.v2.task" / namespace / container_id
+
+    def runc_root(self, namespace: str = "default") -> Path:
+        """runc's ``--root`` for containers of ``namespace`` (ctr appends the namespace)."""
+        return self.base_dir / "runc" / namespace
+
+    def run(
+        self,
+        rootfs: Path,
+        container_id: str,
+        *command: str,
+        runc_binary: str | None = None,
+        annotations: dict[str, str] | None = None,
+        devices: tuple[str, ...] | list[str] = (),
+        detach: bool = False,
+        namespace: str = "default",
+        check: bool = True,
+        timeout: float = 60.0,
+    ) -> subprocess.CompletedProcess[str]:
+        """``ctr run --rootfs ROOTFS ID COMMAND...`` with this instance's runc root and FIFOs."""
+        args = ["run", "--rootfs", "--runc-root", str(self.base_dir / "runc")]
+        args += ["--fifo-dir", str(self.fifo_dir)]
+        if runc_binary:
+            args += ["--runc-binary", runc_binary]
+        for key, value in (annotations or {}).items():
+            args += ["--annotation", f"{key}={value}"]
+        for device in devices:
+            args += ["--device", device]
+        if detach:
+            args.append("-d")
+        args += [str(rootfs), container_id, *command]
+        return self.ctr(*args, namespace=namespace, check=check, timeout=timeout)
+
+    def start(self, timeout: float = 20.0) -> None:
+        if self._process is not None:
+            raise ContainerdError("start", "already started")
+        for path in (self.root, self.state, self.fifo_dir):
+            path.mkdir(parents=True, exist_ok=True)
+        self.config_path.write_text(_config_text(self.root, self.state, self.address))
+        with open(self.log_path, "ab") as log:
+            self._process = subprocess.Popen(
+                [self._containerd_bin, "--config", str(self.config_path)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        try:
+            self._wait_ready(timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.running:
+                raise ContainerdError("containerd exited during start", self._log_tail())
+            if self.address.exists():
+                probe = self._run_ctr(["version"], "default", timeout=5.0)
+                if probe.returncode == 0:
+                    return
+            time.sleep(0.05)
+        raise ContainerdError(f"containerd did not answer within {timeout}s", self._log_tail())
+
+    def _log_tail(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-4000:]
+        except OSError:
+            return "(no log)"
+
+    def _run_ctr(
+        self, args: list[str], namespace: str, timeout: float
+    ) -> subprocess.CompletedProcess[str]:
+        command = [self._ctr_bin, "--address", str(self.address), "-n", namespace, *args]
+        try:
+            return subprocess.run(
+                command, capture_output=True, text=True, timeout=timeout, check=False
+            )
+        except subprocess.TimeoutExpired as err:
+            raise ContainerdError(f"timed out after {timeout}s: {' '.join(command)}", "") from err
+
+    def ctr(
+        self,
+        *args: str,
+        namespace: str = "default",
+        check: bool = True,
+        timeout: float = 60.0,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run ``ctr --address SOCKET -n NAMESPACE ARGS...``."""
+        result = self._run_ctr(list(args), namespace, timeout)
+        if check and result.returncode != 0:
+            raise ContainerdError(
+                f"ctr {' '.join(args)} exited {result.returncode}", result.stderr or result.stdout
+            )
+        return result
+
+    def stop(self) -> None:
+        """Remove every task and container, stop containerd, clean the directory. Idempotent."""
+        if self.running:
+            for namespace in self._namespaces():
+                self._remove_all(namespace)
+        self._terminate()
+        self._kill_leftover_shims()
+        self._unmount_below(self.base_dir)
+        if self._owns_base:
+            shutil.rmtree(self.base_dir, ignore_errors=True)
+
+    def _namespaces(self) -> list[str]:
+        listed = self._run_ctr(["namespaces", "ls", "-q"], "default", timeout=10.0)
+        return listed.stdout.split() if listed.returncode == 0 else []
+
+    def _remove_all(self, namespace: str) -> None:
+        tasks = self._run_ctr(["task", "ls", "-q"], namespace, timeout=10.0).stdout.split()
+        for task in tasks:
+            self._run_ctr(["task", "kill", "-s", "SIGKILL", task], namespace, timeout=10.0)
+        for task in tasks:
+            self._run_ctr(["task", "delete", "-f", task], namespace, timeout=20.0)
+        containers = self._run_ctr(["containers", "ls", "-q"], namespace, timeout=10.0)
+        for container in containers.stdout.split():
+            self._run_ctr(["containers", "delete", container], namespace, timeout=10.0)
+
+    def _terminate(self) -> None:
+        process, self._process = self._process, None
+        if process is None:
+            return
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=10.0)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=10.0)
+
+    def _kill_leftover_shims(self) -> None:
+        """Shims outlive containerd by design; kill those started for this instance."""
+        marker = str(self.address).encode()
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            with contextlib.suppress(OSError):
+                cmdline = (entry / "cmdline").read_bytes()
+                if b"containerd-shim" in cmdline and marker in cmdline:
+                    os.kill(int(entry.name), signal.SIGKILL)
+
+    @staticmethod
+    def _unmount_below(base: Path) -> None:
+        prefix = str(base.resolve()) + "/"
+        try:
+            lines = Path("/proc/self/mountinfo").read_text().splitlines()
+        except OSError:
+            return
+        points = [line.split()[4] for line in lines if line.split()[4].startswith(prefix)]
+        for point in sorted(points, key=len, reverse=True):
+            subprocess.run(["umount", "-l", point], capture_output=True, check=False)
