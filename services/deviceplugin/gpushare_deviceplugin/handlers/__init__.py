@@ -1,0 +1,1 @@
+"""Pure logic of each plugin kind: device lists, Allocate and GetPreferredAllocation."""

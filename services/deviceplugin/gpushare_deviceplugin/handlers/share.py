@@ -1,0 +1,129 @@
+"""Share plugins: N virtual devices per Running ShadowPod of their spec on this node."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from gpushare_common import ids
+
+from ..devices import HEALTHY, UNHEALTHY, Health
+from ..errors import invalid, not_found
+from .base import Annotations, PluginLogic, PreferredRequest, Signer
+
+SHARE_KINDS = {"share": "share-gpu", "share-dev": "share-dev-gpu"}
+
+
+@dataclass(frozen=True, slots=True)
+class ShadowPodView:
+    """What a share plugin needs to know of one ShadowPod on this node."""
+
+    namespace: str
+    name: str
+    kind: str  # share | share-dev
+    spec: int
+    container: str = ids.SHADOW_CONTAINER
+    terminating: bool = False
+
+    @property
+    def key(self) -> str:
+        return ids.pod_key(self.namespace, self.name)
+
+    def resource_token(self) -> str:
+        return f"{SHARE_KINDS.get(self.kind, self.kind)}-{self.spec}"
+
+
+def share_resource_token(kind: str, spec: int) -> str:
+    return f"{SHARE_KINDS[kind]}-{spec}"
+
+
+class ShareLogic(PluginLogic):
+    """``<domain>/share-gpu-<N>`` or ``<domain>/share-dev-gpu-<N>``."""
+
+    kind = "share"
+
+    def __init__(self, resource: str, spec: int, signer: Signer, policy: str = "packed") -> None:
+        super().__init__(resource)
+        self.spec = spec
+        self.policy = policy
+        self._signer = signer
+        self.shadows: dict[str, ShadowPodView] = {}
+
+    def replace_shadows(self, shadows: list[ShadowPodView]) -> None:
+        self.shadows = {s.key: s for s in shadows}
+        self.refresh()
+
+    def put_shadow(self, shadow: ShadowPodView) -> None:
+        self.shadows[shadow.key] = shadow
+        self.refresh()
+
+    def drop_shadow(self, key: str) -> None:
+        if self.shadows.pop(key, None) is not None:
+            self.refresh()
+
+    def compute(self) -> dict[str, Health]:
+        devices: dict[str, Health] = {}
+        for shadow in self.shadows.values():
+            base: Health = UNHEALTHY if shadow.terminating else HEALTHY
+            for device_id in ids.share_device_ids(shadow.namespace, shadow.name, self.spec):
+                devices[device_id] = base if base == UNHEALTHY else self.desired.get(
+                    device_id, HEALTHY
+                )
+        return devices
+
+    def _allocate(self, device_ids: list[str]) -> Annotations:
+        sources: dict[str, dict[str, list[str]]] = {}
+        for device_id in device_ids:
+            shadow = self._shadow_of(device_id)
+            source = f"{shadow.namespace}/{shadow.name}/{shadow.container}"
+            sources.setdefault(source, {ids.ALL_RESOURCES: []})[ids.ALL_RESOURCES].append(device_id)
+        return self._signer.annotations(ids.ANN_DEVICES_FROM, ids.format_devices_from(sources))
+
+    def _shadow_of(self, device_id: str) -> ShadowPodView:
+        try:
+            parsed = ids.parse_share_device_id(device_id)
+        except ids.IdError as err:
+            raise invalid(self.resource, str(err)) from None
+        shadow = self.shadows.get(parsed.shadow_key)
+        if shadow is None or parsed.index >= self.spec:
+            raise not_found(self.resource, f"device {device_id!r} has no Running ShadowPod")
+        return shadow
+
+    def check_known(self, device_id: str) -> None:
+        self._shadow_of(device_id)
+        super().check_known(device_id)
+
+    def _choose(self, candidates: list[str], request: PreferredRequest) -> list[str]:
+        chosen = list(request.must_include)
+        free = self._group_by_shadow(candidates)
+        while len(chosen) < request.size:
+            key = _pick_shadow(free, self.policy, request.size - len(chosen))
+            chosen.append(free[key].pop(0))
+            if not free[key]:
+                del free[key]
+        return chosen
+
+    def status(self) -> dict[str, Any]:
+        return {**super().status(), "spec": self.spec, "shadow_pods": sorted(self.shadows)}
+
+
+    def _group_by_shadow(self, device_ids: list[str]) -> dict[str, list[str]]:
+        groups: dict[str, list[tuple[int, str]]] = defaultdict(list)
+        for device_id in device_ids:
+            try:
+                parsed = ids.parse_share_device_id(device_id)
+            except ids.IdError as err:
+                raise invalid(self.resource, str(err)) from None
+            groups[parsed.shadow_key].append((parsed.index, device_id))
+        return {key: [d for _, d in sorted(items)] for key, items in groups.items()}
+
+
+def _pick_shadow(free: dict[str, list[str]], policy: str, wanted: int) -> str:
+    """Packed: among ShadowPods that can hold the rest of the request, the one with the
+    fewest free devices (else the one with the most, to span fewer cards); spread: the
+    one with the most free devices. Ties by name."""
+    if policy == "spread":
+        return min(free, key=lambda k: (-len(free[k]), k))
+    return min(free, key=lambda k: (0, len(free[k]), k) if len(free[k]) >= wanted
+               else (1, -len(free[k]), k))

@@ -1,0 +1,1 @@
+"""Plugin objects (start/stop/devices) and the supervisor that keeps them registered."""

@@ -1,0 +1,99 @@
+"""Keeps every plugin served and registered.
+
+Polls two things (cheap ``stat`` calls): the kubelet socket's identity, and
+each plugin's own socket.  A kubelet socket that appears or is re-created
+means the kubelet restarted: every plugin registers again.  A plugin whose
+socket vanished (the kubelet wipes the directory on restart) is restarted.
+Failures are retried with exponential backoff; one log line per transition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass
+
+from gpushare_common.logging import get_logger
+
+from .plugin import DevicePlugin, inode_of
+
+log = get_logger("deviceplugin.supervisor")
+
+
+@dataclass(slots=True)
+class Retry:
+    delay_s: float
+    next_at: float = 0.0
+    failures: int = 0
+
+
+class Supervisor:
+    def __init__(self, plugins: list[DevicePlugin], kubelet_socket: str, poll_s: float = 0.2,
+                 backoff_min_s: float = 0.5, backoff_max_s: float = 30.0) -> None:
+        self.plugins = plugins
+        self.kubelet_socket = kubelet_socket
+        self.poll_s = poll_s
+        self._min = backoff_min_s
+        self._max = backoff_max_s
+        self._kubelet: tuple[int, int, int] | None = None
+        self._retry = {p.resource: Retry(backoff_min_s) for p in plugins}
+        self.kubelet_generations = 0
+
+    async def run(self, stop: asyncio.Event) -> None:
+        try:
+            while not stop.is_set():
+                await self.tick()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), self.poll_s)
+        finally:
+            await asyncio.gather(*(p.stop() for p in self.plugins), return_exceptions=True)
+
+    async def tick(self) -> None:
+        self._watch_kubelet()
+        await asyncio.gather(*(self._keep(p) for p in self.plugins))
+
+    def _watch_kubelet(self) -> None:
+        current = inode_of(self.kubelet_socket)
+        if current == self._kubelet:
+            return
+        if current is None:
+            log.warning("kubelet socket absent; plugins will register when it appears",
+                        kubelet=self.kubelet_socket)
+        else:
+            self.kubelet_generations += 1
+            log.info("kubelet socket appeared; registering every plugin",
+                     kubelet=self.kubelet_socket, generation=self.kubelet_generations)
+        for plugin in self.plugins:
+            plugin.unregister()
+            self._retry[plugin.resource] = Retry(self._min)
+        self._kubelet = current
+
+    async def _keep(self, plugin: DevicePlugin) -> None:
+        retry = self._retry[plugin.resource]
+        if time.monotonic() < retry.next_at:
+            return
+        try:
+            if plugin.socket_lost():
+                log.warning("plugin socket vanished; restarting", resource=plugin.resource,
+                            socket=plugin.socket_path)
+                plugin.restarts_inc()
+                await plugin.stop()
+            if plugin.state == "stopped":
+                await plugin.start()
+            registering = plugin.state == "serving" and self._kubelet is not None
+            if registering and not await plugin.register(self.kubelet_socket):
+                raise ConnectionError(plugin.last_error)
+        except Exception as err:
+            self._failed(plugin, retry, err)
+            return
+        retry.failures, retry.delay_s = 0, self._min
+
+    def _failed(self, plugin: DevicePlugin, retry: Retry, err: Exception) -> None:
+        retry.failures += 1
+        retry.next_at = time.monotonic() + retry.delay_s
+        if retry.failures == 1 or retry.delay_s >= self._max:
+            log.warning("plugin not ready; retrying with backoff", resource=plugin.resource,
+                        state=plugin.state, error=str(err) or repr(err),
+                        failures=retry.failures, retry_in_s=round(retry.delay_s, 2))
+        retry.delay_s = min(retry.delay_s * 2, self._max)

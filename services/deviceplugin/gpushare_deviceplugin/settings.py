@@ -1,0 +1,59 @@
+"""Settings of the device-plugin service: one frozen struct, read once in ``main()``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from gpushare_common.settings import SettingsError, load
+
+Policy = Literal["packed", "spread"]
+POLICIES: tuple[str, ...] = ("packed", "spread")
+
+
+@dataclass(frozen=True, slots=True)
+class DevicePluginSettings:
+    """``GPUSHARE_DP_*`` variables; lists are comma-separated, maps ``key=value,...``."""
+
+    plugin_dir: str = "/var/lib/kubelet/device-plugins"
+    kubelet_socket: str = "kubelet.sock"  # relative to plugin_dir unless absolute
+    domain: str = "gpushare"
+    share_specs: tuple[int, ...] = (2, 3, 4, 5)
+    share_dev_specs: tuple[int, ...] = (2, 4, 8, 16)
+    spot: bool = True
+    capacity_resources: tuple[str, ...] = ()  # e.g. vcpu,vmem (section 8)
+    vendor_sockets: dict[str, str] = field(
+        default_factory=lambda: {"nvidia.com/gpu": "nvidia-gpu.sock"}
+    )
+    policy: str = "packed"
+    signing_key_file: str = "/etc/gpushare/node.key"
+    resend_s: float = 60.0
+    poll_s: float = 0.2
+    backoff_min_s: float = 0.5
+    backoff_max_s: float = 30.0
+    health_bucket: str = "health"  # KV bucket <nats kv_prefix>-<health_bucket>
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise SettingsError("GPUSHARE_DP_POLICY", self.policy, " or ".join(POLICIES))
+        for spec in (*self.share_specs, *self.share_dev_specs):
+            if spec < 1:
+                raise SettingsError("GPUSHARE_DP_SHARE_SPECS", str(spec), "positive integers")
+        for name in self.capacity_resources:
+            if name not in ("vcpu", "vmem"):
+                raise SettingsError("GPUSHARE_DP_CAPACITY_RESOURCES", name, "vcpu and/or vmem")
+        if self.resend_s <= 0 or self.poll_s <= 0:
+            raise SettingsError("GPUSHARE_DP_RESEND_S", str(self.resend_s), "a positive number")
+
+    def path(self, name: str) -> str:
+        """A socket path: absolute names pass through, others live in ``plugin_dir``."""
+        return name if name.startswith("/") else f"{self.plugin_dir.rstrip('/')}/{name}"
+
+    @property
+    def kubelet_path(self) -> str:
+        return self.path(self.kubelet_socket)
+
+
+def load_settings(environ: Mapping[str, str] | None = None) -> DevicePluginSettings:
+    return load(DevicePluginSettings, "GPUSHARE_DP_", environ)
