@@ -1,0 +1,95 @@
+"""Guarded named background tasks and the service runner.
+
+Every background task is started through :meth:`Tasks.spawn`, which names it
+and logs a crash or an unexpected exit; a *critical* task that dies stops the
+service (the supervisor restarts the process) instead of leaving it half-alive.
+:func:`run_service` installs SIGINT/SIGTERM handlers, runs the service's
+``main(stop)`` coroutine and exits non-zero when a critical task failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+from .logging import get_logger
+
+log = get_logger("tasks")
+
+
+class Tasks:
+    """Owns the background tasks of one service."""
+
+    def __init__(self, service: str = "") -> None:
+        self._service = service
+        self._tasks: dict[str, asyncio.Task[Any]] = {}
+        self.failed = asyncio.Event()
+        self.failure: BaseException | None = None
+
+    def spawn(self, name: str, coro: Coroutine[Any, Any, Any], critical: bool = True) -> asyncio.Task[Any]:
+        if name in self._tasks and not self._tasks[name].done():
+            coro.close()
+            raise ValueError(f"task {name!r} is already running")
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        task.add_done_callback(lambda t: self._finished(name, t, critical))
+        self._tasks[name] = task
+        return task
+
+    def _finished(self, name: str, task: asyncio.Task[Any], critical: bool) -> None:
+        if self._tasks.get(name) is task:
+            del self._tasks[name]
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is not None:
+            log.error("task crashed", service=self._service, task=name, error=repr(error))
+        elif critical:
+            log.warning("task exited unexpectedly", service=self._service, task=name)
+        if critical:
+            self.failure = error or RuntimeError(f"task {name} exited")
+            self.failed.set()
+
+    def names(self) -> list[str]:
+        return sorted(self._tasks)
+
+    async def cancel_all(self, timeout: float = 5.0) -> None:
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=timeout)
+            for task in pending:
+                log.warning("task ignored cancellation", service=self._service, task=task.get_name())
+
+
+async def wait_first(stop: asyncio.Event, tasks: Tasks) -> None:
+    """Return when a stop was requested or a critical task failed."""
+    waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(tasks.failed.wait())]
+    try:
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+
+
+def run_service(name: str, main: Callable[[asyncio.Event], Awaitable[int | None]]) -> int:
+    """Run ``main(stop)`` until it returns; SIGINT/SIGTERM set ``stop``."""
+
+    async def runner() -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, stop.set)
+        log.info("starting", service=name)
+        code = await main(stop)
+        log.info("stopped", service=name, code=code or 0)
+        return code or 0
+
+    try:
+        return asyncio.run(runner())
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,111 @@
+"""Typed events, subjects and settings."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from gpushare_common import events, subjects
+from gpushare_common.settings import NatsSettings, SettingsError, load
+from hypothesis import given
+from hypothesis import strategies as st
+
+
+def sample_events() -> list[events.Event]:
+    return [
+        events.ShadowEvent(node="n1", shadow_pod="gs/s1", state="running", devices=("GPU-0",)),
+        events.ShareEvent(node="n1", share_pod="ml/p", container="c", resource="share-gpu-4",
+                          state="using", devices=("gs/s1-0",)),
+        events.GenericEvent(node="n1", pod="dev/m", container="main",
+                            vendor_resource="nvidia.com/gpu", state="using", lendable=True),
+        events.SpotEvent(node="n1", pod="b/x", container="c", state="using", devices=("spot-GPU-0",)),
+        events.LowPowerEvent(node="n1", owner="dev/m", using=False),
+        events.OwnerBackEvent(node="n1", pidns=4026531836, pid=12, kernel_ts_ns=5),
+        events.DeviceHealth(node="n1", resource="spot-gpu", devices={"spot-GPU-0": "Healthy"}),
+        events.SpareCapacity(node="n1", resource="vcpu", devices=7, unit=100),
+        events.KmodCommand(node="n1", op="detect", pidns=(1, 2)),
+        events.KmodReply(node="n1", op="stats", status=0,
+                         stats=(events.NamespaceStats(pidns=1, hits=3),)),
+        events.EvictionRecord(node="n1", pod="b/x", reason="owner-back"),
+    ]
+
+
+@pytest.mark.parametrize("event", sample_events(), ids=lambda e: events.event_tag(e))
+def test_round_trip(event: events.Event) -> None:
+    assert events.decode(events.encode(event)) == event
+
+
+def test_every_type_is_covered() -> None:
+    assert {type(e) for e in sample_events()} == set(events.EVENT_TYPES)
+
+
+def test_older_reader_accepts_newer_message_with_extra_field() -> None:
+    doc = json.loads(events.encode(events.LowPowerEvent(node="n1", owner="dev/m", using=True)))
+    doc["field_from_the_future"] = {"nested": [1, 2]}
+    decoded = events.decode(json.dumps(doc).encode())
+    assert isinstance(decoded, events.LowPowerEvent) and decoded.using
+
+
+def test_newer_reader_fills_defaults_for_older_message() -> None:
+    old = b'{"type":"ownerback","node":"n1","id":"x","ts":1.0,"pidns":5,"pid":1,"kernel_ts_ns":2}'
+    decoded = events.decode(old)
+    assert isinstance(decoded, events.OwnerBackEvent) and decoded.resolved is False
+
+
+@pytest.mark.parametrize("payload", [b"", b"{", b"[]", b'{"type":"nope","node":"n"}',
+                                     b'{"type":"shadow"}', b'{"type":"spot","node":1}'])
+def test_bad_payloads_are_typed_errors(payload: bytes) -> None:
+    with pytest.raises(events.EventDecodeError):
+        events.decode(payload)
+
+
+@given(st.binary(max_size=300))
+def test_decode_never_raises_anything_else(payload: bytes) -> None:
+    try:
+        events.decode(payload)
+    except events.EventDecodeError:
+        pass
+
+
+def test_events_are_frozen() -> None:
+    event = sample_events()[0]
+    with pytest.raises(AttributeError):
+        event.node = "other"  # type: ignore[misc]
+
+
+def test_subjects_build_and_parse() -> None:
+    s = subjects.Subjects()
+    assert s.event("gpu-1.example.com", "ownerback") == "gpushare.v1.gpu-1_example_com.event.ownerback"
+    assert s.parse(s.event("gpu-1.example.com", "spot")) == subjects.SubjectInfo(
+        "gpu-1.example.com", "event", "spot")
+    assert s.health("n1", "gpushare/spot-gpu") == "gpushare.v1.n1.health.spot-gpu"
+    assert s.parse(s.kmod_cmd("n1")).channel == "kmod"
+    assert s.parse(s.eviction("n1")) == subjects.SubjectInfo("n1", "eviction", "")
+    assert s.parse(s.capacity("n1", "vmem")).name == "vmem"
+
+
+@pytest.mark.parametrize("bad", ["gpushare.v2.n1.event.spot", "gpushare.v1.n1.event.bogus",
+                                 "gpushare.v1.n1", "gpushare.v1.n1.kmod.x", "gpushare.v1..event.spot"])
+def test_bad_subjects(bad: str) -> None:
+    with pytest.raises(subjects.SubjectError):
+        subjects.DEFAULT.parse(bad)
+
+
+@given(st.text(max_size=60))
+def test_subject_parse_only_raises_subject_error(text: str) -> None:
+    try:
+        subjects.DEFAULT.parse(text)
+    except subjects.SubjectError:
+        pass
+
+
+def test_node_names_with_underscore_are_refused() -> None:
+    with pytest.raises(subjects.SubjectError, match="without '_'"):
+        subjects.node_token("bad_node")
+
+
+def test_settings_from_environment() -> None:
+    s = load(NatsSettings, "X_", {"X_URL": "nats://h:1", "X_MAX_DELIVER": "3", "X_UNKNOWN": "1"})
+    assert (s.url, s.max_deliver) == ("nats://h:1", 3)
+    with pytest.raises(SettingsError, match="X_MAX_DELIVER='three': expected a number"):
+        load(NatsSettings, "X_", {"X_MAX_DELIVER": "three"})
