@@ -1,0 +1,402 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * gpushare ioctl hooks: ftrace with IP modification on the ioctl system call
+ * entries (native and 32-bit compat), the filter, and the owner-back wait.
+ *
+ * The ftrace callback runs for every ioctl on the system, so it only checks,
+ * without locks: not the initial pid namespace, a watched _IOC_TYPE, and a
+ * namespace present in container_map. Only then does it send the call to
+ * gpushare_ioctl*(), which may sleep: device-major check, counters, notice,
+ * and the wait for release. Everything else returns to the original at once.
+ */
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/ftrace.h>
+#include <linux/kprobes.h>
+#include <linux/module.h>
+#include <linux/pid_namespace.h>
+#include <linux/file.h>
+#include <linux/fs.h>
+#include <linux/slab.h>
+#include <linux/ioctl.h>
+#include <linux/ktime.h>
+#include <linux/sched/signal.h>
+
+#include "gpushare_internal.h"
+
+struct gpushare_filter {
+	DECLARE_BITMAP(types, 256);
+	struct gpushare_kmod_config cfg;	/* as configured */
+	struct rcu_head rcu;
+};
+
+static struct gpushare_filter __rcu *gpushare_filter;
+static DEFINE_MUTEX(gpushare_filter_mutex);
+
+bool gpushare_unloading;
+static atomic_t gpushare_in_flight = ATOMIC_INIT(0);
+static DECLARE_WAIT_QUEUE_HEAD(gpushare_idle_wq);
+
+/* ---- filter ------------------------------------------------------------- */
+
+static int gpushare_config_check(const struct gpushare_kmod_config *cfg)
+{
+	u32 i;
+
+	if (cfg->ntypes > GPUSHARE_KMOD_MAX_TYPES ||
+	    cfg->nmajors > GPUSHARE_KMOD_MAX_MAJORS)
+		return -EINVAL;
+	for (i = 0; i < cfg->nmajors; i++)
+		if (cfg->majors[i] >= GPUSHARE_KMOD_MAJOR_LIMIT)
+			return -EINVAL;
+	return 0;
+}
+
+int gpushare_config_set(const struct gpushare_kmod_config *cfg)
+{
+	struct gpushare_filter *f, *old;
+	u32 i;
+	int ret = gpushare_config_check(cfg);
+
+	if (ret)
+		return ret;
+	f = kzalloc(sizeof(*f), GFP_KERNEL);
+	if (!f)
+		return -ENOMEM;
+	f->cfg = *cfg;
+	for (i = 0; i < cfg->ntypes; i++)
+		__set_bit(cfg->types[i], f->types);
+	mutex_lock(&gpushare_filter_mutex);
+	old = rcu_replace_pointer(gpushare_filter, f,
+				  lockdep_is_held(&gpushare_filter_mutex));
+	mutex_unlock(&gpushare_filter_mutex);
+	if (old)
+		kfree_rcu(old, rcu);
+	return 0;
+}
+
+void gpushare_config_get(struct gpushare_kmod_config *cfg)
+{
+	rcu_read_lock();
+	*cfg = rcu_dereference(gpushare_filter)->cfg;
+	rcu_read_unlock();
+}
+
+int gpushare_config_init(const u8 *types, unsigned int ntypes,
+			 const unsigned int *majors, unsigned int nmajors)
+{
+	struct gpushare_kmod_config cfg = {};
+	unsigned int i;
+
+	cfg.ntypes = ntypes;
+	cfg.nmajors = nmajors;
+	for (i = 0; i < ntypes && i < GPUSHARE_KMOD_MAX_TYPES; i++)
+		cfg.types[i] = types[i];
+	for (i = 0; i < nmajors && i < GPUSHARE_KMOD_MAX_MAJORS; i++)
+		cfg.majors[i] = majors[i];
+	return gpushare_config_set(&cfg);
+}
+
+void gpushare_config_exit(void)
+{
+	struct gpushare_filter *f;
+
+	mutex_lock(&gpushare_filter_mutex);
+	f = rcu_replace_pointer(gpushare_filter, NULL,
+				lockdep_is_held(&gpushare_filter_mutex));
+	mutex_unlock(&gpushare_filter_mutex);
+	synchronize_rcu();
+	kfree(f);
+}
+
+static bool gpushare_type_watched(unsigned int cmd)
+{
+	bool watched;
+
+	rcu_read_lock();
+	watched = test_bit(_IOC_TYPE(cmd), rcu_dereference(gpushare_filter)->types);
+	rcu_read_unlock();
+	return watched;
+}
+
+static bool gpushare_major_in(const struct gpushare_kmod_config *cfg,
+			      unsigned int major)
+{
+	u32 i;
+
+	for (i = 0; i < cfg->nmajors; i++)
+		if (cfg->majors[i] == major)
+			return true;
+	return false;
+}
+
+static bool gpushare_file_watched(unsigned int fd)
+{
+	struct gpushare_kmod_config cfg;
+	struct inode *inode;
+	struct fd f;
+	bool watched;
+
+	gpushare_config_get(&cfg);
+	if (!cfg.nmajors)
+		return true;
+	f = fdget(fd);
+	if (!fd_file(f))
+		return false;
+	inode = file_inode(fd_file(f));
+	watched = S_ISCHR(inode->i_mode) &&
+		  gpushare_major_in(&cfg, MAJOR(inode->i_rdev));
+	fdput(f);
+	return watched;
+}
+
+static u64 gpushare_current_pidns(void)
+{
+	return task_active_pid_ns(current)->ns.inum;
+}
+
+/* ---- the owner-back wait ----------------------------------------------- */
+
+static bool gpushare_reclaim_over(struct gpushare_entry *e, u64 gen)
+{
+	return READ_ONCE(e->dead) || !READ_ONCE(e->reclaiming) ||
+	       READ_ONCE(e->reclaim_gen) != gen || READ_ONCE(gpushare_unloading);
+}
+
+static void gpushare_wait(struct gpushare_entry *e, u64 gen,
+			  unsigned long deadline)
+{
+	long left = (long)(deadline - jiffies);
+
+	if (left > 0)
+		left = wait_event_killable_timeout(e->wq,
+						   gpushare_reclaim_over(e, gen),
+						   left);
+	if (left != 0)
+		return;
+	spin_lock(&e->lock);
+	if (e->reclaiming && e->reclaim_gen == gen) {
+		e->reclaiming = false;
+		atomic64_inc(&e->timeouts);
+	}
+	spin_unlock(&e->lock);
+	wake_up_all(&e->wq);
+}
+
+/* A watched ioctl in a mapped namespace: count it, maybe notify and wait. */
+static void gpushare_hit(struct gpushare_entry *e, unsigned int cmd)
+{
+	u64 now = ktime_get_ns(), gen;
+	unsigned long deadline;
+	bool notify = false, wait;
+
+	atomic64_inc(&e->hits);
+	atomic64_set(&e->last_access_ns, now);
+	spin_lock(&e->lock);
+	if (!e->dead && !READ_ONCE(gpushare_unloading) &&
+	    test_and_clear_bit(GPUSHARE_BIT_NEED_NOTICE, &e->flags)) {
+		e->reclaiming = true;
+		e->reclaim_gen++;
+		e->deadline = jiffies + msecs_to_jiffies(gpushare_timeout_ms);
+		notify = true;
+	}
+	wait = e->reclaiming;
+	gen = e->reclaim_gen;
+	deadline = e->deadline;
+	if (wait)
+		atomic_inc(&e->blocked);
+	spin_unlock(&e->lock);
+	if (notify) {
+		atomic64_inc(&e->notices);
+		gpushare_notify(e->pidns, cmd, now);
+	}
+	if (wait) {
+		gpushare_wait(e, gen, deadline);
+		atomic_dec(&e->blocked);
+	}
+}
+
+static void gpushare_intercept(unsigned int fd, unsigned int cmd)
+{
+	struct gpushare_entry *e;
+
+	if (!gpushare_file_watched(fd))
+		return;
+	e = gpushare_map_get(gpushare_current_pidns());
+	if (!e)
+		return;
+	gpushare_hit(e, cmd);
+	gpushare_entry_put(e);
+}
+
+static void gpushare_leave(void)
+{
+	if (atomic_dec_and_test(&gpushare_in_flight) &&
+	    READ_ONCE(gpushare_unloading))
+		wake_up(&gpushare_idle_wq);
+}
+
+/* ---- the hooked functions ------------------------------------------------ */
+
+typedef asmlinkage long (*gpushare_syscall_t)(const struct pt_regs *regs);
+
+static gpushare_syscall_t gpushare_orig_ioctl;
+static gpushare_syscall_t gpushare_orig_compat_ioctl;
+
+static asmlinkage long gpushare_ioctl(const struct pt_regs *regs)
+{
+	long ret;
+
+	gpushare_intercept(regs->di, regs->si);
+	ret = gpushare_orig_ioctl(regs);
+	gpushare_leave();
+	return ret;
+}
+
+static asmlinkage long gpushare_compat_ioctl(const struct pt_regs *regs)
+{
+	long ret;
+
+	gpushare_intercept(regs->bx, regs->cx);
+	ret = gpushare_orig_compat_ioctl(regs);
+	gpushare_leave();
+	return ret;
+}
+
+struct gpushare_hook {
+	const char *name;
+	void *wrapper;
+	gpushare_syscall_t *orig;
+	bool compat;
+	bool optional;
+	unsigned long address;
+	struct ftrace_ops ops;
+	bool installed;
+};
+
+static struct gpushare_hook gpushare_hooks[] = {
+	{ .name = "__x64_sys_ioctl", .wrapper = gpushare_ioctl,
+	  .orig = &gpushare_orig_ioctl },
+	{ .name = "__ia32_compat_sys_ioctl", .wrapper = gpushare_compat_ioctl,
+	  .orig = &gpushare_orig_compat_ioctl, .compat = true,
+	  .optional = !IS_ENABLED(CONFIG_IA32_EMULATION) },
+};
+
+static bool gpushare_candidate(const struct gpushare_hook *hook,
+			       const struct pt_regs *uregs)
+{
+	unsigned int cmd = hook->compat ? uregs->cx : uregs->si;
+
+	if (task_active_pid_ns(current) == &init_pid_ns)
+		return false;
+	if (!gpushare_type_watched(cmd))
+		return false;
+	return gpushare_map_contains(gpushare_current_pidns());
+}
+
+static void notrace gpushare_ftrace_thunk(unsigned long ip,
+					  unsigned long parent_ip,
+					  struct ftrace_ops *ops,
+					  GPUSHARE_FTRACE_REGS *fregs)
+{
+	struct pt_regs *regs = gpushare_ftrace_regs(fregs);
+	struct gpushare_hook *hook = container_of(ops, struct gpushare_hook, ops);
+
+	if (within_module(parent_ip, THIS_MODULE) ||
+	    READ_ONCE(gpushare_unloading))
+		return;
+	if (!gpushare_candidate(hook, (const struct pt_regs *)regs->di))
+		return;
+	atomic_inc(&gpushare_in_flight);
+	regs->ip = (unsigned long)hook->wrapper;
+}
+
+/* ---- install / remove ------------------------------------------------------ */
+
+/* Symbol address through a kprobe: the documented way since 5.7. */
+static unsigned long gpushare_lookup_name(const char *name)
+{
+	struct kprobe kp = { .symbol_name = name };
+	unsigned long addr;
+
+	if (register_kprobe(&kp) < 0)
+		return 0;
+	addr = (unsigned long)kp.addr;
+	unregister_kprobe(&kp);
+#ifdef CONFIG_X86_KERNEL_IBT
+	/* kprobes skip the ENDBR; callers need the real entry. */
+	if (addr && *(u32 *)(addr - 4) == 0xfa1e0ff3)
+		addr -= 4;
+#endif
+	return addr;
+}
+
+static int gpushare_hook_install(struct gpushare_hook *hook)
+{
+	int ret;
+
+	hook->address = gpushare_lookup_name(hook->name);
+	if (!hook->address)
+		return hook->optional ? 0 : -ENOENT;
+	*hook->orig = (gpushare_syscall_t)hook->address;
+	hook->ops.func = gpushare_ftrace_thunk;
+	hook->ops.flags = FTRACE_OPS_FL_SAVE_REGS | FTRACE_OPS_FL_RECURSION |
+			  FTRACE_OPS_FL_IPMODIFY;
+	ret = ftrace_set_filter_ip(&hook->ops, hook->address, 0, 0);
+	if (ret)
+		goto err_filter;
+	ret = register_ftrace_function(&hook->ops);
+	if (ret)
+		goto err_register;
+	hook->installed = true;
+	return 0;
+
+err_register:
+	ftrace_set_filter_ip(&hook->ops, hook->address, 1, 0);
+err_filter:
+	pr_err("cannot hook %s: %d\n", hook->name, ret);
+	return ret;
+}
+
+static void gpushare_hook_remove(struct gpushare_hook *hook)
+{
+	if (!hook->installed)
+		return;
+	unregister_ftrace_function(&hook->ops);
+	ftrace_set_filter_ip(&hook->ops, hook->address, 1, 0);
+	hook->installed = false;
+}
+
+static void gpushare_hooks_remove(int n)
+{
+	while (n-- > 0)
+		gpushare_hook_remove(&gpushare_hooks[n]);
+}
+
+int gpushare_hooks_init(void)
+{
+	int i, ret;
+
+	WRITE_ONCE(gpushare_unloading, false);
+	for (i = 0; i < ARRAY_SIZE(gpushare_hooks); i++) {
+		ret = gpushare_hook_install(&gpushare_hooks[i]);
+		if (ret)
+			goto err_install;
+	}
+	return 0;
+
+err_install:
+	gpushare_hooks_remove(i);
+	return ret;
+}
+
+/* Stop new hooks, wake every waiter, wait for hooks in flight to leave. */
+void gpushare_hooks_exit(void)
+{
+	WRITE_ONCE(gpushare_unloading, true);
+	gpushare_hooks_remove(ARRAY_SIZE(gpushare_hooks));
+	gpushare_map_wake_all();
+	wait_event(gpushare_idle_wq, atomic_read(&gpushare_in_flight) == 0);
+	/* A task may still run the last instructions of a wrapper. */
+	synchronize_rcu_tasks();
+}
