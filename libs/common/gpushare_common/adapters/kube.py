@@ -1,0 +1,281 @@
+"""The Kubernetes adapter: the only place that touches the official ``kubernetes`` client.
+
+Objects are plain dicts in the API's JSON shape (raw responses decoded with
+msgspec: much cheaper than the client's model classes for thousands of pods).
+Blocking client calls run in threads.  Errors are this module's own tree:
+:class:`NotFound`, :class:`Conflict`, :class:`Gone`, :class:`Invalid`,
+:class:`Retryable`; no client exception escapes.
+
+:meth:`Kube.watch_pods` lists, then watches from the list's resourceVersion,
+resumes from the last version seen, re-lists on ``410 Gone`` and backs off on
+errors, yielding :class:`PodChange` items (a ``SYNC`` with the full list after
+each (re)list, then ``ADDED``/``MODIFIED``/``DELETED``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from ..logging import get_logger
+from ..settings import KubeSettings
+
+log = get_logger("kube")
+Obj = dict[str, Any]
+MERGE = "application/merge-patch+json"
+STRATEGIC = "application/strategic-merge-patch+json"
+
+
+class KubeError(Exception):
+    def __init__(self, message: str, status: int = 0) -> None:
+        self.status = status
+        super().__init__(message)
+
+
+class NotFound(KubeError):
+    pass
+
+
+class Conflict(KubeError):
+    pass
+
+
+class Gone(KubeError):
+    pass
+
+
+class Invalid(KubeError):
+    pass
+
+
+class Retryable(KubeError):
+    pass
+
+
+def _translate(err: Exception, what: str) -> KubeError:
+    if isinstance(err, ApiException):
+        reason = _status_message(err.body) or err.reason or ""
+        text = f"{what}: {err.status} {reason}".strip()
+        kind = {404: NotFound, 409: Conflict, 410: Gone, 422: Invalid, 400: Invalid}.get(
+            err.status or 0, Retryable)
+        return kind(text, err.status or 0)
+    return Retryable(f"{what}: {err!r}")
+
+
+def _status_message(body: Any) -> str:
+    with contextlib.suppress(Exception):
+        return str(msgspec.json.decode(body).get("message", ""))
+    return ""
+
+
+@dataclass(slots=True)
+class PodChange:
+    kind: str  # SYNC | ADDED | MODIFIED | DELETED
+    pod: Obj | None = None
+    pods: list[Obj] = field(default_factory=list)
+
+
+def load_api_client(settings: KubeSettings) -> client.ApiClient:
+    """Kubeconfig from settings, else in-cluster, else the default kubeconfig."""
+    if settings.kubeconfig:
+        return config.new_client_from_config(config_file=settings.kubeconfig)
+    try:
+        config.load_incluster_config()
+        return client.ApiClient()
+    except config.ConfigException:
+        return config.new_client_from_config()
+
+
+class Kube:
+    def __init__(self, settings: KubeSettings, api_client: client.ApiClient | None = None) -> None:
+        self.settings = settings
+        self.api = api_client or load_api_client(settings)
+        self.core = client.CoreV1Api(self.api)
+        self.coordination = client.CoordinationV1Api(self.api)
+
+    async def _call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        kwargs.setdefault("_preload_content", False)
+        kwargs.setdefault("_request_timeout", self.settings.qps_timeout_s)
+
+        def run() -> Any:
+            response = fn(*args, **kwargs)
+            data = response.data
+            return msgspec.json.decode(data) if data else None
+
+        try:
+            return await asyncio.to_thread(run)
+        except (ApiException, OSError, ValueError, msgspec.DecodeError) as err:
+            raise _translate(err, what) from None
+        except Exception as err:  # urllib3 and friends raise their own types
+            raise _translate(err, what) from None
+
+    # --- pods -------------------------------------------------------------------
+
+    async def list_pods(
+        self, namespace: str | None = None, field_selector: str = "", label_selector: str = ""
+    ) -> tuple[list[Obj], str]:
+        selectors = {"field_selector": field_selector, "label_selector": label_selector}
+        if namespace:
+            doc = await self._call("list pods", self.core.list_namespaced_pod, namespace, **selectors)
+        else:
+            doc = await self._call("list pods", self.core.list_pod_for_all_namespaces, **selectors)
+        return list(doc.get("items") or []), str(doc["metadata"].get("resourceVersion", ""))
+
+    async def get_pod(self, namespace: str, name: str) -> Obj:
+        return await self._call(  # type: ignore[no-any-return]
+            f"get pod {namespace}/{name}", self.core.read_namespaced_pod, name, namespace)
+
+    async def create_pod(self, namespace: str, body: Obj) -> Obj:
+        return await self._call(  # type: ignore[no-any-return]
+            f"create pod in {namespace}", self.core.create_namespaced_pod, namespace, body)
+
+    async def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None,
+                         uid: str = "") -> Obj | None:
+        body: Obj = {"kind": "DeleteOptions", "apiVersion": "v1"}
+        if grace_seconds is not None:
+            body["gracePeriodSeconds"] = grace_seconds
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        return await self._call(  # type: ignore[no-any-return]
+            f"delete pod {namespace}/{name}", self.core.delete_namespaced_pod, name, namespace, body=body)
+
+    async def patch_pod(self, namespace: str, name: str, patch: Obj, strategic: bool = False) -> Obj:
+        return await self._call(  # type: ignore[no-any-return]
+            f"patch pod {namespace}/{name}", self.core.patch_namespaced_pod, name, namespace, patch,
+            _content_type=STRATEGIC if strategic else MERGE)
+
+    async def patch_pod_status(self, namespace: str, name: str, patch: Obj, strategic: bool = True) -> Obj:
+        return await self._call(  # type: ignore[no-any-return]
+            f"patch pod status {namespace}/{name}", self.core.patch_namespaced_pod_status, name,
+            namespace, patch, _content_type=STRATEGIC if strategic else MERGE)
+
+    async def create_event(self, namespace: str, body: Obj) -> None:
+        await self._call(f"create event in {namespace}", self.core.create_namespaced_event, namespace, body)
+
+    # --- leases -----------------------------------------------------------------
+
+    async def get_lease(self, namespace: str, name: str) -> Obj:
+        return await self._call(  # type: ignore[no-any-return]
+            f"get lease {namespace}/{name}", self.coordination.read_namespaced_lease, name, namespace)
+
+    async def create_lease(self, namespace: str, body: Obj) -> Obj:
+        return await self._call(  # type: ignore[no-any-return]
+            f"create lease in {namespace}", self.coordination.create_namespaced_lease, namespace, body)
+
+    async def replace_lease(self, namespace: str, name: str, body: Obj) -> Obj:
+        return await self._call(  # type: ignore[no-any-return]
+            f"replace lease {namespace}/{name}", self.coordination.replace_namespaced_lease, name,
+            namespace, body)
+
+    # --- nodes ------------------------------------------------------------------
+
+    async def get_node(self, name: str) -> Obj:
+        return await self._call(f"get node {name}", self.core.read_node, name)  # type: ignore[no-any-return]
+
+    # --- watch ------------------------------------------------------------------
+
+    async def watch_pods(
+        self,
+        stop: asyncio.Event,
+        namespace: str | None = None,
+        field_selector: str = "",
+        label_selector: str = "",
+    ) -> AsyncIterator[PodChange]:
+        """List then watch until ``stop``; see the module docstring."""
+        delay = 0.2
+        version = ""
+        while not stop.is_set():
+            try:
+                if not version:
+                    pods, version = await self.list_pods(namespace, field_selector, label_selector)
+                    yield PodChange("SYNC", pods=pods)
+                changes = self._stream(stop, namespace, field_selector, label_selector, version)
+                async for kind, obj in changes:
+                    version = str(obj.get("metadata", {}).get("resourceVersion") or version)
+                    if kind in ("ADDED", "MODIFIED", "DELETED"):
+                        yield PodChange(kind, pod=obj)
+                delay = 0.2
+            except Gone:
+                log.info("watch expired, re-listing", namespace=namespace or "*", selector=field_selector)
+                version = ""
+            except KubeError as err:
+                log.warning("watch failed, backing off", error=str(err), retry_in_s=delay)
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(stop.wait(), delay)
+                delay = min(delay * 2, 10.0)
+
+    async def _stream(
+        self, stop: asyncio.Event, namespace: str | None, field_selector: str, label_selector: str,
+        version: str,
+    ) -> AsyncIterator[tuple[str, Obj]]:
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        holder: dict[str, Any] = {}
+        kwargs: dict[str, Any] = {
+            "watch": True, "resource_version": version, "allow_watch_bookmarks": True,
+            "timeout_seconds": self.settings.watch_timeout_s, "field_selector": field_selector,
+            "label_selector": label_selector, "_preload_content": False,
+        }
+        fn: Callable[..., Any] = self.core.list_pod_for_all_namespaces
+        args: tuple[Any, ...] = ()
+        if namespace:
+            fn, args = self.core.list_namespaced_pod, (namespace,)
+
+        def reader() -> None:
+            try:
+                response = fn(*args, **kwargs)
+                holder["response"] = response
+                for line in _lines(response):
+                    loop.call_soon_threadsafe(queue.put_nowait, ("line", line))
+                loop.call_soon_threadsafe(queue.put_nowait, ("end", None))
+            except Exception as err:
+                loop.call_soon_threadsafe(queue.put_nowait, ("error", err))
+
+        thread = threading.Thread(target=reader, name="kube-watch", daemon=True)
+        thread.start()
+        stopper = asyncio.ensure_future(stop.wait())
+        try:
+            while True:
+                getter = asyncio.ensure_future(queue.get())
+                await asyncio.wait([getter, stopper], return_when=asyncio.FIRST_COMPLETED)
+                if not getter.done():
+                    getter.cancel()
+                    return
+                what, payload = getter.result()
+                if what == "end":
+                    return
+                if what == "error":
+                    raise _translate(payload, "watch pods")
+                event = msgspec.json.decode(payload)
+                if event.get("type") == "ERROR":
+                    status = event.get("object", {})
+                    code = int(status.get("code") or 0)
+                    raise (Gone if code == 410 else Retryable)(str(status.get("message", "")), code)
+                yield str(event.get("type")), event.get("object") or {}
+        finally:
+            stopper.cancel()
+            response = holder.get("response")
+            if response is not None:
+                with contextlib.suppress(Exception):
+                    response.close()
+
+
+def _lines(response: Any) -> Any:
+    """Newline-delimited JSON lines from a streaming urllib3 response."""
+    pending = b""
+    for chunk in response.stream(amt=65536, decode_content=True):
+        pending += chunk
+        while b"\n" in pending:
+            line, pending = pending.split(b"\n", 1)
+            if line.strip():
+                yield line
+    if pending.strip():
+        yield pending
