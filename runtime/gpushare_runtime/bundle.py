@@ -1,0 +1,63 @@
+"""Reading an OCI bundle's config.json and writing it back atomically."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+SPEC_FILE = "config.json"
+
+
+def spec_path(bundle: str) -> str:
+    return os.path.join(bundle, SPEC_FILE)
+
+
+def read_raw(bundle: str) -> bytes:
+    from .errors import BundleError
+
+    try:
+        with open(spec_path(bundle), "rb") as handle:
+            return handle.read()
+    except OSError as err:
+        raise BundleError(bundle, f"cannot read {SPEC_FILE}: {err.strerror}") from None
+
+
+def parse_spec(bundle: str, raw: bytes) -> dict[str, Any]:
+    from .errors import BundleError
+
+    try:
+        spec = json.loads(raw)
+    except ValueError as err:
+        raise BundleError(bundle, f"{SPEC_FILE} is not JSON: {err}") from None
+    if not isinstance(spec, dict):
+        raise BundleError(bundle, f"{SPEC_FILE} is not a JSON object")
+    return spec
+
+
+def write_spec(bundle: str, spec: dict[str, Any]) -> None:
+    """Replace config.json in one rename, keeping its mode and owner; never half-written."""
+    from .errors import BundleError
+
+    path = spec_path(bundle)
+    temporary = os.path.join(bundle, f".{SPEC_FILE}.gpushare-{os.getpid()}")
+    data = json.dumps(spec, separators=(",", ":")).encode()
+    try:
+        info = os.stat(path)
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            os.fchmod(fd, info.st_mode & 0o7777)
+            os.fchown(fd, info.st_uid, info.st_gid)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temporary, path)
+    except OSError as err:
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass
+        raise BundleError(bundle, f"cannot write {SPEC_FILE}: {err.strerror}") from None

@@ -1,0 +1,194 @@
+"""The runtime's configuration: a JSON file, defaults when it is missing.
+
+``/etc/gpushare/runtime.json`` unless ``GPUSHARE_RUNTIME_CONFIG`` names another::
+
+    {
+      "lower_runtime": "runc",
+      "key_file": "/etc/gpushare/signing.key",
+      "cdi_dirs": ["/etc/cdi", "/var/run/cdi"],
+      "vendors": {
+        "nvidia.com/gpu": {
+          "env": ["NVIDIA_VISIBLE_DEVICES"],
+          "device_nodes": ["/dev/nvidia{id}", "/dev/nvidiactl", "/dev/nvidia-uvm"],
+          "mounts": [{"source": "/usr/bin/nvidia-smi", "destination": "/usr/bin/nvidia-smi",
+                      "type": "bind", "options": ["ro", "nosuid", "nodev", "bind"]}]
+        }
+      }
+    }
+
+A device-node template with ``{id}`` is one node per device ID; one without is
+a control node every device of that vendor needs.  ``vendors`` replaces the
+built-in table entry by entry.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from .errors import ConfigError
+
+DEFAULT_CONFIG_PATH = "/etc/gpushare/runtime.json"
+CONFIG_ENV = "GPUSHARE_RUNTIME_CONFIG"
+ID_PLACEHOLDER = "{id}"
+
+
+class VendorResource:
+    """One vendor resource: its visible-devices variables, device nodes and mounts."""
+
+    __slots__ = ("device_nodes", "env", "mounts", "resource")
+
+    def __init__(
+        self,
+        resource: str,
+        env: tuple[str, ...] = (),
+        device_nodes: tuple[str, ...] = (),
+        mounts: tuple[dict[str, Any], ...] = (),
+    ) -> None:
+        self.resource = resource
+        self.env = env
+        self.device_nodes = device_nodes
+        self.mounts = mounts
+
+    @property
+    def per_id_nodes(self) -> tuple[str, ...]:
+        return tuple(n for n in self.device_nodes if ID_PLACEHOLDER in n)
+
+    @property
+    def control_nodes(self) -> tuple[str, ...]:
+        return tuple(n for n in self.device_nodes if ID_PLACEHOLDER not in n)
+
+    def owns_path(self, path: str) -> bool:
+        """Whether a container device path is one of this vendor's nodes."""
+        for template in self.device_nodes:
+            head, placeholder, tail = template.partition(ID_PLACEHOLDER)
+            if not placeholder and path == template:
+                return True
+            longer = len(path) > len(head) + len(tail)
+            if placeholder and longer and path.startswith(head) and path.endswith(tail):
+                return True
+        return False
+
+
+DEFAULT_VENDORS = {
+    "nvidia.com/gpu": VendorResource(
+        "nvidia.com/gpu",
+        ("NVIDIA_VISIBLE_DEVICES",),
+        ("/dev/nvidia{id}", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools",
+         "/dev/nvidia-modeset"),
+    ),
+    "amd.com/gpu": VendorResource(
+        "amd.com/gpu", ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"),
+        ("/dev/dri/renderD{id}", "/dev/kfd"),
+    ),
+    "hygon.com/dcu": VendorResource(
+        "hygon.com/dcu", ("HIP_VISIBLE_DEVICES",), ("/dev/dri/renderD{id}", "/dev/kfd", "/dev/mkfd"),
+    ),
+    "huawei.com/Ascend910": VendorResource(
+        "huawei.com/Ascend910", ("ASCEND_VISIBLE_DEVICES",),
+        ("/dev/davinci{id}", "/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc"),
+    ),
+}
+
+
+class RuntimeConfig:
+    __slots__ = ("cdi_dirs", "key_file", "lower_runtime", "path", "vendors")
+
+    def __init__(
+        self,
+        path: str = DEFAULT_CONFIG_PATH,
+        lower_runtime: str = "runc",
+        key_file: str = "/etc/gpushare/signing.key",
+        cdi_dirs: tuple[str, ...] = ("/etc/cdi", "/var/run/cdi"),
+        vendors: dict[str, VendorResource] | None = None,
+    ) -> None:
+        self.path = path
+        self.lower_runtime = lower_runtime
+        self.key_file = key_file
+        self.cdi_dirs = cdi_dirs
+        self.vendors = dict(DEFAULT_VENDORS if vendors is None else vendors)
+
+    @property
+    def visible_env(self) -> frozenset[str]:
+        return frozenset(name for v in self.vendors.values() for name in v.env)
+
+
+def config_path() -> str:
+    return os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG_PATH
+
+
+def _strings(path: str, field: str, value: object) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ConfigError(path, f"{field} must be a list of non-empty strings")
+    return tuple(value)
+
+
+def _mounts(path: str, field: str, value: object) -> tuple[dict[str, Any], ...]:
+    if not isinstance(value, list):
+        raise ConfigError(path, f"{field} must be a list of OCI mounts")
+    for mount in value:
+        if not isinstance(mount, dict) or not isinstance(mount.get("destination"), str):
+            raise ConfigError(path, f"{field}: every mount needs a string 'destination'")
+    return tuple(value)
+
+
+def _vendor(path: str, resource: str, doc: object) -> VendorResource:
+    field = f"vendors[{resource!r}]"
+    if not isinstance(doc, dict):
+        raise ConfigError(path, f"{field} must be an object")
+    unknown = set(doc) - {"env", "device_nodes", "mounts"}
+    if unknown:
+        raise ConfigError(path, f"{field}: unknown keys {sorted(unknown)}")
+    return VendorResource(
+        resource,
+        _strings(path, f"{field}.env", doc.get("env", [])),
+        _strings(path, f"{field}.device_nodes", doc.get("device_nodes", [])),
+        _mounts(path, f"{field}.mounts", doc.get("mounts", [])),
+    )
+
+
+def _string(path: str, doc: dict[str, Any], key: str, default: str) -> str:
+    value = doc.get(key, default)
+    if not isinstance(value, str) or not value:
+        raise ConfigError(path, f"{key} must be a non-empty string")
+    return value
+
+
+def parse_config(path: str, text: str) -> RuntimeConfig:
+    try:
+        doc = json.loads(text)
+    except ValueError as err:
+        raise ConfigError(path, f"not JSON: {err}") from None
+    if not isinstance(doc, dict):
+        raise ConfigError(path, "must be a JSON object")
+    unknown = set(doc) - {"lower_runtime", "key_file", "cdi_dirs", "vendors"}
+    if unknown:
+        raise ConfigError(path, f"unknown keys {sorted(unknown)}")
+    lower = _string(path, doc, "lower_runtime", "runc")
+    if '"' in lower or "\\" in lower:
+        raise ConfigError(path, "lower_runtime must not contain quotes or backslashes")
+    vendors_doc = doc.get("vendors", {})
+    if not isinstance(vendors_doc, dict):
+        raise ConfigError(path, "vendors must be an object {resource: {...}}")
+    vendors = dict(DEFAULT_VENDORS)
+    vendors.update({name: _vendor(path, name, v) for name, v in vendors_doc.items()})
+    return RuntimeConfig(
+        path,
+        lower,
+        _string(path, doc, "key_file", "/etc/gpushare/signing.key"),
+        _strings(path, "cdi_dirs", doc.get("cdi_dirs", ["/etc/cdi", "/var/run/cdi"])),
+        vendors,
+    )
+
+
+def load_config(path: str | None = None) -> RuntimeConfig:
+    path = path or config_path()
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except FileNotFoundError:
+        return RuntimeConfig(path)
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(path, f"cannot read: {err}") from None
+    return parse_config(path, text)

@@ -1,0 +1,58 @@
+"""Lines in the runtime log containerd passed (``--log FILE --log-format json|text``).
+
+The same shapes runc (logrus) writes: JSON ``{"level","msg","time"}`` lines, or
+``time="..." level=info msg="..."`` text lines.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+
+def _timestamp() -> str:
+    now = time.time()
+    local = time.localtime(now)
+    offset = local.tm_gmtoff
+    sign = "+" if offset >= 0 else "-"
+    zone = "Z" if offset == 0 else f"{sign}{abs(offset) // 3600:02d}:{abs(offset) % 3600 // 60:02d}"
+    fraction = f"{now % 1:.9f}"[1:]
+    return time.strftime("%Y-%m-%dT%H:%M:%S", local) + fraction + zone
+
+
+def format_line(level: str, message: str, log_format: str) -> str:
+    stamp = _timestamp()
+    if log_format == "json":
+        return json.dumps({"level": level, "msg": message, "time": stamp}) + "\n"
+    return f"time={json.dumps(stamp)} level={level} msg={json.dumps(message)}\n"
+
+
+class RuntimeLog:
+    """Appends to the runtime log, if any; errors also go to stderr."""
+
+    def __init__(self, path: str | None, log_format: str) -> None:
+        self.path = path
+        self.log_format = log_format
+
+    def write(self, level: str, message: str) -> None:
+        if not self.path:
+            return
+        line = format_line(level, message, self.log_format).encode()
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError:
+            return
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+
+    def info(self, message: str) -> None:
+        self.write("info", message)
+
+    def error(self, message: str) -> None:
+        sys.stderr.write(f"gpushare-runtime: {message}\n")
+        sys.stderr.flush()
+        self.write("error", message)

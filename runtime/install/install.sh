@@ -1,0 +1,31 @@
+#!/bin/sh
+# Install the gpushare-runtime executable.
+#
+#   runtime/install/install.sh [BIN_DIR] [PYTHON]
+#
+# BIN_DIR defaults to the repository's .venv/bin, PYTHON to .venv/bin/python.
+# Writes BIN_DIR/gpushare-runtime, a small POSIX sh launcher:
+#   - create/run start PYTHON -I -S on the gpushare_runtime package (no site
+#     import, no environment, an explicit sys.path to this checkout), which
+#     edits the bundle and execs the lower runtime;
+#   - every other command (state, start, kill, delete, ps, exec, events, ...)
+#     execs the lower runtime at once: its name is read from the
+#     "lower_runtime" line of the configuration file (runc when absent).
+# The packages are byte-compiled so that no create pays for compiling.
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+bindir=${1:-$repo/.venv/bin}
+python=${2:-$repo/.venv/bin/python}
+target="$bindir/gpushare-runtime"
+
+[ -x "$python" ] || { echo "error: $python is not an executable Python" >&2; exit 1; }
+mkdir -p "$bindir"
+"$python" -I -m compileall -q "$repo/runtime/gpushare_runtime" "$repo/libs/common/gpushare_common/ids.py" "$repo/libs/common/gpushare_common/__init__.py" >/dev/null
+
+tmp="$target.tmp.$$"
+sed -e "s|@PYTHON@|$python|g" -e "s|@RUNTIME_DIR@|$repo/runtime|g" \
+    -e "s|@COMMON_DIR@|$repo/libs/common|g" "$here/launcher.sh.in" > "$tmp"
+chmod 0755 "$tmp"
+mv -f "$tmp" "$target"
+echo "installed $target"
