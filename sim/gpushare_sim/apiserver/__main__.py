@@ -1,0 +1,40 @@
+"""`python -m gpushare_sim.apiserver --port P --kubeconfig FILE`: serve until SIGINT/SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+from pathlib import Path
+
+from .app import ApiSettings
+from .server import ApiServer, ServerSettings, write_kubeconfig
+
+log = logging.getLogger("gpushare_sim.apiserver")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="gpushare_sim.apiserver", description=__doc__)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    parser.add_argument("--kubeconfig", type=Path, help="write a kubeconfig for the server here")
+    parser.add_argument("--history", type=int, default=10_000, help="changes kept for watches")
+    parser.add_argument("--watch-queue", type=int, default=100_000, help="events per slow watcher")
+    parser.add_argument("--bookmark-interval", type=float, default=5.0, help="seconds")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    api = ApiSettings(args.history, args.watch_queue, args.bookmark_interval)
+    server = ApiServer(ServerSettings(args.host, args.port, api))
+    if args.kubeconfig is not None:
+        write_kubeconfig(args.kubeconfig, server.url)
+    log.info("serving url=%s kubeconfig=%s", server.url, args.kubeconfig)
+    asyncio.run(server.serve())
+    log.info("stopped url=%s", server.url)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,139 @@
+"""The ASGI application: paths to handlers, every failure answered as a Status."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route as PathRoute
+
+from . import discovery, handlers
+from .errors import ApiError
+from .handlers import Context, error_response, json_response
+from .routes import Route, resolve
+from .store import Store
+
+log = logging.getLogger("gpushare_sim.apiserver")
+Handler = Callable[[Context, Route, Request], Awaitable[Response]]
+_ALL = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+
+_COLLECTION: dict[str, Handler] = {
+    "GET": handlers.list_or_watch,
+    "POST": handlers.create,
+    "DELETE": handlers.delete_collection,
+}
+_ITEM: dict[str, Handler] = {
+    "GET": handlers.get,
+    "PUT": handlers.replace,
+    "PATCH": handlers.patch,
+    "DELETE": handlers.delete,
+}
+_STATUS: dict[str, Handler] = {
+    "GET": handlers.get,
+    "PUT": handlers.replace,
+    "PATCH": handlers.patch,
+}
+_SUBRESOURCES: dict[str, dict[str, Handler]] = {
+    "status": _STATUS,
+    "binding": {"POST": handlers.bind},
+    "eviction": {"POST": handlers.evict},
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ApiSettings:
+    """What the served API keeps: history for watch resumption, watch queue bound."""
+
+    history: int = 10_000
+    watch_queue: int = 100_000
+    bookmark_interval: float = 5.0
+
+
+def _handler(route: Route, method: str) -> Handler:
+    if route.name is None:
+        table = _COLLECTION
+    elif route.subresource is None:
+        table = _ITEM
+    else:
+        table = _SUBRESOURCES[route.subresource]
+    handler = table.get(method)
+    if handler is None:
+        raise ApiError(405, f"{method} is not supported on this path")
+    return handler
+
+
+class Api:
+    def __init__(self, store: Store, settings: ApiSettings) -> None:
+        self.ctx = Context(store, settings.bookmark_interval)
+
+    async def core(self, request: Request) -> Response:
+        return await self._resources(request, "", "v1", request.path_params["rest"])
+
+    async def grouped(self, request: Request) -> Response:
+        group, version = request.path_params["group"], request.path_params["version"]
+        return await self._resources(request, group, version, request.path_params["rest"])
+
+    async def _resources(self, request: Request, group: str, version: str, rest: str) -> Response:
+        try:
+            if rest and not rest.startswith("/"):
+                raise ApiError(404, f"the server could not find the requested path {request.url.path}")
+            parts = [part for part in rest.split("/") if part]
+            if not parts and request.method == "GET":
+                found = discovery.resource_list(group, version)
+                if found is None:
+                    raise ApiError(404, f"group version {group}/{version} is not served")
+                return json_response(found)
+            route = resolve(group, version, parts)
+            return await _handler(route, request.method)(self.ctx, route, request)
+        except ApiError as error:
+            return error_response(error)
+        except Exception as error:  # a bug: answer as a Status, log with the request
+            log.exception("internal error on %s %s", request.method, request.url.path)
+            return error_response(ApiError(500, f"internal error: {error!r}"))
+
+    async def group(self, request: Request) -> Response:
+        found = discovery.group(request.path_params["group"])
+        if found is None:
+            return error_response(ApiError(404, "the server could not find the requested group"))
+        return json_response(found)
+
+
+async def _not_found(request: Request) -> Response:
+    return error_response(ApiError(404, f"the server could not find the requested path {request.url.path}"))
+
+
+async def _ok(request: Request) -> Response:
+    return PlainTextResponse("ok")
+
+
+def build_app(store: Store, settings: ApiSettings, address: Callable[[], str]) -> Starlette:
+    """The ASGI app; `address` tells /api which host:port clients reach it at."""
+    api = Api(store, settings)
+
+    async def core_versions(request: Request) -> Response:
+        return json_response(discovery.core_versions(address()))
+
+    async def groups(request: Request) -> Response:
+        return json_response(discovery.group_list())
+
+    async def version(request: Request) -> Response:
+        return json_response(discovery.VERSION_INFO)
+
+    routes = [
+        PathRoute("/healthz", _ok),
+        PathRoute("/readyz", _ok),
+        PathRoute("/livez", _ok),
+        PathRoute("/version", version),
+        PathRoute("/version/", version),
+        PathRoute("/api", core_versions),
+        PathRoute("/apis", groups),
+        PathRoute("/api/v1{rest:path}", api.core, methods=_ALL),
+        PathRoute("/apis/{group}/{version}{rest:path}", api.grouped, methods=_ALL),
+        PathRoute("/apis/{group}", api.group),
+        PathRoute("/{rest:path}", _not_found, methods=_ALL),
+    ]
+    return Starlette(routes=routes)

@@ -1,0 +1,85 @@
+"""Discovery documents (/api, /apis, group versions, /version)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .kinds import KINDS, Kind
+
+_VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+_SUB_VERBS = {"status": ["get", "patch", "update"], "binding": ["create"], "eviction": ["create"]}
+_SUB_KINDS = {"binding": "Binding", "eviction": "Eviction"}
+_SUB_GROUPS = {"eviction": ("policy", "v1")}
+
+VERSION_INFO = {
+    "major": "1",
+    "minor": "31",
+    "gitVersion": "v1.31.0-gpushare-sim",
+    "gitCommit": "0000000000000000000000000000000000000000",
+    "gitTreeState": "clean",
+    "buildDate": "2024-01-01T00:00:00Z",
+    "goVersion": "go1.22.0",
+    "compiler": "gc",
+    "platform": "linux/amd64",
+}
+
+
+def _resources(kind: Kind) -> list[dict[str, Any]]:
+    main = {
+        "name": kind.plural,
+        "singularName": kind.kind.lower(),
+        "namespaced": kind.namespaced,
+        "kind": kind.kind,
+        "verbs": _VERBS,
+        "shortNames": list(kind.short_names),
+    }
+    subs = []
+    for sub in kind.subresources:
+        entry: dict[str, Any] = {
+            "name": f"{kind.plural}/{sub}",
+            "singularName": "",
+            "namespaced": kind.namespaced,
+            "kind": _SUB_KINDS.get(sub, kind.kind),
+            "verbs": _SUB_VERBS[sub],
+        }
+        if sub in _SUB_GROUPS:
+            entry["group"], entry["version"] = _SUB_GROUPS[sub]
+        subs.append(entry)
+    return [main, *subs]
+
+
+def resource_list(group: str, version: str) -> dict[str, Any] | None:
+    kinds = [k for k in KINDS if k.group == group and k.version == version]
+    if not kinds:
+        return None
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": f"{group}/{version}" if group else version,
+        "resources": [r for k in kinds for r in _resources(k)],
+    }
+
+
+def core_versions(address: str) -> dict[str, Any]:
+    return {
+        "kind": "APIVersions",
+        "versions": ["v1"],
+        "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": address}],
+    }
+
+
+def _group(name: str) -> dict[str, Any]:
+    versions = sorted({k.version for k in KINDS if k.group == name})
+    entries = [{"groupVersion": f"{name}/{v}", "version": v} for v in versions]
+    return {"name": name, "versions": entries, "preferredVersion": entries[0]}
+
+
+def group_list() -> dict[str, Any]:
+    names = sorted({k.group for k in KINDS if k.group})
+    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [_group(n) for n in names]}
+
+
+def group(name: str) -> dict[str, Any] | None:
+    if not any(k.group == name for k in KINDS):
+        return None
+    return {"kind": "APIGroup", "apiVersion": "v1", **_group(name)}

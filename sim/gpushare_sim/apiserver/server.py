@@ -1,0 +1,107 @@
+"""Serve the API with uvicorn (in this thread or a background one) and write a kubeconfig."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import uvicorn
+import yaml
+
+from .app import ApiSettings, build_app
+from .store import Store
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSettings:
+    host: str = "127.0.0.1"
+    port: int = 0  # 0: any free port
+    api: ApiSettings = field(default_factory=ApiSettings)
+
+
+def kubeconfig(url: str, name: str = "gpushare-sim") -> dict[str, object]:
+    """A kubeconfig for a plain-HTTP server with a placeholder token."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": name, "cluster": {"server": url}}],
+        "users": [{"name": name, "user": {"token": "gpushare-sim"}}],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
+        "current-context": name,
+        "preferences": {},
+    }
+
+
+def write_kubeconfig(path: Path, url: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(kubeconfig(url), sort_keys=False))
+    return path
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server with a thread-safe "accepting connections" event."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.ready = threading.Event()
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        self.ready.set()
+
+
+class ApiServer:
+    """One emulated API server on a bound socket; `serve()` runs until `stop()`."""
+
+    def __init__(self, settings: ServerSettings) -> None:
+        self.settings = settings
+        self.store = Store(settings.api.history, settings.api.watch_queue)
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((settings.host, settings.port))
+        host, port = self.sock.getsockname()[:2]
+        self.address = f"{host}:{port}"
+        self.url = f"http://{self.address}"
+        app = build_app(self.store, settings.api, lambda: self.address)
+        config = uvicorn.Config(
+            app,
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            http="h11",
+            loop="asyncio",
+            timeout_graceful_shutdown=2,
+        )
+        self.server = _Server(config)
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    async def serve(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        await self.server.serve(sockets=[self.sock])
+
+    def start_thread(self, timeout: float = 10.0) -> None:
+        """Serve from a daemon thread; return once the server accepts connections."""
+        self._thread = threading.Thread(
+            target=lambda: asyncio.run(self.serve()), name=f"apiserver-{self.address}", daemon=True
+        )
+        self._thread.start()
+        if not self.server.ready.wait(timeout):
+            self.stop()
+            raise RuntimeError(f"the API emulator did not start on {self.address} in {timeout}s")
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """End open watches, stop serving and join the thread; safe to call twice."""
+        if self.loop is not None and not self.loop.is_closed():
+            try:
+                self.loop.call_soon_threadsafe(self.store.close_watchers)
+            except RuntimeError:
+                pass  # the loop closed in between
+        self.server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+        self.sock.close()

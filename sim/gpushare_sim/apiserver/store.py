@@ -1,0 +1,209 @@
+"""In-memory object store: one resourceVersion counter, a bounded change history, watchers.
+
+Everything here runs on the server's event loop thread; no method awaits, so
+every operation is atomic with respect to the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from .errors import gone
+from .kinds import Kind
+from .selectors import FieldTerm, Requirement, labels_match
+
+Obj = dict[str, Any]
+Key = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped kinds
+
+_encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.Decoder().decode
+
+
+@dataclass(slots=True)
+class Entry:
+    """A stored object and its encoded JSON (objects are never mutated once stored)."""
+
+    obj: Obj
+    raw: bytes
+
+    def copy(self) -> Obj:
+        result: Obj = _decode(self.raw)
+        return result
+
+    @property
+    def rv(self) -> int:
+        return int(self.obj["metadata"]["resourceVersion"])
+
+
+@dataclass(slots=True)
+class Change:
+    rv: int
+    kind: Kind
+    type: str  # ADDED, MODIFIED, DELETED
+    entry: Entry
+    old: Entry | None
+    lines: dict[str, bytes] = field(default_factory=dict)
+
+    def line(self, event_type: str) -> bytes:
+        cached = self.lines.get(event_type)
+        if cached is None:
+            source = self.entry
+            if event_type == "DELETED" and self.type == "MODIFIED" and self.old is not None:
+                obj = self.old.copy()  # left the selection: the last state that matched
+                obj["metadata"]["resourceVersion"] = str(self.rv)
+                source = Entry(obj, _encode(obj))
+            cached = event_line(event_type, source.raw)
+            self.lines[event_type] = cached
+        return cached
+
+
+def event_line(event_type: str, raw: bytes) -> bytes:
+    return b'{"type":"' + event_type.encode() + b'","object":' + raw + b"}\n"
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """Which objects of a kind a list or watch asks for."""
+
+    kind: Kind
+    namespace: str | None = None
+    labels: tuple[Requirement, ...] = ()
+    fields: tuple[FieldTerm, ...] = ()
+
+    def matches(self, obj: Obj) -> bool:
+        meta = obj["metadata"]
+        if self.namespace is not None and meta.get("namespace", "") != self.namespace:
+            return False
+        if self.labels and not labels_match(self.labels, meta.get("labels") or {}):
+            return False
+        for term in self.fields:
+            if (self.kind.field_value(obj, term.field) == term.value) == term.negate:
+                return False
+        return True
+
+
+class Watcher:
+    """One open watch: a bounded queue of encoded event lines."""
+
+    def __init__(self, selection: Selection, capacity: int) -> None:
+        self.selection = selection
+        self.capacity = capacity
+        self.lines: deque[bytes] = deque()
+        self.wake = asyncio.Event()
+        self.overflowed = False
+        self.closed = False
+
+    def offer(self, change: Change) -> None:
+        if self.overflowed or self.closed:
+            return
+        event_type = self._event_type(change)
+        if event_type is None:
+            return
+        if len(self.lines) >= self.capacity:
+            self.overflowed = True
+        else:
+            self.lines.append(change.line(event_type))
+        self.wake.set()
+
+    def _event_type(self, change: Change) -> str | None:
+        now = change.type != "DELETED" and self.selection.matches(change.entry.obj)
+        if change.type == "ADDED":
+            return "ADDED" if now else None
+        if change.type == "DELETED":
+            return "DELETED" if self.selection.matches(change.entry.obj) else None
+        before = change.old is not None and self.selection.matches(change.old.obj)
+        if now:
+            return "MODIFIED" if before else "ADDED"
+        return "DELETED" if before else None
+
+    def close(self) -> None:
+        self.closed = True
+        self.wake.set()
+
+
+class Store:
+    def __init__(self, history: int = 10_000, watch_queue: int = 100_000) -> None:
+        self.rv = 0
+        self.compacted = 0  # the newest resourceVersion no longer in the history
+        self.history: deque[Change] = deque()
+        self.history_size = max(1, history)
+        self.watch_queue = watch_queue
+        self.objects: dict[str, dict[Key, Entry]] = {}
+        self.watchers: dict[str, set[Watcher]] = {}
+
+    def table(self, kind: Kind) -> dict[Key, Entry]:
+        return self.objects.setdefault(kind.plural, {})
+
+    def get(self, kind: Kind, key: Key) -> Entry | None:
+        return self.table(kind).get(key)
+
+    def put(self, kind: Kind, key: Key, obj: Obj) -> Entry:
+        """Store a new version of an object (ADDED or MODIFIED) and tell watchers."""
+        self.rv += 1
+        obj["metadata"]["resourceVersion"] = str(self.rv)
+        entry = Entry(obj, _encode(obj))
+        old = self.table(kind).get(key)
+        self.table(kind)[key] = entry
+        self._record(Change(self.rv, kind, "ADDED" if old is None else "MODIFIED", entry, old))
+        return entry
+
+    def remove(self, kind: Kind, key: Key) -> Entry:
+        """Delete an object for good (DELETED); the answer carries the deletion's version."""
+        old = self.table(kind).pop(key)
+        self.rv += 1
+        obj = old.copy()
+        obj["metadata"]["resourceVersion"] = str(self.rv)
+        entry = Entry(obj, _encode(obj))
+        self._record(Change(self.rv, kind, "DELETED", entry, old))
+        return entry
+
+    def _record(self, change: Change) -> None:
+        if len(self.history) >= self.history_size:
+            self.compacted = self.history.popleft().rv
+        self.history.append(change)
+        for watcher in self.watchers.get(change.kind.plural, ()):
+            watcher.offer(change)
+
+    def select(self, selection: Selection) -> Iterator[Entry]:
+        table = self.table(selection.kind)
+        if selection.namespace is None and not selection.labels and not selection.fields:
+            return iter(list(table.values()))
+        return (entry for entry in list(table.values()) if selection.matches(entry.obj))
+
+    def watch(self, selection: Selection, since: int | None) -> tuple[Watcher, list[bytes]]:
+        """Open a watch; the lines to send first are the current state or the replay."""
+        if since is not None and since < self.compacted:
+            raise gone(since, self.compacted + 1)
+        watcher = Watcher(selection, self.watch_queue)
+        if since is None:
+            first = [event_line("ADDED", entry.raw) for entry in self.select(selection)]
+        else:
+            first = self._replay(watcher, since)
+        self.watchers.setdefault(selection.kind.plural, set()).add(watcher)
+        return watcher, first
+
+    def _replay(self, watcher: Watcher, since: int) -> list[bytes]:
+        plural = watcher.selection.kind.plural
+        watcher.capacity = 1 << 62  # the replay is bounded by the history already
+        for change in self.history:
+            if change.rv > since and change.kind.plural == plural:
+                watcher.offer(change)
+        first = list(watcher.lines)
+        watcher.lines.clear()
+        watcher.capacity = self.watch_queue
+        return first
+
+    def unwatch(self, watcher: Watcher) -> None:
+        watcher.closed = True
+        self.watchers.get(watcher.selection.kind.plural, set()).discard(watcher)
+
+    def close_watchers(self) -> None:
+        for watchers in self.watchers.values():
+            for watcher in list(watchers):
+                watcher.close()
