@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from gpushare_common.logging import get_logger
@@ -30,7 +31,8 @@ class Retry:
 
 class Supervisor:
     def __init__(self, plugins: list[DevicePlugin], kubelet_socket: str, poll_s: float = 0.2,
-                 backoff_min_s: float = 0.5, backoff_max_s: float = 30.0) -> None:
+                 backoff_min_s: float = 0.5, backoff_max_s: float = 30.0,
+                 on_tick: Callable[[], None] | None = None) -> None:
         self.plugins = plugins
         self.kubelet_socket = kubelet_socket
         self.poll_s = poll_s
@@ -39,6 +41,7 @@ class Supervisor:
         self._kubelet: tuple[int, int, int] | None = None
         self._retry = {p.resource: Retry(backoff_min_s) for p in plugins}
         self.kubelet_generations = 0
+        self._on_tick = on_tick
 
     async def run(self, stop: asyncio.Event) -> None:
         try:
@@ -52,6 +55,8 @@ class Supervisor:
     async def tick(self) -> None:
         self._watch_kubelet()
         await asyncio.gather(*(self._keep(p) for p in self.plugins))
+        if self._on_tick is not None:
+            self._on_tick()
 
     def _watch_kubelet(self) -> None:
         current = inode_of(self.kubelet_socket)

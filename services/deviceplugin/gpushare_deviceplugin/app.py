@@ -1,0 +1,135 @@
+"""Lifecycle of the device-plugin service: serve every plugin, feed it, serve HTTP, drain.
+
+Plugins start serving and registering first, with every spot device
+Unhealthy (safe: nothing is lent before the solver says so); then NATS
+connects, the desired health is read back from the key-value bucket and the
+live subjects take over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from gpushare_common import events
+from gpushare_common.bus import Bus
+from gpushare_common.http import Health, build_app, serve
+from gpushare_common.logging import get_logger
+from gpushare_common.settings import CommonSettings
+from gpushare_common.tasks import Tasks, wait_first
+from prometheus_client import CollectorRegistry
+
+from .adapters.vendor import watch_vendor
+from .handlers.base import Signer
+from .plugins.manager import PluginSet, shadow_view
+from .plugins.metrics import PluginMetrics
+from .plugins.supervisor import Supervisor
+from .settings import DevicePluginSettings
+
+SERVICE = "deviceplugin"
+log = get_logger(SERVICE)
+
+
+def health_key(node: str, token: str) -> str:
+    """Key of a resource's desired health in the ``health`` bucket: ``<node>/<resource>``."""
+    return f"{node}/{token}"
+
+
+class Service:
+    """All plugins of one node, wired to NATS, the vendor plugins and the API server."""
+
+    def __init__(self, common: CommonSettings, settings: DevicePluginSettings, key: bytes,
+                 registry: CollectorRegistry | None = None) -> None:
+        self.common = common
+        self.settings = settings
+        self.node = common.node.require()
+        self.registry = registry or CollectorRegistry()
+        self.plugins = PluginSet(settings, Signer(key), PluginMetrics(self.registry))
+        self.supervisor = Supervisor(self.plugins.plugins, settings.kubelet_path, settings.poll_s,
+                                     settings.backoff_min_s, settings.backoff_max_s,
+                                     on_tick=self._readiness)
+        self.health = Health("nats", "kubelet")
+        self.bus = Bus(common.nats, SERVICE, self.registry)
+        self.tasks = Tasks(SERVICE)
+        self.stopping = asyncio.Event()
+
+    # --- startup ----------------------------------------------------------------
+
+    def start_plugins(self) -> None:
+        self.tasks.spawn("supervisor", self.supervisor.run(self.stopping))
+        if self.plugins.spot is not None:
+            for vendor, socket in self.settings.vendor_sockets.items():
+                self.tasks.spawn(f"vendor {vendor}", self._feed_vendor(vendor, socket))
+        if self.settings.watch_shadow_pods and self.plugins.share():
+            self.tasks.spawn("shadow pods", self._feed_shadows())
+
+    async def connect(self) -> None:
+        await self.bus.connect(self.stopping)
+        self.health.set("nats", True)
+        subjects = self.bus.subjects
+        for subject in (subjects.node_health(self.node), subjects.node_capacity(self.node),
+                        subjects.event(self.node, "spot")):
+            await self.bus.subscribe(subject, self._on_event)
+        await self.load_desired_health()
+
+    async def load_desired_health(self) -> None:
+        store = await self.bus.store(self.settings.health_bucket)
+        for token in self.plugins.logics:
+            saved = await store.get(health_key(self.node, token), events.DeviceHealth)
+            if saved is not None:
+                self.plugins.apply(saved)
+                log.info("desired health restored", node=self.node, resource=token,
+                         devices=len(saved.devices))
+
+    async def stop(self) -> None:
+        await self.tasks.cancel_all()  # the supervisor stops every plugin as it ends
+        self.stopping.set()
+        await self.bus.drain()
+
+    # --- feeds ------------------------------------------------------------------
+
+    async def _on_event(self, event: events.AnyEvent) -> None:
+        if not self.plugins.apply(event):
+            log.debug("event for no plugin", node=self.node, event=events.event_tag(event))
+
+    async def _feed_vendor(self, vendor: str, socket: str) -> None:
+        spot = self.plugins.spot
+        async for cards in watch_vendor(vendor, self.settings.path(socket), self.stopping,
+                                        self.settings.backoff_min_s, self.settings.backoff_max_s):
+            if spot is not None:
+                spot.set_vendor_cards(vendor, cards)
+
+    async def _feed_shadows(self) -> None:
+        from .adapters.kube import watch_shadow_pods  # the client is heavy: load when used
+
+        async for pods in watch_shadow_pods(self.common.kube, self.node, self.stopping):
+            self.plugins.replace_shadows(v for p in pods if (v := shadow_view(p)) is not None)
+
+    # --- views ------------------------------------------------------------------
+
+    def _readiness(self) -> None:
+        registered = all(p.state == "registered" for p in self.plugins.plugins)
+        self.health.set("kubelet", registered, "" if registered else "not every plugin registered")
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "kubelet_socket": self.settings.kubelet_path,
+            "kubelet_generations": self.supervisor.kubelet_generations,
+            "nats": self.bus.is_connected,
+            **self.plugins.status(),
+        }
+
+
+async def run(common: CommonSettings, settings: DevicePluginSettings, key: bytes,
+              stop: asyncio.Event) -> int:
+    service = Service(common, settings, key)
+    app = build_app(SERVICE, service.health, service.registry, service.status)
+    async with contextlib.AsyncExitStack() as stack:
+        stack.push_async_callback(service.stop)
+        service.start_plugins()
+        await stack.enter_async_context(serve(app, common.http))
+        service.tasks.spawn("nats connect", service.connect(), critical=False)
+        await wait_first(stop, service.tasks)
+    return 1 if service.tasks.failure is not None else 0

@@ -1,0 +1,166 @@
+"""The service wired to a real nats-server, a kubelet stub and a vendor plugin stub."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import os
+from collections.abc import AsyncIterator
+
+import pytest
+from gpushare_common import events
+from gpushare_common.bus import Bus
+from gpushare_common.http import bound_port, build_app, serve
+from gpushare_common.settings import (
+    CommonSettings,
+    HttpSettings,
+    KubeSettings,
+    LogSettings,
+    NatsSettings,
+    NodeSettings,
+)
+from gpushare_deviceplugin.app import Service, health_key
+from gpushare_deviceplugin.settings import DevicePluginSettings
+
+from .conftest import KEY
+from .stubs import KubeletStub, VendorPluginStub
+
+NODE = "gpu-node-1.example"
+SPOT = "gpushare/spot-gpu"
+
+
+def common_settings(nats: NatsSettings) -> CommonSettings:
+    return CommonSettings(nats=nats, http=HttpSettings(host="127.0.0.1", port=0),
+                          log=LogSettings(), node=NodeSettings(NODE), kube=KubeSettings())
+
+
+@pytest.fixture
+def dp_settings(settings: DevicePluginSettings) -> DevicePluginSettings:
+    return dataclasses.replace(settings, watch_shadow_pods=False)
+
+
+@pytest.fixture
+async def vendor(plugin_dir: str) -> AsyncIterator[VendorPluginStub]:
+    stub = VendorPluginStub(os.path.join(plugin_dir, "vendor-nvidia.sock"),
+                            {"GPU-0": "Healthy", "GPU-1": "Healthy"})
+    await stub.start()
+    yield stub
+    await stub.stop()
+
+
+@pytest.fixture
+async def bus(nats_settings: NatsSettings) -> AsyncIterator[Bus]:
+    publisher = Bus(nats_settings, "test-solver")
+    await publisher.connect()
+    yield publisher
+    await publisher.drain()
+
+
+@pytest.fixture
+async def service(nats_settings: NatsSettings, dp_settings: DevicePluginSettings,
+                  kubelet: KubeletStub) -> AsyncIterator[Service]:
+    svc = Service(common_settings(nats_settings), dp_settings, KEY)
+    svc.start_plugins()
+    await svc.connect()
+    yield svc
+    await svc.stop()
+
+
+async def publish_health(bus: Bus, devices: dict[str, events.Health], full: bool = True) -> None:
+    event = events.DeviceHealth(node=NODE, resource="spot-gpu", devices=devices, full=full)
+    await bus.publish(bus.subjects.health(NODE, "spot-gpu"), event)
+
+
+async def test_health_on_nats_reaches_the_kubelet(
+        kubelet: KubeletStub, vendor: VendorPluginStub, service: Service, bus: Bus) -> None:
+    await kubelet.wait_list(SPOT, lambda d: d == {"spot-GPU-0": "Unhealthy",
+                                                  "spot-GPU-1": "Unhealthy"})
+    await publish_health(bus, {"spot-GPU-0": "Healthy"})
+    await kubelet.wait_list(SPOT, lambda d: d["spot-GPU-0"] == "Healthy")
+    await publish_health(bus, {"spot-GPU-1": "Healthy"}, full=False)
+    await kubelet.wait_list(SPOT, lambda d: set(d.values()) == {"Healthy"})
+    await publish_health(bus, {}, full=True)
+    await kubelet.wait_list(SPOT, lambda d: set(d.values()) == {"Unhealthy"})
+
+
+async def test_vendor_plugin_late_changing_and_gone(
+        plugin_dir: str, kubelet: KubeletStub, service: Service, bus: Bus) -> None:
+    await kubelet.wait_list(SPOT, lambda d: d == {})
+    await publish_health(bus, {"spot-GPU-0": "Healthy", "spot-GPU-9": "Healthy"})
+    vendor = VendorPluginStub(os.path.join(plugin_dir, "vendor-nvidia.sock"),
+                              {"GPU-0": "Healthy"})
+    await vendor.start()
+    try:
+        await kubelet.wait_list(SPOT, lambda d: d == {"spot-GPU-0": "Healthy"})
+        vendor.set_devices({"GPU-0": "Unhealthy", "GPU-9": "Healthy"})
+        await kubelet.wait_list(SPOT, lambda d: d == {"spot-GPU-0": "Unhealthy",
+                                                      "spot-GPU-9": "Healthy"})
+    finally:
+        await vendor.stop()
+    await kubelet.wait_list(SPOT, lambda d: set(d.values()) == {"Unhealthy"})
+
+
+async def test_desired_health_restored_from_key_value(
+        nats_settings: NatsSettings, dp_settings: DevicePluginSettings, kubelet: KubeletStub,
+        vendor: VendorPluginStub, bus: Bus) -> None:
+    store = await bus.store(dp_settings.health_bucket)
+    saved = events.DeviceHealth(node=NODE, resource="spot-gpu", full=True,
+                                devices={"spot-GPU-1": "Healthy"})
+    await store.put(health_key(NODE, "spot-gpu"), saved)
+    svc = Service(common_settings(nats_settings), dp_settings, KEY)
+    svc.start_plugins()
+    try:
+        await svc.connect()
+        await kubelet.wait_list(SPOT, lambda d: d == {"spot-GPU-0": "Unhealthy",
+                                                      "spot-GPU-1": "Healthy"})
+    finally:
+        await svc.stop()
+
+
+async def test_spare_capacity_and_borrowers(
+        kubelet: KubeletStub, vendor: VendorPluginStub, service: Service, bus: Bus) -> None:
+    capacity = events.SpareCapacity(node=NODE, resource="vcpu", devices=3, unit=1000)
+    await bus.publish(bus.subjects.capacity(NODE, "vcpu"), capacity)
+    await kubelet.wait_list("gpushare/vcpu", lambda d: len(d) == 3)
+    await publish_health(bus, {"spot-GPU-0": "Healthy", "spot-GPU-1": "Healthy"})
+    await kubelet.wait_list(SPOT, lambda d: set(d.values()) == {"Healthy"})
+    borrow = events.SpotEvent(node=NODE, pod="batch/job-1", container="main", state="using",
+                              devices=("spot-GPU-0",))
+    await bus.publish(bus.subjects.event(NODE, "spot"), borrow)
+    spot = service.plugins.spot
+    assert spot is not None
+    async with asyncio.timeout(5):
+        while not spot.borrowed():
+            await asyncio.sleep(0.01)
+    chosen = await kubelet.preferred(SPOT, ["spot-GPU-0", "spot-GPU-1"], [], 1)
+    assert chosen == ["spot-GPU-1"]
+
+
+async def test_status_and_metrics_over_http(
+        kubelet: KubeletStub, vendor: VendorPluginStub, service: Service) -> None:
+    await kubelet.wait_list(SPOT, lambda d: len(d) == 2)
+    app = build_app("deviceplugin", service.health, service.registry, service.status)
+    async with serve(app, HttpSettings(host="127.0.0.1", port=0)) as server:
+        port = bound_port(server)
+        status = json.loads(await http_get(port, "/status"))
+        metrics = (await http_get(port, "/metrics")).decode()
+    by_resource = {p["resource"]: p for p in status["plugins"]}
+    assert by_resource[SPOT]["registered"] is True
+    assert by_resource[SPOT]["unhealthy"] == 2
+    assert by_resource[SPOT]["socket"].endswith("gpushare-spot-gpu.sock")
+    assert len(by_resource) == 11
+    assert 'gpushare_deviceplugin_devices{health="Unhealthy",resource="gpushare/spot-gpu"} 2.0' \
+        in metrics
+
+
+async def http_get(port: int, path: str) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n".encode())
+    await writer.drain()
+    response = await reader.read()
+    writer.close()
+    await writer.wait_closed()
+    head, _, body = response.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200"), head
+    return body
