@@ -121,6 +121,7 @@ class Bus:
         self._nc: Client | None = None
         self._js: JetStreamContext | None = None
         self.connected = asyncio.Event()
+        self._closing = False
 
     # --- connection -----------------------------------------------------------
 
@@ -153,7 +154,8 @@ class Bus:
 
     async def _on_disconnect(self) -> None:
         self.connected.clear()
-        log.warning("nats disconnected", service=self.service)
+        if not self._closing:
+            log.warning("nats disconnected", service=self.service)
 
     async def _on_reconnect(self) -> None:
         self.connected.set()
@@ -176,6 +178,7 @@ class Bus:
         return self._nc is not None and self._nc.is_connected
 
     async def drain(self) -> None:
+        self._closing = True
         if self._nc is not None and not self._nc.is_closed:
             with contextlib.suppress(Exception):
                 await self._nc.drain()

@@ -1,0 +1,65 @@
+"""Benchmark results: one row per figure, printed as a table and merged into bench/results.json."""
+
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+RESULTS = Path(__file__).with_name("results.json")
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    part: str
+    metric: str
+    value: float
+    unit: str
+    target: str = ""
+    ok: bool | None = None  # None: informational
+
+    @property
+    def verdict(self) -> str:
+        return "" if self.ok is None else ("ok" if self.ok else "MISSED")
+
+
+def percentile(samples: list[float], p: float) -> float:
+    ordered = sorted(samples)
+    if not ordered:
+        return float("nan")
+    index = min(len(ordered) - 1, max(0, round(p / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def median(samples: list[float]) -> float:
+    return statistics.median(samples) if samples else float("nan")
+
+
+def table(rows: list[Row]) -> str:
+    header = ("part", "metric", "value", "unit", "target", "")
+    body = [(r.part, r.metric, f"{r.value:,.3f}".rstrip("0").rstrip("."), r.unit, r.target, r.verdict)
+            for r in rows]
+    widths = [max(len(str(line[i])) for line in [header, *body]) for i in range(len(header))]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(line, widths, strict=True)).rstrip()
+             for line in [header, *body]]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def save(rows: list[Row], path: Path = RESULTS) -> None:
+    """Merge rows into the JSON file (keyed by part and metric), keeping other parts' figures."""
+    doc = json.loads(path.read_text()) if path.exists() else {"rows": []}
+    keep = [r for r in doc.get("rows", []) if (r["part"], r["metric"]) not in
+            {(x.part, x.metric) for x in rows}]
+    doc = {"machine": platform.node(), "python": platform.python_version(),
+           "updated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+           "rows": keep + [asdict(r) for r in rows]}
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+
+
+def emit(rows: list[Row]) -> None:
+    print(table(rows), flush=True)
+    save(rows)
