@@ -42,7 +42,7 @@ async def test_every_plugin_registers_and_lists(kubelet: KubeletStub, running: S
     assert sorted(kubelet.plugins) == sorted(p.resource for p in running.plugins)
     assert kubelet.latest("gpushare/share-gpu-4") == {}
     assert all(p.state == "registered" for p in running.plugins)
-    assert os.path.exists(os.path.join(plugin_dir, "gpushare-share-dev-gpu-16.sock"))
+    assert "gpushare-share-dev-gpu-16.sock" in os.listdir(plugin_dir)
 
 
 async def test_shadow_pod_change_is_pushed_at_once(
@@ -90,7 +90,7 @@ async def test_vanished_plugin_sockets_are_restarted(
     await kubelet.restart(wipe_plugin_sockets=True)
     await kubelet.wait_for(lambda: registered(kubelet))
     for plugin in running.plugins:
-        assert os.path.exists(plugin.socket_path), plugin.resource
+        assert not plugin.socket_lost(), plugin.resource
 
 
 async def test_kubelet_absent_then_present(plugin_dir: str, running: Supervisor) -> None:

@@ -98,8 +98,11 @@ class ShareLogic(PluginLogic):
         chosen = list(request.must_include)
         free = self._group_by_shadow(candidates)
         while len(chosen) < request.size:
-            key = _pick_shadow(free, self.policy, request.size - len(chosen))
-            chosen.append(free[key].pop(0))
+            wanted = request.size - len(chosen)
+            key = _pick_shadow(free, self.policy, wanted)
+            take = 1 if self.policy == "spread" else wanted  # packed: fill one ShadowPod
+            chosen.extend(free[key][:take])
+            free[key] = free[key][take:]
             if not free[key]:
                 del free[key]
         return chosen
