@@ -41,6 +41,15 @@ def _load(path: str) -> dict[str, Any]:
     return doc
 
 
+def _items(path: str, owner: dict[str, Any], field: str) -> list[Any]:
+    value = owner.get(field)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise CdiError(path, f"{field} must be a list")
+    return value
+
+
 def spec_files(directories: tuple[str, ...]) -> list[str]:
     found = []
     for directory in directories:
@@ -77,7 +86,7 @@ class CdiRegistry:
         for path in spec_files(directories):
             doc = _load(path)
             common = doc.get("containerEdits") or {}
-            for device in doc.get("devices") or []:
+            for device in _items(path, doc, "devices"):
                 if isinstance(device, dict) and isinstance(device.get("name"), str):
                     edits = device.get("containerEdits") or {}
                     self.devices[f"{doc['kind']}={device['name']}"] = (path, edits, common)
@@ -96,14 +105,17 @@ class CdiRegistry:
 
 def _device_entry(path: str, node: dict[str, Any]) -> dict[str, Any]:
     container_path = node.get("path")
-    if not isinstance(container_path, str):
-        raise CdiError(path, f"deviceNode without a path: {node!r}")
+    host_path = node.get("hostPath") or container_path
+    if not isinstance(container_path, str) or not isinstance(host_path, str):
+        raise CdiError(path, f"deviceNode needs string path/hostPath: {node!r}")
+    if node.get("type", "c") not in ("c", "b", "u", "p"):
+        raise CdiError(path, f"deviceNode {container_path}: bad type {node.get('type')!r}")
     if isinstance(node.get("major"), int) and isinstance(node.get("minor"), int):
         entry = {"path": container_path, "type": node.get("type", "c"),
                  "major": node["major"], "minor": node["minor"]}
     else:
         try:
-            entry = host_device(node.get("hostPath") or container_path)
+            entry = host_device(host_path)
         except OSError as err:
             raise CdiError(path, f"device node {container_path}: {err}") from None
         entry["path"] = container_path
@@ -116,14 +128,14 @@ def _device_entry(path: str, node: dict[str, Any]) -> dict[str, Any]:
 def _collect(path: str, container_edits: object, edits: DeviceEdits) -> None:
     if not isinstance(container_edits, dict):
         raise CdiError(path, "containerEdits must be a mapping")
-    for node in container_edits.get("deviceNodes") or []:
+    for node in _items(path, container_edits, "deviceNodes"):
         if not isinstance(node, dict):
             raise CdiError(path, f"bad deviceNode {node!r}")
         entry = _device_entry(path, node)
         edits.add_device(entry, None)
-    for name, value in split_env(container_edits.get("env") or []).items():
+    for name, value in split_env(_items(path, container_edits, "env")).items():
         edits.add_env(name, value.split(","))
-    for mount in container_edits.get("mounts") or []:
+    for mount in _items(path, container_edits, "mounts"):
         if not isinstance(mount, dict) or not mount.get("containerPath"):
             raise CdiError(path, f"bad mount {mount!r}")
         edits.add_mount({

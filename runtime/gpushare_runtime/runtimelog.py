@@ -25,7 +25,8 @@ def _timestamp() -> str:
 def format_line(level: str, message: str, log_format: str) -> str:
     stamp = _timestamp()
     if log_format == "json":
-        return json.dumps({"level": level, "msg": message, "time": stamp}) + "\n"
+        record = {"level": level, "msg": message, "time": stamp}
+        return json.dumps(record, separators=(",", ":")) + "\n"
     return f"time={json.dumps(stamp)} level={level} msg={json.dumps(message)}\n"
 
 
