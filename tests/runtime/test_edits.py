@@ -6,11 +6,10 @@ import copy
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from gpushare_runtime.config import DEFAULT_VENDORS, RuntimeConfig, VendorResource
 from gpushare_runtime.edits import DeviceEdits, apply_edits, edits_from_source, merge_values
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from .builders import allow, gpu_device, spec
 

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from gpushare_common import ids
 from gpushare_runtime.config import RuntimeConfig, VendorResource
 from gpushare_runtime.errors import AnnotationError
@@ -41,7 +40,8 @@ def bundles(tmp_path: Path) -> Path:
     directory = tmp_path / "bundles"
     write_bundle(directory / "shadow-main", spec(identity("ns1", "shadow", "main"),
                                                   [gpu_device()], ["NVIDIA_VISIBLE_DEVICES=GPU-0"]))
-    write_bundle(directory / "dev-main", spec(identity("ns2", "dev", "main"), [gpu_device("/dev/nvidia1", 195, 1)]))
+    second_card = gpu_device("/dev/nvidia1", 195, 1)
+    write_bundle(directory / "dev-main", spec(identity("ns2", "dev", "main"), [second_card]))
     write_bundle(directory / "dev-sidecar", spec(identity("ns2", "dev", "sidecar")))
     return directory
 

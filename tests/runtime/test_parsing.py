@@ -8,9 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from gpushare_common import ids
 from gpushare_runtime import miniyaml
 from gpushare_runtime.cdi import CdiRegistry
@@ -18,6 +15,8 @@ from gpushare_runtime.cli import parse_invocation
 from gpushare_runtime.config import RuntimeConfig, parse_config
 from gpushare_runtime.errors import AnnotationError, CdiError, ConfigError
 from gpushare_runtime.inject import Injector
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from .builders import identity
 
