@@ -1,0 +1,156 @@
+"""One simulated node's lifecycle: the kubelet stand-in (registration,
+device manager, pod-resources, pod lifecycle), the fake GPUs (vendor device
+plugin, exporter) and, when an API is given, the node object and pod sync."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any, Protocol
+
+from gpushare_sim.fakegpu.cards import FakeCard, make_cards
+from gpushare_sim.fakegpu.exporter import Exporter
+from gpushare_sim.fakegpu.plugin import VendorPlugin
+from gpushare_sim.node.adapters.deviceplugins import DevicePluginManager
+from gpushare_sim.node.adapters.kube import KubeError
+from gpushare_sim.node.adapters.podresources import PodResourcesServer
+from gpushare_sim.node.adapters.runners import Runner
+from gpushare_sim.node.devices import DeviceTable
+from gpushare_sim.node.kubelet import Kubelet, PodApi
+from gpushare_sim.node.model import PodDef, PodError, parse_pod
+from gpushare_sim.node.settings import SIM_NODE_LABEL, NodeSimSettings
+from gpushare_sim.node.spec import SpecContext
+
+log = logging.getLogger("gpushare_sim.node.app")
+
+NODE_STATUS_RESEND_S = 10.0
+
+
+class NodeApi(PodApi, Protocol):
+    async def ensure_node(self, name: str, labels: dict[str, str]) -> None: ...
+    async def patch_node_status(self, name: str, status: dict[str, Any]) -> None: ...
+    async def list_pods(self, node: str | None = None) -> list[dict[str, Any]]: ...
+
+
+def node_status(settings: NodeSimSettings, table: DeviceTable) -> dict[str, Any]:
+    base = {"cpu": settings.cpu, "memory": settings.memory, "pods": "110"}
+    capacity = {**base, **{r: str(n) for r, n in table.capacity().items()}}
+    allocatable = {**base, **{r: str(n) for r, n in table.allocatable().items()}}
+    return {
+        "capacity": capacity,
+        "allocatable": allocatable,
+        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+        "addresses": [
+            {"type": "InternalIP", "address": settings.host_ip},
+            {"type": "Hostname", "address": settings.name},
+        ],
+        "nodeInfo": {"kubeletVersion": "v1.31.0-gpushare-sim", "containerRuntimeVersion": "sim"},
+    }
+
+
+class NodeSim:
+    def __init__(self, settings: NodeSimSettings, runner: Runner, api: NodeApi | None) -> None:
+        self.settings = settings
+        self.api = api
+        self.table = DeviceTable()
+        self.changed = asyncio.Event()
+        self.plugins = DevicePluginManager(settings.plugin_dir, self.table, self.changed.set)
+        self.cards: list[FakeCard] = []
+        self.vendor: VendorPlugin | None = None
+        self.kubelet = Kubelet(self.table, self.plugins, runner, api or _NoApi(),
+                               SpecContext(settings.node_dir, settings.host_ip, _kmod(settings)))  # fmt: skip
+        self.pod_resources = PodResourcesServer(settings.pod_resources_socket, self.table, self.kubelet.pods)
+        self.exporter: Exporter | None = None
+        self.bad_pods: set[str] = set()
+        self.syncs = 0
+
+    async def start(self, stack: AsyncExitStack) -> None:
+        settings = self.settings
+        await self.plugins.start()
+        stack.push_async_callback(self.plugins.stop)
+        await self.pod_resources.start()
+        stack.push_async_callback(self.pod_resources.stop)
+        stack.push_async_callback(self.kubelet.close)
+        self.cards = await asyncio.to_thread(make_cards, settings.node_dir, settings.name,
+                                             settings.gpus)  # fmt: skip
+        self.vendor = VendorPlugin(self.cards, settings.plugin_dir)
+        await self.vendor.start()
+        stack.push_async_callback(self.vendor.stop)
+        self.exporter = Exporter(settings.name, settings.node_dir, self.cards,
+                                 settings.gpu_memory_mib, settings.pod_resources_socket)  # fmt: skip
+        if self.api is not None:
+            labels = {"kubernetes.io/hostname": settings.name, SIM_NODE_LABEL: "true",
+                      **settings.labels}  # fmt: skip
+            await self.api.ensure_node(settings.name, labels)
+
+    async def restart_kubelet(self) -> None:
+        log.info("kubelet restart node=%s", self.settings.name)
+        await self.plugins.restart()
+
+    # --- loops (run as guarded tasks by main) -------------------------------
+
+    async def sync_once(self) -> None:
+        assert self.api is not None
+        pods: list[PodDef] = []
+        for obj in await self.api.list_pods(self.settings.name):
+            try:
+                pods.append(parse_pod(obj))
+            except PodError as err:
+                self._bad_pod(obj, err)
+        await self.kubelet.sync(pods)
+        self.syncs += 1
+
+    def _bad_pod(self, obj: dict[str, Any], err: PodError) -> None:
+        key = str((obj.get("metadata") or {}).get("uid") or err.value)
+        if key not in self.bad_pods:
+            self.bad_pods.add(key)
+            log.warning("pod ignored node=%s: %s", self.settings.name, err)
+
+    async def sync_loop(self) -> None:
+        while True:
+            try:
+                await self.sync_once()
+            except KubeError as err:
+                log.warning("pod sync failed node=%s: %s", self.settings.name, err)
+            await asyncio.sleep(self.settings.sync_interval_s)
+
+    async def node_status_loop(self) -> None:
+        assert self.api is not None
+        while True:
+            self.changed.clear()
+            try:
+                await self.api.patch_node_status(self.settings.name,
+                                                 node_status(self.settings, self.table))  # fmt: skip
+            except KubeError as err:
+                log.warning("node status update failed node=%s: %s", self.settings.name, err)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.changed.wait(), NODE_STATUS_RESEND_S)
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "node": self.settings.name,
+            "runner": self.kubelet.runner.kind,
+            "plugins": self.plugins.registered(),
+            "kubelet_restarts": self.plugins.restarts,
+            "devices": self.table.snapshot(),
+            "node_status": node_status(self.settings, self.table),
+            "pods": self.kubelet.snapshot(),
+            "syncs": self.syncs,
+        }
+
+
+def _kmod(settings: NodeSimSettings) -> Path | None:
+    return Path(settings.kmod_socket) if settings.kmod_socket else None
+
+
+class _NoApi:
+    """Stands in when the node runs without an API (tests of the kubelet parts)."""
+
+    async def patch_pod_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        return None
+
+    async def delete_pod(self, namespace: str, name: str) -> None:
+        return None

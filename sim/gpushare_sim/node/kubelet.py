@@ -1,0 +1,225 @@
+"""The kubelet stand-in's pod lifecycle: admit (allocate devices), start the
+containers, report status, and on deletion kill the containers, release the
+devices and confirm the deletion with grace 0.
+
+The desired pod set arrives through :meth:`Kubelet.sync` (the pods bound to
+this node, as the API lists them); everything else happens in one guarded task
+per pod.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from gpushare_sim.node.adapters.deviceplugins import (
+    ContainerAllocation,
+    DevicePluginManager,
+    PluginError,
+)
+from gpushare_sim.node.adapters.runners import Runner, RunnerError
+from gpushare_sim.node.devices import ContainerKey, DeviceConflict, DeviceTable
+from gpushare_sim.node.model import ContainerDef, PodDef
+from gpushare_sim.node.spec import SpecContext, container_spec
+from gpushare_sim.node.status import ContainerState, admission_failure, pod_status
+
+log = logging.getLogger("gpushare_sim.node.kubelet")
+
+NATIVE_RESOURCES = {"cpu", "memory", "pods", "ephemeral-storage"}
+
+
+class PodApi(Protocol):
+    async def patch_pod_status(self, namespace: str, name: str, status: dict[str, Any]) -> None: ...
+    async def delete_pod(self, namespace: str, name: str) -> None: ...
+
+
+class AdmissionError(Exception):
+    """A pod cannot run on this node (devices missing, plugin failed)."""
+
+
+@dataclass
+class PodWorker:
+    pod: PodDef
+    containers: list[ContainerState]
+    ids: dict[str, str] = field(default_factory=dict)  # container name -> container id
+    task: asyncio.Task[None] | None = None
+    terminating: bool = False
+
+
+def device_requests(container: ContainerDef) -> dict[str, int]:
+    """Requests of device-plugin resources (every extended resource) of one container."""
+    return {
+        r: int(q)
+        for r, q in container.resources.items()
+        if "/" in r and not r.startswith(("hugepages-", "kubernetes.io/")) and q > 0
+    }
+
+
+class Kubelet:
+    def __init__(
+        self,
+        table: DeviceTable,
+        plugins: DevicePluginManager,
+        runner: Runner,
+        api: PodApi,
+        context: SpecContext,
+    ) -> None:
+        self.table = table
+        self.plugins = plugins
+        self.runner = runner
+        self.api = api
+        self.context = context
+        self.workers: dict[str, PodWorker] = {}
+        self._admit_lock = asyncio.Lock()
+
+    # --- desired state -------------------------------------------------------
+
+    async def sync(self, pods: list[PodDef]) -> None:
+        present = {p.uid or p.key: p for p in pods}
+        for uid, pod in present.items():
+            worker = self.workers.get(uid)
+            if worker is None and not pod.deleting and pod.phase in ("Pending", "Running"):
+                self._start_worker(uid, pod)
+            elif worker is not None and pod.deleting and not worker.terminating:
+                await self._terminate(uid, confirm=True)
+        for uid in [u for u in self.workers if u not in present]:
+            if not self.workers[uid].terminating:
+                await self._terminate(uid, confirm=False)
+
+    def _start_worker(self, uid: str, pod: PodDef) -> None:
+        states = [ContainerState(c.name, c.image) for c in pod.containers]
+        worker = PodWorker(pod, states)
+        worker.task = asyncio.create_task(self._run_pod(uid, worker), name=f"pod-{pod.key}")
+        worker.task.add_done_callback(_log_crash)
+        self.workers[uid] = worker
+
+    # --- one pod -------------------------------------------------------------
+
+    async def _run_pod(self, uid: str, worker: PodWorker) -> None:
+        pod = worker.pod
+        try:
+            allocations = await self._admit(uid, pod)
+        except AdmissionError as err:
+            log.warning("pod admission failed pod=%s: %s", pod.key, err)
+            self.table.release_pod(uid)
+            await self.api.patch_pod_status(
+                pod.namespace, pod.name, admission_failure("UnexpectedAdmissionError", str(err))
+            )
+            return
+        await self._start_containers(worker, allocations)
+        await self._report(worker)
+        await self._wait_exits(worker)
+
+    async def _admit(self, uid: str, pod: PodDef) -> dict[str, ContainerAllocation]:
+        allocations: dict[str, ContainerAllocation] = {}
+        async with self._admit_lock:
+            for container in pod.containers:
+                key = ContainerKey(uid, pod.namespace, pod.name, container.name)
+                allocation = ContainerAllocation()
+                for resource, count in sorted(device_requests(container).items()):
+                    allocation.merge(await self._allocate(key, resource, count))
+                allocations[container.name] = allocation
+        return allocations
+
+    async def _allocate(self, key: ContainerKey, resource: str, count: int) -> Any:
+        free = self.table.free(resource)
+        if len(free) < count:
+            raise AdmissionError(
+                f"{resource}: {count} requested, {len(free)} healthy and free (container {key.container})"
+            )
+        chosen = await self.plugins.preferred(resource, free, count)
+        try:
+            self.table.record(key, resource, chosen)
+            return await self.plugins.allocate(resource, chosen)
+        except (DeviceConflict, PluginError) as err:
+            raise AdmissionError(str(err)) from err
+
+    async def _start_containers(self, worker: PodWorker, allocations: dict[str, ContainerAllocation]) -> None:
+        pod = worker.pod
+        for container, state in zip(pod.containers, worker.containers, strict=True):
+            container_id = secrets.token_hex(32)
+            spec = container_spec(self.context, pod, container, allocations[container.name],
+                                  container_id)  # fmt: skip
+            worker.ids[container.name] = container_id
+            state.container_id = container_id
+            try:
+                await self.runner.start(spec)
+                state.started_at = time.time()
+                log.info("container started pod=%s container=%s id=%s", pod.key,
+                         container.name, container_id[:12])  # fmt: skip
+            except RunnerError as err:
+                log.warning("container start failed pod=%s: %s", pod.key, err)
+                state.started_at = state.finished_at = time.time()
+                state.exit_code = 128
+
+    async def _wait_exits(self, worker: PodWorker) -> None:
+        async def wait_one(state: ContainerState) -> None:
+            if state.exit_code is None:
+                state.exit_code = await self.runner.wait(state.container_id)
+                state.finished_at = time.time()
+                log.info("container exited pod=%s container=%s code=%s", worker.pod.key,
+                         state.name, state.exit_code)  # fmt: skip
+                if not worker.terminating:
+                    await self._report(worker)
+
+        await asyncio.gather(*(wait_one(s) for s in worker.containers))
+        if not worker.terminating:
+            self.table.release_pod(worker.pod.uid or worker.pod.key)
+
+    async def _report(self, worker: PodWorker) -> None:
+        status = pod_status(worker.pod, worker.containers, self.context.host_ip)
+        with contextlib.suppress(Exception):
+            await self.api.patch_pod_status(worker.pod.namespace, worker.pod.name, status)
+
+    # --- termination ---------------------------------------------------------
+
+    async def _terminate(self, uid: str, confirm: bool) -> None:
+        worker = self.workers[uid]
+        worker.terminating = True
+        log.info("pod terminating pod=%s", worker.pod.key)
+        task = asyncio.create_task(self._kill_pod(uid, worker, confirm), name=f"kill-{uid}")
+        task.add_done_callback(_log_crash)
+
+    async def _kill_pod(self, uid: str, worker: PodWorker, confirm: bool) -> None:
+        await asyncio.gather(*(self.runner.kill(i) for i in worker.ids.values()))
+        if worker.task is not None:
+            worker.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await worker.task
+        await asyncio.gather(*(self.runner.remove(i) for i in worker.ids.values()))
+        self.table.release_pod(uid)
+        self.workers.pop(uid, None)
+        if confirm:
+            await self.api.delete_pod(worker.pod.namespace, worker.pod.name)
+        log.info("pod removed pod=%s", worker.pod.key)
+
+    async def close(self) -> None:
+        for uid in list(self.workers):
+            worker = self.workers.get(uid)
+            if worker is not None:
+                await self._kill_pod(uid, worker, confirm=False)
+
+    # --- views ---------------------------------------------------------------
+
+    def pods(self) -> list[tuple[str, str, str, list[str]]]:
+        return [
+            (w.pod.namespace, w.pod.name, uid, [c.name for c in w.pod.containers])
+            for uid, w in sorted(self.workers.items(), key=lambda kv: kv[1].pod.key)
+        ]
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        return [
+            {"pod": w.pod.key, "terminating": w.terminating,
+             "containers": [c.status() for c in w.containers]}
+            for w in self.workers.values()
+        ]  # fmt: skip
+
+
+def _log_crash(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("task crashed name=%s", task.get_name(), exc_info=task.exception())

@@ -1,0 +1,115 @@
+"""``python -m gpushare_sim.node``: parse settings, build, run until a signal.
+
+HTTP: ``/healthz``, ``/readyz``, ``/status`` (JSON), ``POST /kubelet/restart``
+(re-create kubelet.sock, as a kubelet restart does) and
+``POST /gpus/{index}/health?healthy=false`` (fault injection); the exporter
+serves ``/metrics`` on its own port.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+from contextlib import AsyncExitStack
+from pathlib import Path
+
+from fastapi import FastAPI, Response
+from gpushare_common.http import Health, build_app, serve
+from gpushare_common.settings import HttpSettings
+from gpushare_common.tasks import Tasks, run_service, wait_first
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
+
+from gpushare_sim.node.adapters.backend import build_runner
+from gpushare_sim.node.adapters.kube import KubeApi
+from gpushare_sim.node.app import NodeSim
+from gpushare_sim.node.settings import NodeSimSettings
+
+
+def parse_args(argv: list[str] | None = None) -> NodeSimSettings:
+    p = argparse.ArgumentParser(prog="python -m gpushare_sim.node", description=__doc__)
+    p.add_argument("--name", required=True, help="node name")
+    p.add_argument("--api", default="", help="kubeconfig of the API server (empty: no API)")
+    p.add_argument("--dir", required=True, type=Path, help="simulator directory")
+    p.add_argument("--gpus", type=int, default=4, help="number of fake cards")
+    p.add_argument("--host", default="127.0.0.1", help="HTTP listen address")
+    p.add_argument("--port", type=int, default=0, help="HTTP port (/healthz, /status)")
+    p.add_argument("--exporter-port", type=int, default=0, help="DCGM-style /metrics port")
+    p.add_argument("--containerd", default="auto", help="auto | none | containerd socket")
+    p.add_argument("--namespace", default="k8s.io", help="containerd namespace")
+    p.add_argument("--runtime", default="", help="runc-compatible runtime binary")
+    p.add_argument("--kmod-socket", default="", help="kernel stand-in socket")
+    p.add_argument("--cpu", default="16")
+    p.add_argument("--memory", default="64Gi")
+    p.add_argument("--label", action="append", default=[], help="extra node label K=V")
+    a = p.parse_args(argv)
+    if a.gpus < 0:
+        p.error("--gpus must be >= 0")
+    labels = dict(item.split("=", 1) for item in a.label if "=" in item)
+    return NodeSimSettings(
+        name=a.name, sim_dir=a.dir.resolve(), kubeconfig=a.api, gpus=a.gpus,
+        http_host=a.host, http_port=a.port, exporter_port=a.exporter_port,
+        containerd=a.containerd, containerd_namespace=a.namespace,
+        runtime_binary=a.runtime, kmod_socket=a.kmod_socket, cpu=a.cpu,
+        memory=a.memory, labels=labels,
+    )  # fmt: skip
+
+
+def http_app(sim: NodeSim, health: Health) -> FastAPI:
+    app = build_app("sim-node", health, CollectorRegistry(), sim.status)
+
+    @app.post("/kubelet/restart")
+    async def restart() -> dict[str, int]:
+        await sim.restart_kubelet()
+        return {"restarts": sim.plugins.restarts}
+
+    @app.post("/gpus/{index}/health")
+    async def gpu_health(index: int, healthy: bool = True) -> dict[str, object]:
+        card = sim.cards[index]
+        assert sim.vendor is not None
+        await sim.vendor.set_health(card.device_id, healthy)
+        return {"device": card.device_id, "healthy": healthy}
+
+    return app
+
+
+def exporter_app(sim: NodeSim) -> FastAPI:
+    app = FastAPI(title="gpushare sim exporter", docs_url=None, redoc_url=None)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        assert sim.exporter is not None
+        return Response(await sim.exporter.scrape(), media_type=CONTENT_TYPE_LATEST)
+
+    return app
+
+
+async def run(settings: NodeSimSettings, stop: asyncio.Event) -> int:
+    health = Health("kubelet")
+    tasks = Tasks("sim-node")
+    async with AsyncExitStack() as stack:
+        api = KubeApi.from_kubeconfig(settings.kubeconfig) if settings.kubeconfig else None
+        if api is not None:
+            stack.callback(api.close)
+        runner = await build_runner(settings, stack)
+        sim = NodeSim(settings, runner, api)
+        await sim.start(stack)
+        await stack.enter_async_context(
+            serve(http_app(sim, health), HttpSettings(settings.http_host, settings.http_port))
+        )
+        await stack.enter_async_context(
+            serve(exporter_app(sim), HttpSettings(settings.http_host, settings.exporter_port))
+        )
+        if api is not None:
+            tasks.spawn("pod-sync", sim.sync_loop())
+            tasks.spawn("node-status", sim.node_status_loop())
+        stack.push_async_callback(tasks.cancel_all)
+        health.set("kubelet", True)
+        await wait_first(stop, tasks)
+    return 1 if tasks.failure else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    settings = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    return run_service("sim-node", lambda stop: run(settings, stop))

@@ -1,0 +1,174 @@
+"""The node simulator's own view of pods and containers, parsed from the
+Kubernetes JSON form, and the container specs handed to a runner.
+
+Parsers raise :class:`PodError` (a ``ValueError``) naming the field and why.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any
+
+_QUANTITY = re.compile(r"([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?\Z")
+_SUFFIX = {
+    None: Decimal(1), "m": Decimal("0.001"), "k": Decimal(10) ** 3, "M": Decimal(10) ** 6,
+    "G": Decimal(10) ** 9, "T": Decimal(10) ** 12, "P": Decimal(10) ** 15, "E": Decimal(10) ** 18,
+    "Ki": Decimal(2) ** 10, "Mi": Decimal(2) ** 20, "Gi": Decimal(2) ** 30,
+    "Ti": Decimal(2) ** 40, "Pi": Decimal(2) ** 50, "Ei": Decimal(2) ** 60,
+}  # fmt: skip
+
+
+class PodError(ValueError):
+    def __init__(self, where: str, value: object, reason: str) -> None:
+        self.where = where
+        self.value = value
+        self.reason = reason
+        super().__init__(f"{where}: {reason} (got {str(value)[:80]!r})")
+
+
+def parse_quantity(value: object, where: str = "quantity") -> Decimal:
+    """A Kubernetes quantity (``2``, ``500m``, ``1Gi``, ``1e3``) as an exact Decimal."""
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise PodError(where, value, "expected a quantity string or integer")
+    match = _QUANTITY.match(str(value).strip())
+    if not match:
+        raise PodError(where, value, "not a Kubernetes quantity")
+    try:
+        number = Decimal(match.group(1))
+    except InvalidOperation:
+        raise PodError(where, value, "not a number") from None
+    if not number.is_finite() or number < 0:
+        raise PodError(where, value, "must be a finite non-negative number")
+    return number * _SUFFIX[match.group(2)]
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceNode:
+    container_path: str
+    host_path: str
+    permissions: str = "rwm"
+
+
+@dataclass(frozen=True, slots=True)
+class BindMount:
+    container_path: str
+    host_path: str
+    read_only: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerSpec:
+    """Everything a runner needs to start one container."""
+
+    container_id: str
+    args: list[str]
+    env: dict[str, str]
+    devices: list[DeviceNode]
+    mounts: list[BindMount]
+    annotations: dict[str, str]
+    workdir: Path
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerDef:
+    name: str
+    image: str
+    args: list[str]
+    env: dict[str, str]
+    resources: dict[str, Decimal]
+
+
+@dataclass(frozen=True, slots=True)
+class PodDef:
+    namespace: str
+    name: str
+    uid: str
+    node_name: str
+    annotations: dict[str, str]
+    labels: dict[str, str]
+    containers: list[ContainerDef]
+    node_selector: dict[str, str] = field(default_factory=dict)
+    deleting: bool = False
+    phase: str = "Pending"
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def requests(self) -> dict[str, Decimal]:
+        total: dict[str, Decimal] = {}
+        for container in self.containers:
+            for resource, amount in container.resources.items():
+                total[resource] = total.get(resource, Decimal(0)) + amount
+        return total
+
+
+def _str_map(value: object, where: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise PodError(where, value, "expected a map of strings")
+    return dict(value)
+
+
+def _resources(value: Any, where: str) -> dict[str, Decimal]:
+    if not isinstance(value, dict):
+        return {}
+    merged = {**_str_or_int_map(value.get("requests"), f"{where}.requests")}
+    merged.update(_str_or_int_map(value.get("limits"), f"{where}.limits"))
+    return {r: parse_quantity(q, f"{where}[{r}]") for r, q in merged.items()}
+
+
+def _str_or_int_map(value: object, where: str) -> dict[str, object]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise PodError(where, value, "expected a map")
+    return dict(value)
+
+
+def _container(value: Any, where: str) -> ContainerDef:
+    if not isinstance(value, dict) or not isinstance(value.get("name"), str):
+        raise PodError(where, value, "a container needs a name")
+    args = [*(value.get("command") or []), *(value.get("args") or [])]
+    if not all(isinstance(a, str) for a in args):
+        raise PodError(f"{where}.command", args, "command and args must be strings")
+    env = {
+        e["name"]: str(e.get("value", ""))
+        for e in value.get("env") or []
+        if isinstance(e, dict) and isinstance(e.get("name"), str)
+    }
+    resources = _resources(value.get("resources"), f"{where}.resources")
+    return ContainerDef(value["name"], str(value.get("image") or ""), args, env, resources)
+
+
+def parse_pod(obj: Any) -> PodDef:
+    """Parse a pod in its JSON form (as the API returns it)."""
+    if not isinstance(obj, dict):
+        raise PodError("pod", obj, "expected an object")
+    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+    status = obj.get("status") or {}
+    name, namespace = meta.get("name"), meta.get("namespace", "default")
+    if not isinstance(name, str) or not isinstance(namespace, str):
+        raise PodError("pod.metadata", meta, "name and namespace must be strings")
+    where = f"pod {namespace}/{name}"
+    containers = spec.get("containers")
+    if not isinstance(containers, list) or not containers:
+        raise PodError(f"{where} spec.containers", containers, "need at least one container")
+    return PodDef(
+        namespace=namespace,
+        name=name,
+        uid=str(meta.get("uid") or ""),
+        node_name=str(spec.get("nodeName") or ""),
+        annotations=_str_map(meta.get("annotations"), f"{where} annotations"),
+        labels=_str_map(meta.get("labels"), f"{where} labels"),
+        containers=[_container(c, f"{where} container[{i}]") for i, c in enumerate(containers)],
+        node_selector=_str_map(spec.get("nodeSelector"), f"{where} nodeSelector"),
+        deleting=bool(meta.get("deletionTimestamp")),
+        phase=str(status.get("phase") or "Pending"),
+    )

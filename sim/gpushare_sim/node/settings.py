@@ -1,0 +1,44 @@
+"""Settings of one simulated node (one frozen struct, built once in main)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SIM_NODE_LABEL = "gpushare.k8s.io/sim-node"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSimSettings:
+    name: str
+    sim_dir: Path
+    kubeconfig: str = ""
+    gpus: int = 4
+    http_host: str = "127.0.0.1"
+    http_port: int = 0
+    exporter_port: int = 0
+    # "auto": a private containerd when root and the binaries are there, else
+    # processes; "none": processes; anything else: a containerd socket path.
+    containerd: str = "auto"
+    containerd_namespace: str = "k8s.io"
+    runtime_binary: str = ""  # runc-compatible binary for containers; empty: runc
+    kmod_socket: str = ""  # the kernel stand-in's socket, bind-mounted into containers
+    tools_dir: Path = Path(__file__).resolve().parents[2] / "tools"
+    sync_interval_s: float = 0.2
+    cpu: str = "16"
+    memory: str = "64Gi"
+    gpu_memory_mib: int = 16384
+    host_ip: str = "127.0.0.1"
+    labels: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def node_dir(self) -> Path:
+        return self.sim_dir / self.name
+
+    @property
+    def plugin_dir(self) -> Path:
+        return self.node_dir / "device-plugins"
+
+    @property
+    def pod_resources_socket(self) -> Path:
+        return self.node_dir / "pod-resources" / "kubelet.sock"
