@@ -63,3 +63,6 @@ def _cmdline(pid: int) -> str:
             return handle.read().replace(b"\0", b" ").decode(errors="replace").strip()
     except OSError:
         return "?"
+
+
+from tests.support.kubeapi import kube_api  # noqa: E402,F401  (fixture shared by every test folder)

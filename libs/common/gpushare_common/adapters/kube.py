@@ -188,10 +188,11 @@ class Kube:
         namespace: str | None = None,
         field_selector: str = "",
         label_selector: str = "",
+        resource_version: str = "",
     ) -> AsyncIterator[PodChange]:
-        """List then watch until ``stop``; see the module docstring."""
+        """List then watch until ``stop`` (or resume from ``resource_version``); see the module doc."""
         delay = 0.2
-        version = ""
+        version = resource_version
         while not stop.is_set():
             try:
                 if not version:
