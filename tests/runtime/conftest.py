@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,3 +42,55 @@ def containerd() -> Iterator[Containerd]:
         pytest.skip(f"containerd tests need {', '.join(missing)} on PATH")
     with Containerd() as instance:
         yield instance
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def runtime_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """gpushare-runtime installed by its install script into a temporary bin directory."""
+    if shutil.which("runc") is None:
+        pytest.skip("runc is not installed")
+    bin_dir = tmp_path_factory.mktemp("bin")
+    subprocess.run([str(REPO / "runtime" / "install" / "install.sh"), str(bin_dir)],
+                   check=True, capture_output=True)
+    return bin_dir / "gpushare-runtime"
+
+
+class Runc:
+    """runc (or gpushare-runtime) on a private state root; removes its containers on close."""
+
+    def __init__(self, root: Path, runtime_bin: Path, env: dict[str, str]) -> None:
+        self.root = root
+        self.runtime_bin = runtime_bin
+        self.env = env
+
+    def __call__(self, *args: str, through: bool = True, log: Path | None = None,
+                 timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
+        binary = str(self.runtime_bin) if through else "runc"
+        flags = ["--root", str(self.root)]
+        if log is not None:
+            flags += ["--log", str(log), "--log-format", "json"]
+        # files, not pipes: a created container keeps its stdio open after runc exits
+        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+            done = subprocess.run([binary, *flags, *args], stdin=subprocess.DEVNULL, stdout=out,
+                                  stderr=err, timeout=timeout, env=self.env, check=False)
+            out.seek(0)
+            err.seek(0)
+            return subprocess.CompletedProcess(done.args, done.returncode,
+                                               out.read().decode(), err.read().decode())
+
+    def close(self) -> None:
+        listed = self("list", "-q", through=False)
+        for container in listed.stdout.split():
+            self("kill", container, "KILL", through=False)
+            self("delete", "-f", container, through=False)
+
+
+@pytest.fixture
+def runc(tmp_path: Path, runtime_bin: Path) -> Iterator[Runc]:
+    env = {**os.environ, "GPUSHARE_RUNTIME_CONFIG": str(tmp_path / "runtime.json")}
+    instance = Runc(tmp_path / "runc-root", runtime_bin, env)
+    yield instance
+    instance.close()

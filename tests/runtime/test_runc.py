@@ -1,0 +1,144 @@
+"""gpushare-runtime in front of real runc: device copy, cgroup rules, trust, pass-through."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gpushare_common import ids
+from gpushare_runtime.cdi import host_device
+
+from .builders import (
+    KMSG_MAJOR,
+    KMSG_MINOR,
+    NULL_MAJOR,
+    NULL_MINOR,
+    identity,
+    signed,
+    spec,
+    write_bundle,
+    write_config,
+    write_key,
+)
+from .conftest import Runc
+
+pytestmark = pytest.mark.containerd
+PROBE = "stat -c %t:%T /dev/nvidia0 && echo gpushare-runtime-test > /dev/nvidia0 && echo written"
+
+
+@pytest.fixture
+def fake_card(tmp_path: Path) -> dict[str, Any]:
+    """A character node with /dev/null's numbers standing in for nvidia0, as the source sees it."""
+    node = tmp_path / "nvidia0"
+    os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(NULL_MAJOR, NULL_MINOR))
+    return {**host_device(str(node)), "path": "/dev/nvidia0"}
+
+
+def bundles_with_source(tmp_path: Path, rootfs: Path, device: dict[str, Any],
+                        namespace: str = "ns1", pod: str = "pod1") -> Path:
+    directory = tmp_path / "bundles"
+    write_bundle(directory / "source", spec(identity(namespace, pod, "main"), [device],
+                                             ["NVIDIA_VISIBLE_DEVICES=0"], rootfs=rootfs))
+    return directory
+
+
+def run_target(runc: Runc, directory: Path, rootfs: Path, annotations: dict[str, str],
+               name: str = "target", log: Path | None = None) -> Any:
+    content = spec({**identity("ns1", "pod1", "dind"), **annotations},
+                   args=["sh", "-c", PROBE], rootfs=rootfs)
+    bundle = write_bundle(directory / name, content)
+    return runc("run", "--bundle", str(bundle), f"gpushare-{name}-{os.getpid()}", log=log)
+
+
+def test_target_sees_device_and_can_write(runc: Runc, tmp_path: Path, rootfs: Path,
+                                          fake_card: dict[str, Any]) -> None:
+    directory = bundles_with_source(tmp_path, rootfs, fake_card)
+    log = tmp_path / "runtime.log"
+    result = run_target(runc, directory, rootfs, {ids.ANN_DEVICES_FROM + "dind": "_/_/main"}, log=log)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [f"{NULL_MAJOR:x}:{NULL_MINOR:x}", "written"]
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert any(r["level"] == "info" and "copied /dev/nvidia0 from ns1/pod1/main" in r["msg"]
+               for r in lines)
+    written = json.loads((directory / "target" / "config.json").read_text())
+    assert "NVIDIA_VISIBLE_DEVICES=0" in written["process"]["env"]
+    assert stat.S_IMODE(os.stat(directory / "target" / "config.json").st_mode) == 0o640
+
+
+def test_control_without_annotation_cannot(runc: Runc, tmp_path: Path, rootfs: Path,
+                                           fake_card: dict[str, Any]) -> None:
+    directory = bundles_with_source(tmp_path, rootfs, fake_card)
+    result = run_target(runc, directory, rootfs, {}, name="control")
+    assert result.returncode != 0
+    assert "written" not in result.stdout
+
+
+def test_device_cgroup_rule_is_copied(runc: Runc, tmp_path: Path, rootfs: Path) -> None:
+    """/dev/kmsg's numbers are not allowed by default: only the copied rule lets the write through."""
+    device = {"path": "/dev/nvidia0", "type": "c", "major": KMSG_MAJOR, "minor": KMSG_MINOR,
+              "fileMode": 0o666, "uid": 0, "gid": 0}
+    directory = bundles_with_source(tmp_path, rootfs, device)
+    result = run_target(runc, directory, rootfs, {ids.ANN_DEVICES_FROM + "dind": "_/_/main"})
+    assert result.returncode == 0, result.stderr
+    assert "written" in result.stdout
+    control = spec(identity("ns1", "pod1", "ctl"), args=["sh", "-c", PROBE], rootfs=rootfs)
+    control["linux"]["devices"] = [device]
+    bundle = write_bundle(directory / "no-rule", control)
+    denied = runc("run", "--bundle", str(bundle), f"gpushare-norule-{os.getpid()}")
+    assert denied.returncode != 0
+    assert "not permitted" in denied.stderr + denied.stdout
+
+
+def test_signed_cross_pod_reference(runc: Runc, tmp_path: Path, rootfs: Path,
+                                    fake_card: dict[str, Any]) -> None:
+    key = write_key(tmp_path / "signing.key")
+    write_config(tmp_path / "runtime.json", key_file=str(tmp_path / "signing.key"))
+    directory = bundles_with_source(tmp_path, rootfs, fake_card, "shadow-ns", "shadow-1")
+    annotations = signed(key, "*", "from", "shadow-ns/shadow-1/main")
+    result = run_target(runc, directory, rootfs, annotations)
+    assert result.returncode == 0, result.stderr
+    assert "written" in result.stdout
+
+
+def test_unsigned_cross_pod_reference_fails_clearly(runc: Runc, tmp_path: Path, rootfs: Path,
+                                                    fake_card: dict[str, Any]) -> None:
+    directory = bundles_with_source(tmp_path, rootfs, fake_card, "shadow-ns", "shadow-1")
+    log = tmp_path / "runtime.log"
+    annotation = ids.ANN_DEVICES_FROM + "dind"
+    content = spec({**identity("ns1", "pod1", "dind"), annotation: "shadow-ns/shadow-1/main"},
+                   rootfs=rootfs)
+    bundle = write_bundle(directory / "target", content)
+    before = (bundle / "config.json").read_bytes()
+    result = runc("create", "--bundle", str(bundle), "gpushare-unsigned", log=log)
+    assert result.returncode == 1
+    for text in (result.stderr, log.read_text()):
+        assert annotation in text and "shadow-ns/shadow-1/main" in text
+        assert "signature.dind is missing" in text
+    assert json.loads(log.read_text().splitlines()[-1])["level"] == "error"
+    assert (bundle / "config.json").read_bytes() == before
+    assert runc("state", "gpushare-unsigned").returncode != 0
+    assert sorted(p.name for p in bundle.iterdir()) == ["config.json"]
+
+
+def test_pass_through_matches_runc(runc: Runc, tmp_path: Path, rootfs: Path) -> None:
+    bundle = write_bundle(tmp_path / "sleeper", spec(args=["sleep", "30"], rootfs=rootfs))
+    name = f"gpushare-pass-{os.getpid()}"
+    assert runc("create", "--bundle", str(bundle), name).returncode == 0
+    for args in (["state", name], ["ps", "--format", "json", name], ["list", "-q"],
+                 ["state", "no-such-container"], ["kill", "no-such-container", "KILL"]):
+        ours, theirs = runc(*args), runc(*args, through=False)
+        assert (ours.returncode, ours.stdout, ours.stderr) == (
+            theirs.returncode, theirs.stdout, theirs.stderr), args
+    assert runc("start", name).returncode == 0
+    assert json.loads(runc("state", name).stdout)["status"] == "running"
+    executed = runc("exec", name, "echo", "inside")
+    assert (executed.returncode, executed.stdout) == (0, "inside\n")
+    stats = runc("events", "--stats", name)
+    assert stats.returncode == 0 and json.loads(stats.stdout)["type"] == "stats"
+    assert runc("kill", name, "KILL").returncode == 0
+    assert runc("delete", "-f", name).returncode == 0
+    assert runc("state", name).returncode != 0
