@@ -130,10 +130,13 @@ def build_app(store: Store, settings: ApiSettings, address: Callable[[], str]) -
         PathRoute("/version", version),
         PathRoute("/version/", version),
         PathRoute("/api", core_versions),
+        PathRoute("/api/", core_versions),
         PathRoute("/apis", groups),
+        PathRoute("/apis/", groups),
         PathRoute("/api/v1{rest:path}", api.core, methods=_ALL),
         PathRoute("/apis/{group}/{version}{rest:path}", api.grouped, methods=_ALL),
         PathRoute("/apis/{group}", api.group),
+        PathRoute("/apis/{group}/", api.group),
         PathRoute("/{rest:path}", _not_found, methods=_ALL),
     ]
     return Starlette(routes=routes)

@@ -61,6 +61,8 @@ class ApiServer:
         self.store = Store(settings.api.history, settings.api.watch_queue)
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # headers and body go out as two writes: without NODELAY the body waits for an ACK
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.sock.bind((settings.host, settings.port))
         host, port = self.sock.getsockname()[:2]
         self.address = f"{host}:{port}"

@@ -129,7 +129,7 @@ class Watcher:
 
 class Store:
     def __init__(self, history: int = 10_000, watch_queue: int = 100_000) -> None:
-        self.rv = 0
+        self.rv = 1  # never "0": that means "any version" to a watch
         self.compacted = 0  # the newest resourceVersion no longer in the history
         self.history: deque[Change] = deque()
         self.history_size = max(1, history)
