@@ -1,0 +1,75 @@
+"""The kubelet pod-resources v1 API (a gRPC client on the kubelet's unix socket).
+
+Answers which device IDs each container of each pod on the node was given,
+per resource.  Errors are :class:`PodResourcesError`; no gRPC exception escapes.
+"""
+
+from __future__ import annotations
+
+import grpc
+from gpushare_common.adapters.kubeletapi import podresources_v1_pb2 as pr
+from gpushare_common.adapters.kubeletapi import podresources_v1_pb2_grpc as pr_grpc
+
+from ..model import ContainerDevices, NodeDevices
+
+
+class PodResourcesError(Exception):
+    def __init__(self, socket: str, what: str, reason: str) -> None:
+        self.socket = socket
+        self.reason = reason
+        super().__init__(f"pod-resources {what} on {socket}: {reason}")
+
+
+class PodNotFound(PodResourcesError):
+    pass
+
+
+def _pod_devices(pod: pr.PodResources) -> dict[str, ContainerDevices]:
+    containers: dict[str, ContainerDevices] = {}
+    for container in pod.containers:
+        devices: dict[str, tuple[str, ...]] = {}
+        for group in container.devices:
+            merged = devices.get(group.resource_name, ()) + tuple(group.device_ids)
+            devices[group.resource_name] = tuple(sorted(set(merged)))
+        containers[container.name] = devices
+    return containers
+
+
+class PodResources:
+    """A client of one kubelet; ``close()`` when done."""
+
+    def __init__(self, socket: str, timeout_s: float = 2.0) -> None:
+        self.socket = socket
+        self.timeout_s = timeout_s
+        self._channel = grpc.aio.insecure_channel(f"unix://{socket}")
+        self._stub = pr_grpc.PodResourcesListerStub(self._channel)
+
+    async def list(self) -> NodeDevices:
+        """Every pod's containers and their devices, keyed by ``<namespace>/<name>``."""
+        try:
+            reply = await self._stub.List(pr.ListPodResourcesRequest(), timeout=self.timeout_s)
+        except grpc.aio.AioRpcError as err:
+            raise PodResourcesError(self.socket, "List", f"{err.code().name}: {err.details()}") from None
+        return {f"{p.namespace}/{p.name}": _pod_devices(p) for p in reply.pod_resources}
+
+    async def get(self, namespace: str, name: str) -> dict[str, ContainerDevices]:
+        """One pod's containers and devices; :class:`PodNotFound` when the kubelet has no such pod."""
+        request = pr.GetPodResourcesRequest(pod_name=name, pod_namespace=namespace)
+        try:
+            reply = await self._stub.Get(request, timeout=self.timeout_s)
+        except grpc.aio.AioRpcError as err:
+            if err.code() == grpc.StatusCode.UNIMPLEMENTED:  # kubelets without the Get call
+                return await self._get_from_list(namespace, name)
+            kind = PodNotFound if err.code() == grpc.StatusCode.NOT_FOUND else PodResourcesError
+            raise kind(self.socket, f"Get {namespace}/{name}",
+                       f"{err.code().name}: {err.details()}") from None
+        return _pod_devices(reply.pod_resources)
+
+    async def _get_from_list(self, namespace: str, name: str) -> dict[str, ContainerDevices]:
+        found = (await self.list()).get(f"{namespace}/{name}")
+        if found is None:
+            raise PodNotFound(self.socket, f"Get {namespace}/{name}", "not on this node")
+        return found
+
+    async def close(self) -> None:
+        await self._channel.close()

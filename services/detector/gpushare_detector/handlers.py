@@ -1,0 +1,128 @@
+"""Pure functions: a pod and its devices -> the events that describe it (SPEC section 4).
+
+Each pod yields *facts*, one event per (kind, pod, container, resource).  An
+event's id is a hash of its content and the pod's uid, so republishing the
+same state (the periodic resync, a restarted detector) produces the same id:
+JetStream drops the duplicate and the solver's handlers see nothing new.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+
+import msgspec
+from gpushare_common import events as ev
+from gpushare_common.subjects import resource_token
+
+from .classify import PodClass, PodView, Rules
+from .model import ContainerDevices, FactKey
+
+Facts = dict[FactKey, ev.Event]
+KIND_OF: dict[type[ev.Event], str] = {
+    ev.ShadowEvent: "shadow", ev.ShareEvent: "share", ev.GenericEvent: "generic",
+    ev.SpotEvent: "spot", ev.LowPowerEvent: "lowpower",
+}
+
+
+def stable_id(event: ev.Event, salt: str) -> str:
+    body = ev.encode(msgspec.structs.replace(event, id="", ts=0.0))
+    return hashlib.blake2b(body + salt.encode(), digest_size=16).hexdigest()
+
+
+def with_stable_id(event: ev.Event, salt: str) -> ev.Event:
+    return msgspec.structs.replace(event, id=stable_id(event, salt))
+
+
+def kind_of(event: ev.Event) -> str:
+    return KIND_OF[type(event)]
+
+
+def _vendor_devices(rules: Rules, devices: ContainerDevices) -> tuple[str, tuple[str, ...]]:
+    for resource in rules.vendor_resources:
+        if devices.get(resource):
+            return resource, devices[resource]
+    return "", ()
+
+
+def _shadow(view: PodView, rules: Rules, node: str, devices: Mapping[str, ContainerDevices]) -> Facts:
+    vendor, real = _vendor_devices(rules, devices.get("main", {}))
+    if view.phase != "Running" or not real or view.share is None:
+        return {}
+    event = ev.ShadowEvent(
+        node=node, shadow_pod=view.key, state="running", resource=view.share.resource,
+        share_kind=view.share.kind, share_spec=view.share.count, container="main",
+        vendor_resource=vendor, devices=real, terminating=view.terminating,
+    )
+    return {("shadow", view.key, "main", vendor): event}
+
+
+def _per_container(view: PodView, devices: Mapping[str, ContainerDevices], wanted: object
+                   ) -> Iterable[tuple[str, str, tuple[str, ...]]]:
+    """(container, resource, device ids) for each requested resource the kubelet allocated."""
+    for container, resources in view.requesting(wanted).items():
+        for resource in resources:
+            allocated = devices.get(container, {}).get(resource, ())
+            if allocated:
+                yield container, resource, allocated
+
+
+def _share(view: PodView, rules: Rules, node: str, devices: Mapping[str, ContainerDevices]) -> Facts:
+    return {
+        ("share", view.key, container, resource): ev.ShareEvent(
+            node=node, share_pod=view.key, container=container, state="using",
+            resource=resource_token(resource, rules.domain), devices=ids)
+        for container, resource, ids in _per_container(view, devices, rules.is_share)
+    }
+
+
+def _spot(view: PodView, rules: Rules, node: str, devices: Mapping[str, ContainerDevices]) -> Facts:
+    return {
+        ("spot", view.key, container, resource): ev.SpotEvent(
+            node=node, pod=view.key, container=container, state="using", devices=ids,
+            priority=view.priority)
+        for container, resource, ids in _per_container(view, devices, rules.spot_resource.__eq__)
+    }
+
+
+def _generic(view: PodView, rules: Rules, node: str, devices: Mapping[str, ContainerDevices]) -> Facts:
+    vendor = set(rules.vendor_resources)
+    return {
+        ("generic", view.key, container, resource): ev.GenericEvent(
+            node=node, pod=view.key, container=container, vendor_resource=resource,
+            state="using", devices=ids, lendable=view.lendable)
+        for container, resource, ids in _per_container(view, devices, vendor.__contains__)
+    }
+
+
+_BUILDERS = {
+    PodClass.SHADOW: _shadow, PodClass.SHARE: _share, PodClass.SPOT: _spot,
+    PodClass.RESERVED: _generic,
+}
+
+
+def pod_facts(view: PodView, rules: Rules, node: str, devices: Mapping[str, ContainerDevices]) -> Facts:
+    """The events that describe ``view`` now (empty when it finished or holds nothing)."""
+    builder = _BUILDERS.get(view.cls)
+    if builder is None or view.finished:
+        return {}
+    return {key: with_stable_id(event, view.uid) for key, event in builder(view, rules, node, devices).items()}
+
+
+def cleared(event: ev.Event) -> ev.Event | None:
+    """The event that withdraws ``event``; None for facts that need no withdrawal."""
+    match event:
+        case ev.ShadowEvent():
+            gone: ev.Event = msgspec.structs.replace(event, state="cleared", terminating=True)
+        case ev.ShareEvent() | ev.GenericEvent() | ev.SpotEvent():
+            gone = msgspec.structs.replace(event, state="cleared")
+        case _:
+            return None
+    return msgspec.structs.replace(gone, id=stable_id(gone, event.id), ts=ev.now())
+
+
+def plan(published: Facts, desired: Facts) -> list[ev.Event]:
+    """Events that move the world from ``published`` to ``desired``: clears first."""
+    out = [c for k, e in published.items() if k not in desired and (c := cleared(e)) is not None]
+    out.extend(e for k, e in desired.items() if (old := published.get(k)) is None or old.id != e.id)
+    return out

@@ -1,0 +1,12 @@
+"""Plain data the detector passes between its parts."""
+
+from __future__ import annotations
+
+from typing import TypeAlias
+
+# resource name -> device ids, for one container
+ContainerDevices: TypeAlias = dict[str, tuple[str, ...]]
+# "<namespace>/<pod>" -> container name -> resource -> device ids (from pod-resources)
+NodeDevices: TypeAlias = dict[str, dict[str, ContainerDevices]]
+# (event kind, pod key, container, resource): one published fact
+FactKey: TypeAlias = tuple[str, str, str, str]

@@ -1,0 +1,107 @@
+"""The node's pods as the detector last saw them, and the facts it has published about them."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gpushare_common import events as ev
+from gpushare_common.logging import get_logger
+
+from .classify import ClassifyError, PodClass, PodView, Rules, classify
+from .handlers import Facts, plan, pod_facts
+from .model import ContainerDevices, NodeDevices
+
+log = get_logger("detector.pods")
+NEEDS_DEVICES = frozenset({PodClass.SHADOW, PodClass.SHARE, PodClass.SPOT, PodClass.RESERVED})
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """A lendable dev machine: its real cards and its containers (``ns/pod/container``)."""
+
+    key: str
+    devices: tuple[str, ...]
+    containers: tuple[str, ...]
+
+
+class PodTracker:
+    """Pods by key, their devices, and per pod the facts already published."""
+
+    def __init__(self, rules: Rules, node: str) -> None:
+        self.rules = rules
+        self.node = node
+        self.views: dict[str, PodView] = {}
+        self.devices: NodeDevices = {}
+        self.published: dict[str, Facts] = {}
+        self.errors: Counter[str] = Counter()
+
+    def read(self, pod: Mapping[str, Any]) -> PodView | None:
+        try:
+            return classify(pod, self.rules)
+        except ClassifyError as err:
+            self.errors["malformed-pod"] += 1
+            log.warning("ignored malformed pod", node=self.node, pod=err.pod, reason=err.reason)
+            return None
+
+    def _refresh(self, key: str) -> list[ev.Event]:
+        view = self.views.get(key)
+        desired = pod_facts(view, self.rules, self.node, self.devices.get(key, {})) if view else {}
+        events = plan(self.published.get(key, {}), desired)
+        if desired:
+            self.published[key] = desired
+        else:
+            self.published.pop(key, None)
+        return events
+
+    def upsert(self, view: PodView, devices: Mapping[str, ContainerDevices] | None) -> list[ev.Event]:
+        """A pod was added or changed; ``devices`` from pod-resources (None: keep what we had)."""
+        self.views[view.key] = view
+        if devices is not None:
+            self.devices[view.key] = dict(devices)
+        return self._refresh(view.key)
+
+    def remove(self, key: str) -> list[ev.Event]:
+        """A pod was deleted: withdraw everything published about it."""
+        self.views.pop(key, None)
+        self.devices.pop(key, None)
+        return self._refresh(key)
+
+    def replace_all(self, pods: Iterable[Mapping[str, Any]], devices: NodeDevices) -> list[ev.Event]:
+        """A full list (after a (re)list or for a resync): changes only."""
+        views = [v for p in pods if (v := self.read(p)) is not None]
+        self.views = {v.key: v for v in views}
+        return self.refresh_all(devices)
+
+    def refresh_all(self, devices: NodeDevices) -> list[ev.Event]:
+        self.devices = {k: v for k, v in devices.items() if k in self.views}
+        events: list[ev.Event] = []
+        for key in sorted(set(self.views) | set(self.published)):
+            events.extend(self._refresh(key))
+        return events
+
+    def current(self) -> list[ev.Event]:
+        """Every fact published and still true (what a resync republishes)."""
+        return [e for facts in self.published.values() for e in facts.values()]
+
+    def needs_devices(self, view: PodView) -> bool:
+        return view.cls in NEEDS_DEVICES and not view.finished
+
+    def reserved_containers(self) -> set[str]:
+        """``ns/pod/container`` of every container holding real cards of a reserved pod."""
+        return {f"{e.pod}/{e.container}" for e in self.current() if isinstance(e, ev.GenericEvent)}
+
+    def owners(self) -> dict[str, Owner]:
+        """Lendable reserved pods holding cards, by pod key."""
+        found: dict[str, tuple[set[str], set[str]]] = {}
+        for event in self.current():
+            if isinstance(event, ev.GenericEvent) and event.lendable:
+                devices, containers = found.setdefault(event.pod, (set(), set()))
+                devices.update(event.devices)
+                containers.add(f"{event.pod}/{event.container}")
+        return {k: Owner(k, tuple(sorted(d)), tuple(sorted(c))) for k, (d, c) in found.items()}
+
+    def by_class(self) -> dict[str, int]:
+        return dict(Counter(str(v.cls) for v in self.views.values()))
