@@ -84,10 +84,15 @@ int gpushare_map_stats(const u64 *ids, u32 n, struct gpushare_kmod_stats *out,
 		       u32 max);
 void gpushare_map_wake_all(void);
 
-/* ---- filter configuration (gpushare_hook.c) ------------------------------ */
+/* ---- ioctl filter (gpushare_filter.c) ------------------------------------ */
 
 int gpushare_config_set(const struct gpushare_kmod_config *cfg);
 void gpushare_config_get(struct gpushare_kmod_config *cfg);
+int gpushare_config_init(const u8 *types, unsigned int ntypes,
+			 const unsigned int *majors, unsigned int nmajors);
+void gpushare_config_exit(void);
+bool gpushare_type_watched(unsigned int cmd);
+bool gpushare_file_watched(unsigned int fd);
 
 /* ---- hooks (gpushare_hook.c) --------------------------------------------- */
 
@@ -95,9 +100,6 @@ extern bool gpushare_unloading;
 
 int gpushare_hooks_init(void);
 void gpushare_hooks_exit(void);
-int gpushare_config_init(const u8 *types, unsigned int ntypes,
-			 const unsigned int *majors, unsigned int nmajors);
-void gpushare_config_exit(void);
 
 /* ---- netlink (gpushare_netlink.c) ---------------------------------------- */
 
