@@ -14,7 +14,9 @@ with each other::
 
 API:
 
-- ``Containerd(base_dir=None, *, containerd_bin="containerd", ctr_bin="ctr")``
+- ``Containerd(base_dir=None, *, containerd_bin="containerd", ctr_bin="ctr", env=None)``:
+  ``env`` is containerd's environment (and so its shims' and runtimes'),
+  the current one when None.
 - ``start(timeout=20.0)``: write the config, start containerd, wait until
   ``ctr version`` answers on the socket; :class:`ContainerdError` if it exits
   or does not answer in time (the error carries the log's tail).
@@ -101,6 +103,7 @@ class Containerd:
         *,
         containerd_bin: str = "containerd",
         ctr_bin: str = "ctr",
+        env: dict[str, str] | None = None,
     ) -> None:
         self._owns_base = base_dir is None
         # unix socket paths are limited to 108 bytes: keep the base short
@@ -113,6 +116,7 @@ class Containerd:
         self.fifo_dir = self.base_dir / "fifo"
         self._containerd_bin = containerd_bin
         self._ctr_bin = ctr_bin
+        self._env = env
         self._process: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> Containerd:
@@ -177,6 +181,7 @@ class Containerd:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                env=self._env,
                 start_new_session=True,
             )
         try:

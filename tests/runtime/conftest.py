@@ -35,12 +35,16 @@ def rootfs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def containerd() -> Iterator[Containerd]:
-    """A containerd of its own on a temporary root and socket, cleaned up after the test."""
+def containerd(tmp_path: Path) -> Iterator[Containerd]:
+    """A containerd of its own on a temporary root and socket, cleaned up after the test.
+
+    Its runtimes read ``tmp_path/runtime.json`` as the gpushare runtime configuration.
+    """
     missing = missing_binaries()
     if missing:
         pytest.skip(f"containerd tests need {', '.join(missing)} on PATH")
-    with Containerd() as instance:
+    env = {**os.environ, "GPUSHARE_RUNTIME_CONFIG": str(tmp_path / "runtime.json")}
+    with Containerd(env=env) as instance:
         yield instance
 
 
