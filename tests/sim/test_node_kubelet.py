@@ -56,6 +56,13 @@ def gpu_pod(name: str, uid: str, gpus: int = 1, command: list[str] | None = None
     return parse_pod(pod_manifest(name, cmd, node="n1", uid=uid, resources={GPU: str(gpus)}))
 
 
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def phase(api: RecordingApi, key: str) -> str:
     return str(api.status.get(key, {}).get("phase", ""))
 
@@ -127,7 +134,7 @@ async def test_deleting_a_pod_kills_its_process_and_frees_the_card(node: Any) ->
                                        "deletionTimestamp": "2026-01-01T00:00:00Z"}})  # fmt: skip
     await sim.kubelet.sync([deleting])
     await wait_until(lambda: api.deleted == ["default/a"], what="deletion confirmed")
-    assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text()
+    assert not alive(pid)
     assert sim.table.free(GPU) == ["GPU-n1-0", "GPU-n1-1"]
 
 
@@ -160,3 +167,22 @@ async def test_kubelet_restart_recreates_socket_and_plugins_register_again(node:
     assert socket_identity(sim.plugins.kubelet_socket) != before
     await wait_until(lambda: sim.vendor.registrations > registrations, what="re-registration")
     await wait_until(lambda: sim.table.allocatable().get(GPU) == 2, what="cards back")
+
+
+async def test_exporter_reports_workload_utilisation_per_card_and_pod(node: Any) -> None:
+    sim, api = node
+    cmd = ["gpuload", "--util", "40", "--mem-mib", "300", "--every-ms", "100"]
+    await sim.kubelet.sync([gpu_pod("a", "uid-a", command=cmd)])
+    await wait_until(lambda: phase(api, "default/a") == "Running", what="pod a running")
+
+    async def util_line() -> str | None:
+        text = await sim.exporter.scrape()
+        lines = [ln for ln in text.splitlines() if ln.startswith("DCGM_FI_DEV_GPU_UTIL{")]
+        return next((ln for ln in lines if 'pod="a"' in ln and ln.endswith(" 40")), None)
+
+    line = await wait_until(util_line, what="utilisation 40 for pod a")
+    assert 'UUID="GPU-n1-0"' in line and 'namespace="default"' in line
+    text = await sim.exporter.scrape()
+    assert 'DCGM_FI_DEV_FB_USED{gpu="0"' in text and 'gpu="1"' in text
+    await sim.kubelet.sync([])
+    await wait_until(lambda: not sim.kubelet.workers, what="pod a removed")

@@ -1,0 +1,177 @@
+"""One simple scheduler for every simulated node.
+
+Binds each Pending pod without ``spec.nodeName`` (and with the default
+scheduler name) to a Ready, schedulable node whose labels match the pod's
+``nodeSelector`` and whose allocatable still fits the pod's requests:
+extended resources (``nvidia.com/gpu``, ``gpushare/...``) always, ``cpu`` and
+``memory`` when the node reports them.  Among the nodes that fit it picks the
+one with the most of the pod's extended resources left (spreading), then the
+name.  Pods that fit nowhere stay Pending and are tried again.
+
+Run: ``python -m gpushare_sim.scheduler --api KUBECONFIG``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from dataclasses import replace
+from decimal import Decimal
+from typing import Any
+
+from gpushare_common.tasks import run_service
+
+from gpushare_sim.node.adapters.kube import Conflict, KubeApi, KubeError, NotFound
+from gpushare_sim.node.model import PodDef, PodError, parse_pod, parse_quantity
+
+log = logging.getLogger("gpushare_sim.scheduler")
+
+DEFAULT_SCHEDULER = "default-scheduler"
+TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+def node_allocatable(node: dict[str, Any]) -> dict[str, Decimal]:
+    status = node.get("status") or {}
+    raw = status.get("allocatable") or status.get("capacity") or {}
+    out: dict[str, Decimal] = {}
+    for resource, quantity in raw.items():
+        try:
+            out[resource] = parse_quantity(quantity, f"node allocatable {resource}")
+        except PodError:
+            continue
+    return out
+
+
+def node_ready(node: dict[str, Any]) -> bool:
+    if (node.get("spec") or {}).get("unschedulable"):
+        return False
+    conditions = (node.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def free_resources(node: dict[str, Any], pods: list[PodDef]) -> dict[str, Decimal]:
+    name = (node.get("metadata") or {}).get("name")
+    free = node_allocatable(node)
+    for pod in pods:
+        if pod.node_name != name or pod.phase in TERMINAL_PHASES:
+            continue
+        for resource, amount in pod.requests().items():
+            if resource in free:
+                free[resource] -= amount
+    return free
+
+
+def fits(requests: dict[str, Decimal], free: dict[str, Decimal]) -> bool:
+    for resource, amount in requests.items():
+        if amount <= 0:
+            continue
+        extended = "/" in resource
+        if (extended or resource in free) and free.get(resource, Decimal(0)) < amount:
+            return False
+    return True
+
+
+def _matches(pod: PodDef, node: dict[str, Any]) -> bool:
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    return all(labels.get(k) == v for k, v in pod.node_selector.items())
+
+
+def choose_node(pod: PodDef, nodes: list[dict[str, Any]], pods: list[PodDef]) -> str | None:
+    requests = pod.requests()
+    extended = [r for r in requests if "/" in r]
+    candidates: list[tuple[Decimal, str]] = []
+    for node in nodes:
+        if not node_ready(node) or not _matches(pod, node):
+            continue
+        free = free_resources(node, pods)
+        if fits(requests, free):
+            spare = sum((free.get(r, Decimal(0)) - requests[r] for r in extended), Decimal(0))
+            candidates.append((-spare, str(node["metadata"]["name"])))
+    return min(candidates)[1] if candidates else None
+
+
+def pending_unbound(obj: dict[str, Any]) -> bool:
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    meta = obj.get("metadata") or {}
+    return (
+        not spec.get("nodeName")
+        and spec.get("schedulerName", DEFAULT_SCHEDULER) == DEFAULT_SCHEDULER
+        and status.get("phase", "Pending") == "Pending"
+        and not meta.get("deletionTimestamp")
+    )
+
+
+class Scheduler:
+    def __init__(self, api: KubeApi, interval_s: float = 0.2) -> None:
+        self.api = api
+        self.interval_s = interval_s
+        self.bound = 0
+
+    async def schedule_once(self) -> int:
+        """One pass; returns how many pods were bound."""
+        objs = await self.api.list_pods()
+        nodes = await self.api.list_nodes()
+        pods = [p for p in map(_parse, objs) if p is not None]
+        bound = 0
+        for obj in objs:
+            pod = _parse(obj) if pending_unbound(obj) else None
+            target = choose_node(pod, nodes, pods) if pod is not None else None
+            if pod is None or target is None:
+                continue
+            try:
+                await self.api.bind_pod(pod.namespace, pod.name, target)
+            except (Conflict, NotFound) as err:
+                log.info("bind skipped pod=%s: %s", pod.key, err)
+                continue
+            log.info("pod bound pod=%s node=%s", pod.key, target)
+            pods = [p for p in pods if p.key != pod.key]
+            pods.append(_with_node(pod, target))
+            bound += 1
+        self.bound += bound
+        return bound
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await self.schedule_once()
+            except KubeError as err:
+                log.warning("scheduling pass failed: %s", err)
+            try:
+                await asyncio.wait_for(stop.wait(), self.interval_s)
+            except TimeoutError:
+                pass
+
+
+def _parse(obj: dict[str, Any]) -> PodDef | None:
+    try:
+        return parse_pod(obj)
+    except PodError:
+        return None
+
+
+def _with_node(pod: PodDef, node: str) -> PodDef:
+    return replace(pod, node_name=node)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gpushare_sim.scheduler")
+    parser.add_argument("--api", required=True, help="kubeconfig of the API server")
+    parser.add_argument("--interval", type=float, default=0.2, help="seconds between passes")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+
+    async def serve(stop: asyncio.Event) -> int:
+        api = KubeApi.from_kubeconfig(args.api)
+        try:
+            await Scheduler(api, args.interval).run(stop)
+        finally:
+            api.close()
+        return 0
+
+    return run_service("sim-scheduler", serve)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

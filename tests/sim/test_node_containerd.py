@@ -1,0 +1,115 @@
+"""The node simulator with real containers (private containerd + runc): a pod
+asking for nvidia.com/gpu: 1 runs in a runc container that sees its fake card,
+carries the CRI identity and Allocate annotations, and is killed on deletion."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gpushare_sim.node.adapters.backend import containerd_usable
+from gpushare_sim.node.app import NodeSim
+from gpushare_sim.node.model import parse_pod
+from gpushare_sim.node.settings import NodeSimSettings
+from gpushare_sim.node.testing import pod_manifest, running_node, short_sim_dir, wait_until
+
+from tests.sim.test_node_kubelet import GPU, TOOLS, RecordingApi, phase
+
+pytestmark = pytest.mark.containerd
+
+
+@pytest.fixture
+async def node() -> AsyncIterator[tuple[NodeSim, RecordingApi]]:
+    if not containerd_usable():
+        pytest.skip("needs root, containerd, ctr, runc and busybox")
+    if shutil.which("gcc") is None and not (TOOLS / "gpuload").exists():
+        pytest.skip("needs gcc to build sim/tools/gpuload")
+    sim_dir = short_sim_dir()
+    settings = NodeSimSettings(name="c1", sim_dir=sim_dir, gpus=2, containerd="auto",
+                               tools_dir=TOOLS)  # fmt: skip
+    api = RecordingApi()
+    try:
+        async with running_node(settings) as sim:
+            sim.kubelet.api = api
+            await wait_until(lambda: sim.table.allocatable().get(GPU) == 2, what="2 cards")
+            yield sim, api
+    finally:
+        shutil.rmtree(sim_dir, ignore_errors=True)
+
+
+def ctr(sim: NodeSim, *args: str) -> str:
+    command = [*sim.kubelet.runner._ctr, *args]  # type: ignore[attr-defined]
+    return subprocess.run(command, capture_output=True, text=True, check=False).stdout
+
+
+def config_of(sim: NodeSim, container_id: str) -> dict[str, Any]:
+    path = sim.settings.node_dir / "containers" / container_id[:16] / "config.json"
+    return dict(json.loads(path.read_text()))
+
+
+async def test_gpu_pod_runs_in_runc_and_sees_its_card(node: Any) -> None:
+    sim, api = node
+    script = "ls -l /dev/nvidia* > /run/gpuload/devs; exec gpuload --util 60 --every-ms 100"
+    manifest = pod_manifest("g", ["sh", "-c", script], node="c1", uid="uid-g",
+                            resources={GPU: "1"}, annotations={"team": "a"})  # fmt: skip
+    await sim.kubelet.sync([parse_pod(manifest)])
+    await wait_until(lambda: phase(api, "default/g") == "Running", 30, "pod g running")
+    reports = sim.settings.node_dir / "util" / "default" / "g" / "main"
+    report = await wait_until(lambda: _read(reports / "nvidia0.json"), 15, "gpuload report")
+    assert report["util"] == 60 and report["ioctls"] >= 1
+    assert "nvidia0" in (reports / "devs").read_text()
+    assert "nvidia1" not in (reports / "devs").read_text()
+    container_id = sim.kubelet.workers["uid-g"].ids["main"]
+    assert container_id in ctr(sim, "task", "ls", "-q")
+    annotations = config_of(sim, container_id)["annotations"]
+    assert annotations["io.kubernetes.cri.sandbox-namespace"] == "default"
+    assert annotations["io.kubernetes.cri.sandbox-name"] == "g"
+    assert annotations["io.kubernetes.cri.container-name"] == "main"
+    assert annotations["team"] == "a"
+    devices = config_of(sim, container_id)["linux"]["devices"]
+    assert [d["path"] for d in devices] == ["/dev/nvidia0"]
+
+    await sim.kubelet.sync([])
+    await wait_until(lambda: not sim.kubelet.workers, 20, "pod g removed")
+    assert container_id not in ctr(sim, "task", "ls", "-q")
+
+
+async def test_two_gpu_pods_get_different_cards(node: Any) -> None:
+    sim, api = node
+    cmd = ["sh", "-c", "ls /dev > /run/gpuload/devs; exec sleep 300"]
+    pods = [parse_pod(pod_manifest(n, cmd, node="c1", uid=f"u-{n}", resources={GPU: "1"}))
+            for n in ("p", "q")]  # fmt: skip
+    await sim.kubelet.sync(pods)
+    for name in ("p", "q"):
+        await wait_until(lambda n=name: phase(api, f"default/{n}") == "Running", 30, name)
+    seen = []
+    for name in ("p", "q"):
+        devs = sim.settings.node_dir / "util" / "default" / name / "main" / "devs"
+        text = await wait_until(lambda d=devs: _text(d), 15, f"{name} device list")
+        seen.append(sorted(w for w in text.split() if w.startswith("nvidia")))
+    assert sorted(seen) == [["nvidia0"], ["nvidia1"]]
+    ids = [sim.kubelet.workers[f"u-{n}"].ids["main"] for n in ("p", "q")]
+    devices = [config_of(sim, i)["linux"]["devices"][0] for i in ids]
+    assert devices[0]["path"] != devices[1]["path"]
+    await sim.kubelet.sync([])
+    await wait_until(lambda: not sim.kubelet.workers, 20, "pods removed")
+    assert not ctr(sim, "task", "ls", "-q").strip()
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    try:
+        return dict(json.loads(path.read_text()))
+    except (OSError, ValueError):
+        return None
+
+
+def _text(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None

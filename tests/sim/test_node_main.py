@@ -1,0 +1,86 @@
+"""``python -m gpushare_sim.node`` as a process: HTTP /healthz, /status,
+kubelet restart, card health, and the exporter's /metrics; clean exit on SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gpushare_sim.node.testing import short_sim_dir
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def fetch(url: str, method: str = "GET") -> Any:
+    request = urllib.request.Request(url, method=method)
+    with urllib.request.urlopen(request, timeout=5) as response:
+        body = response.read().decode()
+    return json.loads(body) if body.startswith("{") else body
+
+
+def wait_for(url: str, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"node simulator exited with {proc.returncode}")
+        try:
+            return fetch(url)
+        except OSError:
+            time.sleep(0.1)
+    pytest.fail(f"{url} did not answer within {timeout}s")
+
+
+@pytest.fixture
+def node_process() -> Iterator[tuple[str, str, subprocess.Popen[bytes], Path]]:
+    sim_dir = short_sim_dir()
+    port, metrics = free_port(), free_port()
+    args = [sys.executable, "-m", "gpushare_sim.node", "--name", "m1", "--dir", str(sim_dir),
+            "--gpus", "2", "--port", str(port), "--exporter-port", str(metrics),
+            "--containerd", "none"]  # fmt: skip
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        yield f"http://127.0.0.1:{port}", f"http://127.0.0.1:{metrics}", proc, sim_dir
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
+        shutil.rmtree(sim_dir, ignore_errors=True)
+
+
+def test_node_process_serves_health_status_metrics_and_restarts_kubelet(
+    node_process: tuple[str, str, subprocess.Popen[bytes], Path],
+) -> None:
+    base, metrics, proc, sim_dir = node_process
+    assert wait_for(f"{base}/healthz", proc)["alive"] is True
+    deadline = time.monotonic() + 15
+    while fetch(f"{base}/status")["devices"]["resources"].get("nvidia.com/gpu") is None:
+        assert time.monotonic() < deadline, "cards never advertised"
+        time.sleep(0.05)
+    status = fetch(f"{base}/status")
+    assert status["runner"] == "process"
+    assert status["node_status"]["allocatable"]["nvidia.com/gpu"] == "2"
+    assert fetch(f"{base}/kubelet/restart", "POST")["restarts"] == 1
+    fetch(f"{base}/gpus/1/health?healthy=false", "POST")
+    while fetch(f"{base}/status")["node_status"]["allocatable"].get("nvidia.com/gpu") != "1":
+        assert time.monotonic() < deadline + 15, "card 1 never turned unhealthy"
+        time.sleep(0.05)
+    text = fetch(f"{metrics}/metrics")
+    assert text.count("DCGM_FI_DEV_GPU_UTIL{") == 2
+    assert (sim_dir / "m1" / "dev" / "nvidia1").exists()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(15) == 0
+    assert not (sim_dir / "m1" / "device-plugins" / "kubelet.sock").exists()
