@@ -39,7 +39,15 @@ class KubeApi:
 
     def new_client(self) -> kubernetes.client.ApiClient:
         """A fresh client (own connection pool), e.g. for a second thread."""
-        return kubernetes.config.new_client_from_config(config_file=str(self.kubeconfig))
+        return client_for(self.kubeconfig)
+
+
+def client_for(kubeconfig: Path) -> kubernetes.client.ApiClient:
+    """An official client configured from a kubeconfig file."""
+    api: kubernetes.client.ApiClient = kubernetes.config.new_client_from_config(  # type: ignore[no-untyped-call]
+        config_file=str(kubeconfig)
+    )
+    return api
 
 
 @contextlib.contextmanager
@@ -54,7 +62,7 @@ def start_kube_api(
         server.start_thread()
         stack.callback(server.stop)
         path = write_kubeconfig(directory / "kubeconfig", server.url)
-        client = kubernetes.config.new_client_from_config(config_file=str(path))
+        client = client_for(path)
         stack.callback(client.close)
         yield KubeApi(server.url, path, client, server)
 

@@ -18,7 +18,7 @@ from .kinds import PODS, Kind
 from .objects import Target
 from .patch import APPLY_PATCH, JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH
 from .routes import Route
-from .store import Entry, Obj, Store
+from .store import Entry, Obj, Selection, Store
 from .watch import WatchOptions, error_line, stream_events
 
 _encode = msgspec.json.Encoder().encode
@@ -58,8 +58,10 @@ def _validator(route: Route, query: Any, warnings: list[str]) -> Callable[[Obj],
 async def list_or_watch(ctx: Context, route: Route, request: Request) -> Response:
     query = request.query_params
     selection = params.selection(route.kind, route.namespace, query)
+    timeout = params.integer(query, "timeoutSeconds")
+    since = params.resource_version(query)
     if params.flag(query, "watch"):
-        return _watch(ctx, selection, query)
+        return _watch(ctx, selection, query, since, timeout)
     limit = params.integer(query, "limit") or 0
     entries = list(ctx.store.select(selection))
     meta: dict[str, Any] = {"resourceVersion": str(ctx.store.rv)}
@@ -99,14 +101,14 @@ def _decode_continue(token: str) -> tuple[str, str]:
     return (start[0], start[1])
 
 
-def _watch(ctx: Context, selection: Any, query: Any) -> Response:
-    timeout = params.integer(query, "timeoutSeconds")
+def _watch(
+    ctx: Context, selection: Selection, query: Any, since: int | None, timeout: int | None
+) -> Response:
     options = WatchOptions(
         timeout=float(timeout) if timeout else None,
         bookmarks=params.flag(query, "allowWatchBookmarks"),
         bookmark_interval=ctx.bookmark_interval,
     )
-    since = params.resource_version(query)
     try:
         watcher, first = ctx.store.watch(selection, since)
     except ApiError as error:

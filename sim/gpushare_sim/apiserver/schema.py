@@ -15,6 +15,7 @@ from kubernetes.client import models
 
 _LIST = re.compile(r"^List\[(.+)\]$")
 _DICT = re.compile(r"^Dict\[str, (.+)\]$")
+_QUANTITY_MAPS = frozenset({"limits", "requests", "capacity", "allocatable", "overhead", "hard", "used"})
 
 
 class SchemaError(ValueError):
@@ -79,8 +80,9 @@ def _check(kind: str, value: Any, path: str, unknown: list[_Unknown]) -> None:
 def _check_dict(kind: str, value: Any, path: str, unknown: list[_Unknown]) -> None:
     if not isinstance(value, dict):
         raise SchemaError(path, f"Dict[str, {kind}]", value)
+    quantities = kind == "str" and path.rpartition(".")[2] in _QUANTITY_MAPS
     for key, item in value.items():
-        if kind == "str" and isinstance(item, int | float) and not isinstance(item, bool):
+        if quantities and isinstance(item, int | float) and not isinstance(item, bool):
             continue  # resource quantities may be written as numbers
         _check(kind, item, f"{path}[{key}]", unknown)
 

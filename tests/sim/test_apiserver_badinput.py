@@ -1,0 +1,164 @@
+"""Bad input gets a Kubernetes Status with the right code, never a 500."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import urllib3
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.support.kubeapi import KubeApi, start_kube_api
+
+POD = {"metadata": {"name": "p1"}, "spec": {"containers": [{"name": "main", "image": "x"}]}}
+PODS = "/api/v1/namespaces/default/pods"
+
+
+class Http:
+    """Raw HTTP against the emulator (the official client would fix up bad bodies)."""
+
+    def __init__(self, api: KubeApi) -> None:
+        self.url = api.url
+        self.pool = urllib3.PoolManager()
+
+    def __call__(
+        self, method: str, path: str, body: Any = None, content_type: str = "application/json"
+    ) -> urllib3.BaseHTTPResponse:
+        data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
+        return self.pool.request(
+            method, self.url + path, body=data, headers={"Content-Type": content_type}
+        )
+
+
+@pytest.fixture(scope="module")
+def http() -> Iterator[Http]:
+    with start_kube_api() as api:
+        caller = Http(api)
+        assert caller("POST", PODS, POD).status == 201
+        yield caller
+        caller.pool.clear()
+
+
+def status(response: urllib3.BaseHTTPResponse, code: int, reason: str | None = None) -> str:
+    assert response.status == code, response.data
+    body = json.loads(response.data)
+    assert body["kind"] == "Status" and body["status"] == "Failure" and body["code"] == code
+    if reason is not None:
+        assert body["reason"] == reason
+    return str(body["message"])
+
+
+def test_bad_json(http: Http) -> None:
+    status(http("POST", PODS, b"{not json"), 400, "BadRequest")
+    status(http("POST", PODS, b""), 400)
+    status(http("POST", PODS, [1, 2]), 400)
+    status(http("PUT", f"{PODS}/p1", b"\xff\xfe"), 400)
+
+
+def test_unknown_fields_are_refused_unless_asked(http: Http) -> None:
+    body = {**POD, "metadata": {"name": "extra"}, "spec": {**POD["spec"], "nodeNmae": "n1"}}
+    message = status(http("POST", PODS, body), 400, "BadRequest")
+    assert 'unknown field "spec.nodeNmae"' in message
+    ignored = http("POST", f"{PODS}?fieldValidation=Ignore", body)
+    assert ignored.status == 201
+    assert "nodeNmae" not in json.loads(ignored.data)["spec"]
+    body["metadata"] = {"name": "extra2", "colour": "red"}
+    warned = http("POST", f"{PODS}?fieldValidation=Warn", body)
+    assert warned.status == 201
+    assert "metadata.colour" in warned.headers["Warning"]
+    status(http("POST", f"{PODS}?fieldValidation=Loud", POD), 400)
+
+
+def test_wrong_types_and_invalid_objects(http: Http) -> None:
+    status(http("POST", PODS, {**POD, "metadata": {"name": 5}}), 400)
+    status(http("POST", PODS, {**POD, "spec": {"containers": "main"}}), 400)
+    status(http("POST", PODS, {"metadata": {"name": "nocontainers"}, "spec": {}}), 422, "Invalid")
+    status(http("POST", PODS, {**POD, "metadata": {"name": "Bad_Name"}}), 422, "Invalid")
+    status(http("POST", PODS, {**POD, "kind": "Node"}), 400)
+    status(http("POST", PODS, {**POD, "apiVersion": "v2"}), 400)
+    status(http("POST", PODS, {**POD, "metadata": {"name": "x", "namespace": "other"}}), 400)
+    status(http("PUT", f"{PODS}/p1", {**POD, "metadata": {"name": "p2"}}), 400)
+
+
+def test_patch_errors(http: Http) -> None:
+    patch = {"metadata": {"labels": {"a": "b"}}}
+    assert "server-side apply" in status(
+        http("PATCH", f"{PODS}/p1", patch, "application/apply-patch+yaml"), 415
+    )
+    status(http("PATCH", f"{PODS}/p1", patch, "text/plain"), 415, "UnsupportedMediaType")
+    status(http("PATCH", f"{PODS}/p1", [1], "application/merge-patch+json"), 400)
+    json_patch = "application/json-patch+json"
+    status(http("PATCH", f"{PODS}/p1", [{"op": "jump", "path": "/a"}], json_patch), 400)
+    status(http("PATCH", f"{PODS}/p1", [{"op": "remove", "path": "/nope"}], json_patch), 422)
+    status(http("PATCH", f"{PODS}/p1", {"op": "add"}, json_patch), 400)
+    status(http("PATCH", f"{PODS}/gone", patch, "application/merge-patch+json"), 404, "NotFound")
+    bad_type = {"metadata": {"labels": "oops"}}
+    status(http("PATCH", f"{PODS}/p1", bad_type, "application/merge-patch+json"), 400)
+    node = {"spec": {"nodeName": "elsewhere"}}
+    status(http("PATCH", f"{PODS}/p1", node, "application/merge-patch+json"), 422)
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "labelSelector=a%20in%20(b",
+        "labelSelector=%3Dvalue",
+        "labelSelector=a%3D%3D%3Db",
+        "fieldSelector=spec.nodeName",
+        "fieldSelector=spec.colour%3Dred",
+        "watch=maybe",
+        "watch=1&resourceVersion=abc",
+        "limit=ten",
+        "continue=%25%25%25",
+        "timeoutSeconds=soon",
+    ],
+)
+def test_bad_query_parameters(http: Http, query: str) -> None:
+    status(http("GET", f"{PODS}?{query}"), 400, "BadRequest")
+
+
+def test_unknown_paths_and_methods(http: Http) -> None:
+    status(http("GET", "/api/v1/namespaces/default/widgets"), 404, "NotFound")
+    status(http("GET", "/api/v1/pods/p1"), 404)
+    status(http("GET", f"{PODS}/p1/logs"), 404)
+    status(http("GET", "/apis/example.com/v1/things"), 404)
+    status(http("GET", "/nowhere"), 404)
+    status(http("PUT", PODS, POD), 405, "MethodNotAllowed")
+    status(http("POST", "/api/v1/pods", POD), 405)
+    status(http("DELETE", f"{PODS}/p1", b"[]"), 400)
+    status(http("DELETE", f"{PODS}/p1", {"gracePeriodSeconds": "now"}), 400)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
+pod_like = st.fixed_dictionaries(
+    {"metadata": st.fixed_dictionaries({"name": st.just("fuzz")}, optional={"labels": json_values})},
+    optional={"spec": json_values, "status": json_values, "kind": json_values},
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    method=st.sampled_from(["POST", "PUT", "PATCH"]),
+    body=json_values | pod_like | st.binary(max_size=40),
+    content_type=st.sampled_from(
+        ["application/json", "application/merge-patch+json",
+         "application/strategic-merge-patch+json", "application/json-patch+json", "text/plain"]
+    ),
+)
+def test_fuzzed_bodies_never_fail_with_500(
+    http: Http, method: str, body: Any, content_type: str
+) -> None:
+    path = PODS if method == "POST" else f"{PODS}/p1"
+    response = http(method, path, body, content_type)
+    assert response.status < 500, response.data
+    if response.status >= 400:
+        assert json.loads(response.data)["kind"] == "Status"
+    if method == "POST" and response.status == 201:
+        assert http("DELETE", f"{PODS}/fuzz").status == 200
