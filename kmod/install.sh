@@ -45,8 +45,9 @@ source_version() {
 	sed -n 's/^#define GPUSHARE_MODULE_VERSION "\(.*\)"$/\1/p' "$src/gpushare_internal.h"
 }
 
+# The version= string of the module's .modinfo section (no modinfo needed).
 ko_version() {
-	modinfo -F version "$1" 2>/dev/null || true
+	tr '\0' '\n' < "$1" | sed -n 's/^version=//p' | head -n 1
 }
 
 build() {

@@ -91,6 +91,16 @@ static void owner_main(int go_r, int res_w)
 	_exit(0);
 }
 
+/* Netlink sockets of the protocol pin the module: the owner keeps none. */
+static void owner_close_fds(int keep1, int keep2)
+{
+	int fd;
+
+	for (fd = 3; fd < 1024; fd++)
+		if (fd != keep1 && fd != keep2)
+			close(fd);
+}
+
 int owner_start(struct owner *o)
 {
 	int go[2], res[2];
@@ -102,8 +112,7 @@ int owner_start(struct owner *o)
 	if (pid < 0)
 		return -errno;
 	if (pid == 0) {
-		close(go[1]);
-		close(res[0]);
+		owner_close_fds(go[0], res[1]);
 		owner_main(go[0], res[1]);
 	}
 	close(go[0]);

@@ -1,0 +1,172 @@
+"""The gpushare module in a qemu VM: one boot runs every check.
+
+The guest loads the module, runs ``gpushare-kmodctl checks`` (owners in new
+pid namespaces issuing ioctls on /dev/null), unloads it while an owner is
+blocked, and exercises install.sh. Each check prints one RESULT line of raw
+measurements; the assertions live here.
+"""
+
+from __future__ import annotations
+
+import errno
+
+import pytest
+
+from tests.kmod import vm
+from tests.kmod.conftest import KMOD, Built
+
+pytestmark = pytest.mark.vm
+
+GUEST = """
+insmod /gpushare.ko
+echo "RESULT load rc=$? version=$(cat /sys/module/gpushare/version)"
+/kmodctl checks
+/kmodctl unload
+test -d /sys/module/gpushare; echo "RESULT unloaded present=$((1 - $?))"
+/kmod/install.sh --ko /gpushare.ko timeout_ms=2500 > /tmp/i1 2>&1
+echo "RESULT install1 rc=$? timeout_ms=$(cat /sys/module/gpushare/parameters/timeout_ms)"
+/kmod/install.sh --ko /gpushare.ko > /tmp/i2 2>&1
+echo "RESULT install2 rc=$? already=$(grep -c 'already loaded' /tmp/i2)"
+/kmod/install.sh > /tmp/i3 2>&1
+echo "RESULT install3 rc=$? already=$(grep -c 'already loaded' /tmp/i3)"
+cat /tmp/i1 /tmp/i2 /tmp/i3
+rmmod gpushare
+echo "RESULT dmesg problems=$(dmesg | grep -cE 'WARNING|BUG:|Oops|Call Trace|general protection')"
+"""
+
+SLACK_MS = 1500  # software emulation on a shared machine: generous bounds
+
+
+@pytest.fixture(scope="module")
+def results(built: Built) -> dict[str, dict[str, int]]:
+    files = {
+        "/gpushare.ko": built.module,
+        "/kmodctl": built.tool,
+        "/kmod/install.sh": KMOD / "install.sh",
+        "/kmod/gpushare_internal.h": KMOD / "gpushare_internal.h",
+    }
+    run = vm.run_guest(GUEST, files, vm.VMOptions(timeout_s=240))
+    parsed = {name: {k: int(v) for k, v in kv.items() if v.lstrip("-").isdigit()}
+              for name, kv in run.results().items()}
+    assert "unload" in parsed, run.output
+    return parsed
+
+
+def test_module_loads_with_version(results: dict[str, dict[str, int]]) -> None:
+    assert results["load"]["rc"] == 0
+    assert results["register"]["status"] == 0
+
+
+def test_a_no_notice_and_no_delay_without_detect(results: dict[str, dict[str, int]]) -> None:
+    r = results["nodetect"]
+    assert r["add"] == 0 and r["got"] == 1
+    assert r["err"] == errno.ENOTTY
+    assert r["elapsed_us"] < SLACK_MS * 1000 // 10
+    assert r["notice_pending"] == 0 and r["notices"] == 0
+    assert r["hits"] == 1
+
+
+def test_b_one_notice_with_pidns_and_pid(results: dict[str, dict[str, int]]) -> None:
+    r = results["detect"]
+    assert r["detect"] == 0 and r["notice"] == 1
+    assert r["notice_pidns"] == r["want_pidns"]
+    assert r["notice_pid"] == r["want_pid"]
+    assert r["notice_cmd"] == r["want_cmd"]
+    assert r["t0"] <= r["notice_ts"] <= r["now"]
+    assert r["extra_notice"] == 0 and r["notices"] == 1
+
+
+def test_c_blocked_until_release_then_prompt(results: dict[str, dict[str, int]]) -> None:
+    r = results["detect"]
+    assert r["held"] == 1, "the ioctl returned before release"
+    assert r["release"] == 1, "release should report one woken task"
+    assert r["got"] == 1 and r["err"] == errno.ENOTTY
+    assert 0 <= r["unblock_us"] < SLACK_MS * 1000 // 3
+    # need_notice was cleared: the next call is not blocked
+    assert r["again_got"] == 1 and r["again_us"] < SLACK_MS * 1000 // 10
+
+
+def test_d_timeout(results: dict[str, dict[str, int]]) -> None:
+    r = results["timeout"]
+    assert r["set"] == 0 and r["notice"] == 1 and r["got"] == 1
+    assert r["timeout_ms"] - 50 <= r["blocked_ms"] <= r["timeout_ms"] + SLACK_MS
+    assert r["timeouts"] == 1 and r["releases"] == 0
+
+
+def test_dead_receiver_drops_notice_and_owner_resumes_at_timeout(
+    results: dict[str, dict[str, int]],
+) -> None:
+    r = results["deadrcv"]
+    assert r["register"] == 0 and r["got"] == 1
+    assert r["dropped"] == 1 and r["sent"] == 0
+    assert r["timeout_ms"] - 50 <= r["blocked_ms"] <= r["timeout_ms"] + SLACK_MS
+
+
+def test_e_initial_namespace_and_other_types_pass(results: dict[str, dict[str, int]]) -> None:
+    init = results["initns"]
+    assert init["detect"] == 0 and init["notice_pending"] == 0
+    assert init["elapsed_us"] < SLACK_MS * 1000 // 10
+    other = results["othertype"]
+    assert other["got"] == 1 and other["err"] == errno.ENOTTY
+    assert other["notice_pending"] == 0 and other["hits"] == 0
+    assert other["elapsed_us"] < SLACK_MS * 1000 // 10
+    assert other["flags"] == 3  # still watched and in detect mode
+    assert other["flags_after_undetect"] == 1
+
+
+def test_f_refused_commands(results: dict[str, dict[str, int]]) -> None:
+    r = results["refused"]
+    for key in ("tiny", "truncated", "short", "long", "oversize", "huge_count", "register_items",
+                "config_size", "zero_id", "big_id", "wrong_type"):
+        assert r[key] == -errno.EINVAL, key
+    assert r["version"] == -errno.EPROTO
+    assert r["unknown"] == -errno.EOPNOTSUPP
+    assert r["unprivileged"] == -errno.EPERM
+    assert r["entries_after"] == 0
+
+
+def test_g_unload_while_blocked(results: dict[str, dict[str, int]]) -> None:
+    r = results["unload"]
+    assert r["notice"] == 1 and r["rc"] == 0
+    assert r["got"] == 1 and r["err"] == errno.ENOTTY
+    assert r["resumed_after_ms"] < SLACK_MS
+    assert results["unloaded"]["present"] == 0
+
+
+def test_h_two_threads_one_release(results: dict[str, dict[str, int]]) -> None:
+    r = results["threads"]
+    assert r["notice"] == 1 and r["extra_notice"] == 0 and r["notices"] == 1
+    assert r["blocked"] == 2 and r["release"] == 2 and r["got"] == 2
+    assert 0 <= r["unblock0_us"] < SLACK_MS * 1000 // 3
+    assert 0 <= r["unblock1_us"] < SLACK_MS * 1000 // 3
+
+
+def test_i_stats_last_access_and_counts(results: dict[str, dict[str, int]]) -> None:
+    r = results["detect"]
+    assert r["hits"] == 2 and r["notices"] == 1 and r["releases"] == 1
+    assert r["timeouts"] == 0 and r["blocked"] == 0
+    assert r["again_start"] <= r["last_access"] <= r["again_end"]
+    assert r["flags"] == 1
+
+
+def test_fatal_signal_ends_the_wait(results: dict[str, dict[str, int]]) -> None:
+    r = results["fatal"]
+    assert r["notice"] == 1 and r["reaped_ms"] < SLACK_MS and r["blocked_after"] == 0
+
+
+def test_config_majors_at_run_time(results: dict[str, dict[str, int]]) -> None:
+    r = results["config"]
+    assert r["get"] == 0 and r["ntypes"] == 1 and r["type0"] == 0x46 and r["nmajors"] == 0
+    assert r["set_major1"] == 0 and r["notice_major1"] == 1
+    assert r["set_major195"] == 0 and r["notice_major195"] == 0
+    assert r["bad"] == -errno.EINVAL
+
+
+def test_install_script_is_idempotent(results: dict[str, dict[str, int]]) -> None:
+    assert results["install1"] == {"rc": 0, "timeout_ms": 2500}
+    assert results["install2"] == {"rc": 0, "already": 1}
+    assert results["install3"] == {"rc": 0, "already": 1}
+
+
+def test_no_kernel_warnings(results: dict[str, dict[str, int]]) -> None:
+    assert results["dmesg"]["problems"] == 0
