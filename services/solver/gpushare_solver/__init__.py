@@ -1,0 +1,1 @@
+"""gpushare solver: consumes node events, keeps the MappingCache, kills and evicts."""

@@ -1,0 +1,155 @@
+"""containerd's tasks service over gRPC: kill a container's processes and wait for them to exit.
+
+The only module of the solver that talks to containerd. It uses the project's
+own minimal protos of ``containerd.services.tasks.v1.Tasks`` (compiled into
+``gpushare_common.adapters.kubeletapi``) and puts the namespace in the
+``containerd-namespace`` gRPC metadata, as containerd's own clients do.
+Errors are this module's: :class:`TaskNotFound` (no such task, or its process
+already finished), :class:`ContainerdUnavailable` (socket down, timeout) and
+:class:`ContainerdError` for everything else; no gRPC exception escapes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from dataclasses import dataclass
+from types import TracebackType
+
+import grpc
+from gpushare_common.adapters.kubeletapi import (
+    containerd_task_types_pb2 as types_pb2,
+)
+from gpushare_common.adapters.kubeletapi import (
+    containerd_tasks_v1_pb2 as tasks_pb2,
+)
+from gpushare_common.adapters.kubeletapi import (
+    containerd_tasks_v1_pb2_grpc as tasks_grpc,
+)
+
+
+class ContainerdError(Exception):
+    def __init__(self, what: str, detail: str = "") -> None:
+        self.what = what
+        self.detail = detail
+        super().__init__(f"containerd {what}: {detail}".rstrip(": "))
+
+
+class TaskNotFound(ContainerdError):
+    pass
+
+
+class ContainerdUnavailable(ContainerdError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class TaskExit:
+    """How one container's task ended: ``gone`` when there was no task left to kill."""
+
+    container_id: str
+    exit_status: int | None
+    gone: bool
+    elapsed_ms: float
+
+
+def _translate(err: grpc.aio.AioRpcError, what: str) -> ContainerdError:
+    code, detail = err.code(), err.details() or ""
+    if code == grpc.StatusCode.NOT_FOUND:
+        return TaskNotFound(what, detail)
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+        return ContainerdUnavailable(what, f"{code.name} {detail}")
+    return ContainerdError(what, f"{code.name} {detail}")
+
+
+class Tasks:
+    """A client of one containerd socket and namespace; use it as an async context manager."""
+
+    def __init__(self, address: str, namespace: str = "k8s.io", call_timeout_s: float = 5.0) -> None:
+        self.address = address
+        self.namespace = namespace
+        self.call_timeout_s = call_timeout_s
+        self._metadata = (("containerd-namespace", namespace),)
+        self._channel: grpc.aio.Channel | None = None
+        self._stub: tasks_grpc.TasksStub | None = None
+
+    async def __aenter__(self) -> Tasks:
+        self.open()
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.close()
+
+    def open(self) -> None:
+        target = self.address if "://" in self.address else f"unix://{self.address}"
+        self._channel = grpc.aio.insecure_channel(target)
+        self._stub = tasks_grpc.TasksStub(self._channel)
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            await self._channel.close()
+        self._channel, self._stub = None, None
+
+    @property
+    def stub(self) -> tasks_grpc.TasksStub:
+        if self._stub is None:
+            raise ContainerdUnavailable("call", "client not opened")
+        return self._stub
+
+    async def status(self, container_id: str) -> str:
+        """The task's status name (``RUNNING``, ``STOPPED``...); TaskNotFound when none."""
+        try:
+            reply = await self.stub.Get(tasks_pb2.GetRequest(container_id=container_id),
+                                        metadata=self._metadata, timeout=self.call_timeout_s)
+        except grpc.aio.AioRpcError as err:
+            raise _translate(err, f"get task {container_id}") from None
+        return str(types_pb2.Status.Name(reply.process.status))
+
+    async def running(self) -> dict[str, str]:
+        """Every task of the namespace: container id -> status name."""
+        try:
+            reply = await self.stub.List(tasks_pb2.ListTasksRequest(),
+                                         metadata=self._metadata, timeout=self.call_timeout_s)
+        except grpc.aio.AioRpcError as err:
+            raise _translate(err, "list tasks") from None
+        return {p.id or p.container_id: str(types_pb2.Status.Name(p.status)) for p in reply.tasks}
+
+    async def kill(self, container_id: str, sig: int = signal.SIGKILL) -> None:
+        request = tasks_pb2.KillRequest(container_id=container_id, signal=sig, all=True)
+        try:
+            await self.stub.Kill(request, metadata=self._metadata, timeout=self.call_timeout_s)
+        except grpc.aio.AioRpcError as err:
+            raise _translate(err, f"kill task {container_id}") from None
+
+    async def wait(self, container_id: str, timeout_s: float) -> int:
+        """Block until the task has exited; returns its exit status."""
+        try:
+            reply = await self.stub.Wait(tasks_pb2.WaitRequest(container_id=container_id),
+                                         metadata=self._metadata, timeout=timeout_s)
+        except grpc.aio.AioRpcError as err:
+            raise _translate(err, f"wait task {container_id}") from None
+        return int(reply.exit_status)
+
+    async def kill_and_wait(self, container_id: str, timeout_s: float) -> TaskExit:
+        """SIGKILL every process of the container and wait for the task to exit."""
+        start = time.perf_counter()
+        waiter = asyncio.ensure_future(self.wait(container_id, timeout_s))
+        try:
+            await self.kill(container_id)
+        except TaskNotFound:
+            pass  # already finished or no task: the waiter tells which
+        except BaseException:
+            waiter.cancel()
+            raise
+        try:
+            status: int | None = await waiter
+            gone = False
+        except TaskNotFound:
+            status, gone = None, True
+        return TaskExit(container_id, status, gone, (time.perf_counter() - start) * 1000)
+
+    async def kill_all(self, container_ids: list[str], timeout_s: float) -> list[TaskExit]:
+        """Kill every container in parallel and wait for all of them (errors propagate)."""
+        return list(await asyncio.gather(*(self.kill_and_wait(c, timeout_s) for c in container_ids)))

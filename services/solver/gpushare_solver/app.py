@@ -1,0 +1,83 @@
+"""Lifecycle of the solver: connect, load and recover state, consume events, serve HTTP, drain.
+
+Everything runs inside one AsyncExitStack so a stop (signal) or a crashed
+critical task unwinds it in reverse: tasks cancelled, HTTP stopped, the
+containerd channel closed, NATS drained.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from gpushare_common.adapters.kube import Kube
+from gpushare_common.bus import AckPolicy, Bus, Retryable
+from gpushare_common.http import Health, bound_port, build_app, serve
+from gpushare_common.logging import get_logger
+from gpushare_common.settings import CommonSettings
+from gpushare_common.subjects import node_token
+from gpushare_common.tasks import Tasks, wait_first
+from prometheus_client import CollectorRegistry
+
+from .adapters.containerd import Tasks as ContainerdTasks
+from .ports import PodApi, TaskApi
+from .service import Solver
+from .settings import SolverSettings
+
+SERVICE = "solver"
+log = get_logger(SERVICE)
+
+
+@dataclass
+class Running:
+    """A started solver (for tests and the runner): the service object and its HTTP port."""
+
+    solver: Solver
+    health: Health
+    tasks: Tasks
+    port: int
+
+
+def ack_policy(settings: SolverSettings) -> AckPolicy:
+    """Transient failures (Kubernetes, containerd, kmod-bridge unreachable) are retried up to
+    ``max_deliver`` deliveries; anything else (a contradictory event) is terminated and counted."""
+    return AckPolicy(max_deliver=settings.max_deliver, retry_on=(Retryable,),
+                     retry_delay_s=settings.retry_delay_s, ack_wait_s=settings.ack_wait_s)
+
+
+@contextlib.asynccontextmanager
+async def started(common: CommonSettings, settings: SolverSettings, stop: asyncio.Event,
+                  pods: PodApi | None = None, tasks_api: TaskApi | None = None,
+                  registry: CollectorRegistry | None = None) -> AsyncIterator[Running]:
+    node = common.node.require()
+    registry = registry or CollectorRegistry()
+    health = Health("nats", "state")
+    tasks = Tasks(SERVICE)
+    async with contextlib.AsyncExitStack() as stack:
+        bus = Bus(common.nats, SERVICE, registry)
+        await bus.connect(stop)
+        stack.push_async_callback(bus.drain)
+        await bus.ensure_stream()
+        health.set("nats", True)
+        if tasks_api is None:
+            client = ContainerdTasks(settings.containerd_address, settings.containerd_namespace)
+            tasks_api = await stack.enter_async_context(client)
+        solver = Solver(node, settings, bus, pods or Kube(common.kube), tasks_api, registry)
+        app = build_app(SERVICE, health, registry, solver.status)
+        server = await stack.enter_async_context(serve(app, common.http))
+        stack.push_async_callback(tasks.cancel_all)
+        await solver.open()
+        await solver.recover()
+        health.set("state", True, "loaded and reconciled")
+        durable = f"{settings.durable}-{node_token(node)}"
+        tasks.spawn("events", bus.consume(bus.subjects.node_events(node), durable, solver.on_event,
+                                          ack_policy(settings), stop, batch=1))
+        yield Running(solver, health, tasks, bound_port(server))
+
+
+async def run(common: CommonSettings, settings: SolverSettings, stop: asyncio.Event) -> int:
+    async with started(common, settings, stop) as running:
+        await wait_first(stop, running.tasks)
+        return 1 if running.tasks.failure is not None else 0

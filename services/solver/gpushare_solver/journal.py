@@ -1,0 +1,39 @@
+"""What the solver persists beside the MappingCache: seen event ids, ShadowPods being deleted."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import msgspec
+
+
+class JournalDoc(msgspec.Struct, kw_only=True):
+    seen: list[str] = []
+    terminating: list[str] = []
+
+
+class Seen:
+    """The ids of the last ``capacity`` events applied (idempotency across redeliveries)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._ids: OrderedDict[str, None] = OrderedDict()
+
+    def __contains__(self, event_id: object) -> bool:
+        return event_id in self._ids
+
+    def add(self, event_id: str) -> None:
+        self._ids[event_id] = None
+        self._ids.move_to_end(event_id)
+        while len(self._ids) > self.capacity:
+            self._ids.popitem(last=False)
+
+    def discard(self, event_id: str) -> None:
+        self._ids.pop(event_id, None)
+
+    def recent(self, count: int) -> list[str]:
+        return list(self._ids)[-count:]
+
+    def load(self, ids: list[str]) -> None:
+        for event_id in ids:
+            self.add(event_id)

@@ -1,0 +1,44 @@
+"""What the executor needs from the outside world, as small protocols.
+
+In production these are ``gpushare_common.adapters.kube.Kube``, the solver's
+containerd adapter and the NATS bus; tests may pass anything with these methods.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from gpushare_common.events import Event, KmodCommand, KmodReply
+
+from .adapters.containerd import TaskExit
+
+Obj = dict[str, Any]
+
+
+class PodApi(Protocol):
+    async def get_pod(self, namespace: str, name: str) -> Obj: ...
+
+    async def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None,
+                         uid: str = "") -> Obj | None: ...
+
+    async def patch_pod(self, namespace: str, name: str, patch: Obj, strategic: bool = False) -> Obj: ...
+
+    async def patch_pod_status(self, namespace: str, name: str, patch: Obj,
+                               strategic: bool = True) -> Obj: ...
+
+    async def list_pods(self, namespace: str | None = None, field_selector: str = "",
+                        label_selector: str = "") -> tuple[list[Obj], str]: ...
+
+
+class TaskApi(Protocol):
+    async def kill_all(self, container_ids: list[str], timeout_s: float) -> list[TaskExit]: ...
+
+
+class Outbox(Protocol):
+    """Publishing and kmod requests (the bus, seen from the executor)."""
+
+    async def publish(self, subject: str, event: Event) -> None: ...
+
+    async def publish_once(self, subject: str, event: Event) -> None: ...
+
+    async def kmod(self, command: KmodCommand) -> KmodReply: ...

@@ -1,0 +1,150 @@
+"""Reclaim: kill the pods' container tasks, release the owner, delete the pods, record each eviction.
+
+Steps (each persisted in the plan's :class:`ReclaimProgress`, so a restarted
+solver resumes at the step it stopped):
+
+1. find every container of every pod (``status.*containerStatuses[].containerID``);
+2. SIGKILL all of them in parallel through containerd and wait for the exits;
+3. release the owner (kmod ``release``) as soon as the tasks exited, or at the
+   deadline (logged) if they take longer;
+4. delete the pods with grace period 0 (uid precondition);
+5. publish one :class:`EvictionRecord` per pod with an id derived from the
+   trigger and the pod, so a replay is dropped by JetStream's de-duplication.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from gpushare_common.adapters.kube import NotFound
+from gpushare_common.events import EvictionRecord, KmodCommand
+from gpushare_common.ids import parse_pod_key
+from gpushare_common.logging import get_logger
+
+from .actions import Reclaim, ReclaimProgress
+from .adapters.containerd import ContainerdError
+from .metrics import SolverMetrics
+from .ports import Obj, Outbox, PodApi, TaskApi
+from .settings import SolverSettings
+
+log = get_logger("solver.reclaim")
+Save = Callable[[], Awaitable[None]]
+
+
+def record_id(trigger_id: str, pod: str) -> str:
+    return hashlib.sha256(f"{trigger_id}\n{pod}".encode()).hexdigest()[:32]
+
+
+def container_ids(pod: Obj) -> list[str]:
+    status = pod.get("status") or {}
+    found: list[str] = []
+    for key in ("initContainerStatuses", "containerStatuses", "ephemeralContainerStatuses"):
+        for item in status.get(key) or []:
+            runtime_id = str(item.get("containerID") or "")
+            if "://" in runtime_id:
+                found.append(runtime_id.split("://", 1)[1])
+    return found
+
+
+class Reclaimer:
+    def __init__(self, node: str, settings: SolverSettings, pods: PodApi, tasks: TaskApi,
+                 outbox: Outbox, eviction_subject: str, metrics: SolverMetrics) -> None:
+        self.node = node
+        self.settings = settings
+        self.pods = pods
+        self.tasks = tasks
+        self.outbox = outbox
+        self.subject = eviction_subject
+        self.metrics = metrics
+        self.after_kill: Callable[[], Awaitable[None]] | None = None  # a test's hook
+
+    async def run(self, action: Reclaim, progress: ReclaimProgress, trigger_id: str,
+                  received: float, save: Save) -> None:
+        if not progress.killed:
+            await self._kill(action, progress, received, save)
+            if self.after_kill is not None:
+                await self.after_kill()
+        if action.release is not None and not progress.released:
+            await self._release(action, progress, received)
+            await save()
+        outcomes = await asyncio.gather(*(self._delete(pod, progress) for pod in action.pods))
+        for pod, (outcome, delete_ms, error) in zip(action.pods, outcomes, strict=True):
+            await self._record(action, progress, trigger_id, received, pod, (outcome, delete_ms, error))
+
+    async def _kill(self, action: Reclaim, progress: ReclaimProgress, received: float, save: Save) -> None:
+        progress.started = progress.started or time.time()
+        found = await asyncio.gather(*(self._containers(pod) for pod in action.pods))
+        for pod, (uid, ids) in zip(action.pods, found, strict=True):
+            progress.uids[pod] = uid
+            progress.containers[pod] = ids
+        every = [c for ids in progress.containers.values() for c in ids]
+        start = time.perf_counter()
+        killing = asyncio.ensure_future(self.tasks.kill_all(every, self.settings.kill_timeout_s))
+        done, _ = await asyncio.wait({killing}, timeout=self.settings.release_deadline_s)
+        if not done and action.release is not None:
+            log.warning("borrowers still running at the release deadline; releasing the owner now",
+                        node=self.node, owner=action.owner, pods=",".join(action.pods),
+                        deadline_s=self.settings.release_deadline_s)
+            await self._release(action, progress, received)
+        await self._finish_kill(killing, action, progress, start)
+        await save()
+
+    async def _finish_kill(self, killing: asyncio.Future[Any], action: Reclaim,
+                           progress: ReclaimProgress, start: float) -> None:
+        try:
+            await killing
+        except ContainerdError as err:
+            log.error("killing borrower tasks failed; deleting the pods anyway", node=self.node,
+                      owner=action.owner, error=str(err))
+        progress.kill_ms = (time.perf_counter() - start) * 1000
+        progress.killed = True
+        self.metrics.kill_seconds.labels(action.reason).observe(progress.kill_ms / 1000)
+
+    async def _containers(self, pod: str) -> tuple[str, list[str]]:
+        namespace, name = parse_pod_key(pod)
+        try:
+            obj = await self.pods.get_pod(namespace, name)
+        except NotFound:
+            return "", []
+        return str((obj.get("metadata") or {}).get("uid") or ""), container_ids(obj)
+
+    async def _release(self, action: Reclaim, progress: ReclaimProgress, received: float) -> None:
+        assert action.release is not None
+        command = KmodCommand(node=self.node, op="release", pods=action.release.pods,
+                              pidns=action.release.pidns, reason=action.reason)
+        reply = await self.outbox.kmod(command)
+        progress.released = True
+        self.metrics.release_seconds.observe(max(0.0, time.time() - received))
+        if reply.status != 0:
+            log.warning("kernel refused release", node=self.node, owner=action.owner,
+                        status=reply.status, message=reply.message)
+
+    async def _delete(self, pod: str, progress: ReclaimProgress) -> tuple[str, float, str]:
+        if pod in progress.uids and not progress.uids[pod]:
+            return "already-gone", 0.0, ""
+        namespace, name = parse_pod_key(pod)
+        start = time.perf_counter()
+        outcome = "evicted"
+        try:  # other Kubernetes errors propagate: the plan is retried from this step
+            await self.pods.delete_pod(namespace, name, grace_seconds=0, uid=progress.uids.get(pod, ""))
+        except NotFound:
+            outcome = "evicted" if progress.containers.get(pod) else "already-gone"
+        return outcome, (time.perf_counter() - start) * 1000, ""
+
+    async def _record(self, action: Reclaim, progress: ReclaimProgress, trigger_id: str,
+                      received: float, pod: str, result: tuple[str, float, str]) -> None:
+        outcome, delete_ms, error = result
+        record = EvictionRecord(
+            node=self.node, id=record_id(trigger_id, pod), pod=pod, reason=action.reason,
+            owner=action.owner, containers=tuple(progress.containers.get(pod, ())),
+            kill_ms=round(progress.kill_ms, 3), delete_ms=round(delete_ms, 3),
+            total_ms=round((time.time() - received) * 1000, 3), trigger_id=trigger_id,
+            outcome=outcome, error=error)
+        await self.outbox.publish_once(self.subject, record)
+        self.metrics.evictions.labels(action.reason, outcome).inc()
+        log.info("evicted", node=self.node, pod=pod, reason=action.reason, owner=action.owner,
+                 outcome=outcome, kill_ms=record.kill_ms, total_ms=record.total_ms)

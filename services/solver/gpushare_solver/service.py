@@ -1,0 +1,227 @@
+"""The solver wired together: consume events, persist, execute, recover after a restart.
+
+For each event (at least once, in order, from the durable consumer):
+
+1. a plan already pending for this event id -> resume it; an id already
+   applied -> nothing (a redelivery or a replay);
+2. ``handle`` changes the state and returns actions;
+3. the MappingCache, desired health, journal and the plan are written to the
+   key-value buckets together, *before* any action runs;
+4. the plan runs; it is deleted when finished. A failure that may pass
+   (Kubernetes, containerd, kmod-bridge unreachable) naks the message, and
+   the redelivery resumes the plan.
+
+On start: load the buckets, finish every pending plan, then reconcile the
+cache with the pods that exist on the node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Any
+
+from gpushare_common.adapters.kube import KubeError
+from gpushare_common.adapters.kube import Retryable as KubeRetryable
+from gpushare_common.bus import Bus, BusError, Retryable
+from gpushare_common.events import AnyEvent, DeviceHealth, Event, KmodCommand, KmodReply, event_tag
+from gpushare_common.kvstore import Store
+from gpushare_common.logging import get_logger
+from gpushare_common.mapping import PersistentMapping
+from gpushare_common.subjects import node_token
+from prometheus_client import CollectorRegistry
+
+from .actions import DeviceList, Plan, Reclaim
+from .adapters.containerd import ContainerdUnavailable
+from .executor import Executor
+from .handlers import handle
+from .journal import JournalDoc, Seen
+from .metrics import SolverMetrics
+from .ports import PodApi, TaskApi
+from .reclaim import Reclaimer
+from .reconcile import reconcile
+from .settings import SolverSettings, bucket_names, health_key
+from .state import HandlerError, SolverState
+
+log = get_logger("solver")
+_PERSISTED_SEEN = 256
+_TRANSIENT = (KubeRetryable, ContainerdUnavailable, BusError)
+
+
+class BusOutbox:
+    def __init__(self, bus: Bus, node: str, kmod_timeout_s: float) -> None:
+        self.bus, self.node, self.timeout = bus, node, kmod_timeout_s
+
+    async def publish(self, subject: str, event: Event) -> None:
+        await self.bus.publish(subject, event)
+
+    async def publish_once(self, subject: str, event: Event) -> None:
+        await self.bus.publish_persistent(subject, event)
+
+    async def kmod(self, command: KmodCommand) -> KmodReply:
+        reply = await self.bus.request(self.bus.subjects.kmod_cmd(self.node), command, self.timeout)
+        if not isinstance(reply, KmodReply):
+            raise BusError(f"kmod-bridge answered {event_tag(reply)} instead of kmod_reply")
+        return reply
+
+
+class Solver:
+    def __init__(self, node: str, settings: SolverSettings, bus: Bus, pods: PodApi, tasks: TaskApi,
+                 registry: CollectorRegistry) -> None:
+        self.node, self.settings, self.bus, self.pods = node, settings, bus, pods
+        self.state = SolverState(spot_resource=settings.spot_resource)
+        self.metrics = SolverMetrics(registry)
+        self.seen = Seen(settings.seen_events)
+        self.plans: dict[str, Plan] = {}
+        self.reclaimer = Reclaimer(node, settings, pods, tasks, BusOutbox(bus, node, settings.kmod_timeout_s),
+                                   bus.subjects.eviction(node), self.metrics)
+        self.executor = Executor(node, bus.subjects, pods, self.reclaimer.outbox, self.reclaimer)
+        self._stores: dict[str, Store] = {}
+        self.mapping: PersistentMapping | None = None
+        self._lock = asyncio.Lock()
+
+    # --- start-up -------------------------------------------------------------
+
+    async def open(self) -> None:
+        for role, bucket in bucket_names(node_token(self.node)).items():
+            self._stores[role] = await self.bus.store(bucket)
+        self.mapping = PersistentMapping(self._stores["mapping"])
+        await self.mapping.load()
+        self.state.cache = self.mapping.cache
+        spot = await self._stores["health"].get(health_key(self.node, self.settings.spot_resource),
+                                                   DeviceHealth)
+        self.state.health = dict(spot.devices) if spot else {}
+        journal = await self._stores["journal"].get("journal", JournalDoc) or JournalDoc()
+        self.seen.load(journal.seen)
+        self.state.terminating = set(journal.terminating)
+        self.plans = await self._stores["plans"].items(Plan)
+        log.info("state loaded", node=self.node, owners=len(self.state.cache.owners()),
+                 pending_plans=len(self.plans))
+
+    async def recover(self) -> None:
+        """Finish pending plans, reconcile with the cluster, republish the desired health."""
+        for plan in sorted(self.plans.values(), key=lambda p: p.received):
+            try:
+                await self._execute(plan)
+            except Exception as err:
+                log.error("pending plan failed at start; dropped", node=self.node, trigger=plan.trigger_id,
+                          error=repr(err))
+                await self._forget(plan)
+        await self._reconcile()
+        if self.state.health:
+            event = DeviceHealth(node=self.node, resource=self.settings.spot_resource,
+                                 devices=dict(self.state.health), full=True, reason="solver start")
+            await self.bus.publish(self.bus.subjects.health(self.node, self.settings.spot_resource), event)
+
+    async def _reconcile(self) -> None:
+        try:
+            pods, _ = await self.pods.list_pods(field_selector=f"spec.nodeName={self.node}")
+        except KubeError as err:
+            log.warning("cannot list pods; reconciliation skipped", node=self.node, error=str(err))
+            return
+        present = {f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in pods
+                   if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")}
+        async with self._lock:
+            actions = reconcile(self.state, self.node, present)
+            await self._run(f"reconcile-{uuid.uuid4().hex}", "reconcile", actions, time.time())
+
+    # --- events ---------------------------------------------------------------
+
+    async def on_event(self, event: AnyEvent) -> None:
+        tag = event_tag(event)
+        async with self._lock:
+            pending = self.plans.get(event.id)
+            if pending is not None:
+                await self._execute(pending)
+                return
+            if event.id in self.seen:
+                self.metrics.events.labels(tag, "duplicate").inc()
+                return
+            received = time.time()
+            try:
+                actions = handle(event, self.state)
+            except HandlerError as err:
+                self.metrics.events.labels(tag, "rejected").inc()
+                log.error("event rejected", node=self.node, event=tag, id=event.id, reason=err.reason)
+                raise
+            self.seen.add(event.id)
+            await self._run(event.id, tag, actions, received)
+            self.metrics.events.labels(tag, "applied").inc()
+
+    async def _run(self, trigger_id: str, tag: str, actions: list[Any], received: float) -> None:
+        plan = Plan(trigger_id=trigger_id, event=tag, actions=actions, received=received) if actions else None
+        if plan is not None:
+            self.plans[trigger_id] = plan
+        try:
+            await self._persist(plan)
+        except Exception as err:
+            raise Retryable(f"persisting state failed: {err!r}") from err
+        if plan is not None:
+            await self._execute(plan)
+
+    async def _persist(self, plan: Plan | None) -> None:
+        assert self.mapping is not None
+        writes = [self.mapping.flush(), self._save_journal()]
+        if plan is not None:
+            writes.append(self._stores["plans"].put(plan.trigger_id, plan))
+            writes += [self._save_device_list(a) for a in plan.actions if isinstance(a, DeviceList)]
+        if self.state.health:
+            spot = DeviceHealth(node=self.node, resource=self.settings.spot_resource,
+                                devices=dict(self.state.health), full=True)
+            key = health_key(self.node, self.settings.spot_resource)
+            writes.append(self._stores["health"].put(key, spot))
+        await asyncio.gather(*writes)
+
+    async def _save_journal(self) -> None:
+        doc = JournalDoc(seen=self.seen.recent(_PERSISTED_SEEN), terminating=sorted(self.state.terminating))
+        await self._stores["journal"].put("journal", doc)
+
+    async def _save_device_list(self, action: DeviceList) -> None:
+        event = DeviceHealth(node=self.node, resource=action.resource, full=True, reason=action.reason,
+                             devices=dict.fromkeys(action.devices, "Healthy"))
+        await self._stores["health"].put(health_key(self.node, action.resource), event)
+
+    async def _execute(self, plan: Plan) -> None:
+        self.plans[plan.trigger_id] = plan
+        self.metrics.in_flight.set(len(self.plans))
+        try:
+            await self.executor.run(plan, self._save_plan)
+        except _TRANSIENT as err:
+            log.warning("plan interrupted; will resume", node=self.node, trigger=plan.trigger_id,
+                        error=str(err))
+            raise Retryable(str(err)) from err
+        await self._forget(plan)
+
+    async def _save_plan(self, plan: Plan) -> None:
+        await self._stores["plans"].put(plan.trigger_id, plan)
+
+    async def _forget(self, plan: Plan) -> None:
+        self.plans.pop(plan.trigger_id, None)
+        await self._stores["plans"].delete(plan.trigger_id)
+        self.metrics.in_flight.set(len(self.plans))
+        self.metrics.borrowers.set(len(self.state.borrowers()))
+
+    # --- /status --------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "mapping": self.state.cache.snapshot(),
+            "borrowers": self.state.borrowers(),
+            "spot_health": dict(sorted(self.state.health.items())),
+            "terminating_shadow_pods": sorted(self.state.terminating),
+            "evictions_in_flight": [_plan_view(p) for p in self.plans.values()],
+        }
+
+
+def _plan_view(plan: Plan) -> dict[str, Any]:
+    reclaims = []
+    for index, action in enumerate(plan.actions):
+        if isinstance(action, Reclaim):
+            progress = plan.progress.get(index)
+            reclaims.append({"reason": action.reason, "owner": action.owner, "pods": list(action.pods),
+                             "killed": bool(progress and progress.killed),
+                             "released": bool(progress and progress.released)})
+    return {"trigger": plan.trigger_id, "event": plan.event, "done": plan.done,
+            "actions": len(plan.actions), "reclaims": reclaims}

@@ -1,0 +1,117 @@
+"""SpotGPU transitions (SPEC section 5): owners go away and come back, borrowers borrow."""
+
+from __future__ import annotations
+
+from gpushare_common.events import GenericEvent, LowPowerEvent, OwnerBackEvent, SpotEvent
+from gpushare_common.ids import IdError, parse_spot_device_id, spot_device_id
+from gpushare_common.mapping import IDLE_SPACE, MappingError
+
+from .actions import Action, Kmod, Reclaim, Release, SetHealth
+from .state import RESERVED, SPOT_OWNER, HandlerError, SolverState
+
+OWNER_BACK = "owner-back"
+RESERVED_REASON = "reserved"
+
+
+def _spot_ids(devices: tuple[str, ...] | list[str]) -> list[str]:
+    return [spot_device_id(d) for d in devices]
+
+
+def _health(state: SolverState, devices: list[str], healthy: bool, reason: str) -> SetHealth:
+    return SetHealth(resource=state.spot_resource, reason=reason,
+                     devices=state.set_health(devices, "Healthy" if healthy else "Unhealthy"))
+
+
+def reserved_using(event: GenericEvent, state: SolverState) -> list[Action]:
+    """A reserved pod holds cards: their spot devices go Unhealthy and borrowers are evicted."""
+    entry = state.cache.get(event.pod)
+    if entry is not None and entry.kind == SPOT_OWNER and set(entry.devices) == set(event.devices):
+        return []  # the owner is away; its holding the cards is not news
+    state.cache.create(event.pod, event.devices, kind=RESERVED, resource=event.vendor_resource)
+    spot = _spot_ids(event.devices)
+    borrowers = state.withdraw(spot)
+    actions: list[Action] = [_health(state, spot, False, f"reserved by {event.pod}")]
+    if borrowers:
+        actions.append(Reclaim(reason=RESERVED_REASON, pods=tuple(borrowers), owner=event.pod))
+    return actions
+
+
+def reserved_cleared(event: GenericEvent, state: SolverState) -> list[Action]:
+    """The cards are free again: their spot devices are borrowable."""
+    entry = state.cache.delete(event.pod)
+    if entry is None:
+        return []
+    spot = _spot_ids(list(entry.devices))
+    state.lend(spot)
+    return [_health(state, spot, True, f"released by {event.pod}")]
+
+
+def owner_away(event: LowPowerEvent, state: SolverState) -> list[Action]:
+    entry = state.cache.get(event.owner)
+    if entry is not None and entry.kind == SPOT_OWNER:
+        return []
+    devices = list(event.devices) or (list(entry.devices) if entry else [])
+    if not devices:
+        raise HandlerError(event.id, f"owner {event.owner} is away but holds no known devices")
+    state.cache.create(event.owner, devices, kind=SPOT_OWNER, resource=entry.resource if entry else "")
+    spot = _spot_ids(devices)
+    state.lend(spot)
+    return [_health(state, spot, True, f"owner {event.owner} away"),
+            Kmod(op="detect", pods=(event.owner,), reason="owner away")]
+
+
+def owner_back(owner: str, release: Release, state: SolverState) -> list[Action]:
+    """Kill and evict the owner's borrowers, withdraw its cards, then release it."""
+    entry = state.cache.get(owner)
+    if entry is None or entry.kind != SPOT_OWNER:
+        return [Reclaim(reason=OWNER_BACK, owner=owner, release=release)]
+    state.cache.create(owner, list(entry.devices), kind=RESERVED, resource=entry.resource)
+    spot = _spot_ids(list(entry.devices))
+    borrowers = state.withdraw(spot)
+    return [_health(state, spot, False, f"owner {owner} back"),
+            Reclaim(reason=OWNER_BACK, pods=tuple(borrowers), owner=owner, release=release)]
+
+
+def lowpower(event: LowPowerEvent, state: SolverState) -> list[Action]:
+    if not event.using:
+        return owner_away(event, state)
+    return owner_back(event.owner, Release(pods=(event.owner,)), state)
+
+
+def kernel_owner_back(event: OwnerBackEvent, state: SolverState) -> list[Action]:
+    release = Release(pods=(event.pod,) if event.pod else (), pidns=(event.pidns,))
+    if event.pod:
+        return owner_back(event.pod, release, state)
+    # The bridge could not name the pod: every away owner may be the one; the owner must win.
+    actions: list[Action] = []
+    for owner in sorted(state.cache.owners(SPOT_OWNER)):
+        actions.extend(a for a in owner_back(owner, Release(pods=(owner,)), state))
+    return [*actions, Reclaim(reason=OWNER_BACK, release=release)]
+
+
+def spot_using(event: SpotEvent, state: SolverState) -> list[Action]:
+    try:
+        reals = {d: parse_spot_device_id(d) for d in event.devices}
+    except IdError as err:
+        raise HandlerError(event.id, str(err)) from None
+    for real in reals.values():
+        holder = state.cache.owner_of(real)
+        if holder is not None and state.kind_of(holder) == RESERVED:
+            state.cache.unuse_everywhere(event.pod)
+            return [Reclaim(reason=RESERVED_REASON, pods=(event.pod,), owner=holder)]
+    state.lend(list(reals))
+    for device in reals:
+        try:
+            state.cache.use(IDLE_SPACE, event.pod, device)
+        except MappingError as err:
+            raise HandlerError(event.id, str(err)) from None
+    return []
+
+
+def spot_cleared(event: SpotEvent, state: SolverState) -> list[Action]:
+    if event.devices:
+        for device in event.devices:
+            state.cache.unuse(IDLE_SPACE, event.pod, device)
+    else:
+        state.cache.unuse_everywhere(event.pod)
+    return []

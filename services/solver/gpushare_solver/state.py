@@ -1,0 +1,89 @@
+"""The solver's in-memory state: the MappingCache plus what it needs beside it.
+
+Owner kinds in the cache: ``shadow`` (a ShadowPod: its virtual devices, users
+are SharePods), ``reserved`` (an ordinary pod or an active dev machine holding
+real cards), ``spot-owner`` (a dev machine whose owner is away: its real cards
+are lent) and ``idle-space`` (the ``spot-<id>`` devices lent out; users are
+borrowers).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpushare_common.events import Health
+from gpushare_common.mapping import IDLE_SPACE, MappingCache
+
+SHADOW = "shadow"
+RESERVED = "reserved"
+SPOT_OWNER = "spot-owner"
+IDLE = "idle-space"
+
+
+class HandlerError(ValueError):
+    """An event that contradicts the state (e.g. a device given to two pods): dropped and counted."""
+
+    def __init__(self, event_id: str, reason: str) -> None:
+        self.event_id = event_id
+        self.reason = reason
+        super().__init__(f"event {event_id}: {reason}")
+
+
+@dataclass
+class SolverState:
+    cache: MappingCache = field(default_factory=MappingCache)
+    spot_resource: str = "spot-gpu"
+    health: dict[str, Health] = field(default_factory=dict)  # spot device -> desired health
+    terminating: set[str] = field(default_factory=set)  # ShadowPods being deleted
+
+    def kind_of(self, owner: str | None) -> str:
+        entry = self.cache.get(owner) if owner else None
+        return entry.kind if entry else ""
+
+    def lent(self) -> list[str]:
+        entry = self.cache.get(IDLE_SPACE)
+        return list(entry.devices) if entry else []
+
+    def lend(self, spot_devices: list[str]) -> None:
+        """Add spot devices to ``idle-space`` (users of devices already there are kept)."""
+        current = self.lent()
+        wanted = current + [d for d in spot_devices if d not in current]
+        if wanted != current:
+            self.cache.create(IDLE_SPACE, wanted, kind=IDLE)
+
+    def withdraw(self, spot_devices: list[str]) -> list[str]:
+        """Take spot devices out of ``idle-space``; returns their borrowers (now freed everywhere)."""
+        entry = self.cache.get(IDLE_SPACE)
+        if entry is None:
+            return []
+        borrowers = sorted({entry.devices[d].sharing_pod for d in spot_devices
+                            if d in entry.devices and entry.devices[d].sharing_pod})
+        for borrower in borrowers:
+            self.cache.unuse_everywhere(borrower)
+        remaining = [d for d in entry.devices if d not in spot_devices]
+        if not remaining:
+            self.cache.delete(IDLE_SPACE)
+        elif len(remaining) != len(entry.devices):
+            self.cache.create(IDLE_SPACE, remaining, kind=IDLE)
+        return borrowers
+
+    def borrowers(self) -> dict[str, str]:
+        """spot device -> borrower, for every lent device in use."""
+        entry = self.cache.get(IDLE_SPACE)
+        if entry is None:
+            return {}
+        return {d: s.sharing_pod for d, s in entry.devices.items() if s.sharing_pod}
+
+    def set_health(self, devices: list[str], health: Health) -> dict[str, Health]:
+        """Record the desired health; returns the devices whose desired health this sets."""
+        for device in devices:
+            self.health[device] = health
+        return dict.fromkeys(devices, health)
+
+    def devices_of_resource(self, resource: str) -> tuple[str, ...]:
+        found: list[str] = []
+        for owner in self.cache.owners(SHADOW):
+            entry = self.cache.get(owner)
+            if entry is not None and entry.resource == resource and owner not in self.terminating:
+                found.extend(entry.devices)
+        return tuple(sorted(found))
