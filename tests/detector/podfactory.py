@@ -32,8 +32,9 @@ def pod(
 
 
 def shadow(name: str, spec: int = 4, kind: str = "share", **kw: Any) -> dict[str, Any]:
+    annotations = {"gpushare.k8s.io/share-spec": str(spec), "gpushare.k8s.io/share-kind": kind}
     return pod(name, requests={"main": {"nvidia.com/gpu": "1"}}, labels=SHADOW_LABEL,
-               annotations={"gpushare.k8s.io/share-spec": str(spec), "gpushare.k8s.io/share-kind": kind}, **kw)
+               annotations=annotations, **kw)
 
 
 def share(name: str, resource: str = "gpushare/share-gpu-4", **kw: Any) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -98,7 +99,8 @@ def _mutations() -> st.SearchStrategy[dict[str, Any]]:
         target[path[-1]] = value
         return base
 
-    bases = st.sampled_from([pf.shadow, pf.share, pf.spot, pf.reserved]).map(lambda make: make("p"))
+    examples = [pf.shadow("p"), pf.share("p"), pf.spot("p"), pf.reserved("p")]
+    bases = st.sampled_from(examples).map(copy.deepcopy)
     return st.builds(mutate, bases, st.sampled_from(paths), json_values)
 
 

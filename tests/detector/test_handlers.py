@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+from typing import Any
+
 from gpushare_common import events as ev
-from gpushare_detector.classify import Rules
+from gpushare_detector.classify import PodView, Rules
 from gpushare_detector.pods import PodTracker
 
 from tests.detector import podfactory as pf
@@ -13,6 +15,12 @@ def tracker() -> PodTracker:
     return PodTracker(Rules(), NODE)
 
 
+def see(t: PodTracker, pod: dict[str, Any]) -> PodView:
+    view = t.read(pod)
+    assert view is not None
+    return view
+
+
 def only(events: list[ev.Event]) -> ev.Event:
     assert len(events) == 1, events
     return events[0]
@@ -20,13 +28,12 @@ def only(events: list[ev.Event]) -> ev.Event:
 
 def test_shadow_running_then_terminating_then_cleared() -> None:
     t = tracker()
-    view = t.read(pf.shadow("s1", spec=4))
-    assert view is not None
-    running = only(t.upsert(view, {"main": {"nvidia.com/gpu": ("GPU-a",)}}))
+    running = only(t.upsert(see(t, pf.shadow("s1", spec=4)), {"main": {"nvidia.com/gpu": ("GPU-a",)}}))
     assert isinstance(running, ev.ShadowEvent)
     assert (running.shadow_pod, running.state, running.devices) == ("ns/s1", "running", ("GPU-a",))
-    assert (running.resource, running.share_spec, running.vendor_resource) == ("share-gpu-4", 4, "nvidia.com/gpu")
-    terminating = only(t.upsert(t.read(pf.shadow("s1", deleting=True)), None))  # type: ignore[arg-type]
+    assert (running.resource, running.share_spec) == ("share-gpu-4", 4)
+    assert running.vendor_resource == "nvidia.com/gpu"
+    terminating = only(t.upsert(see(t, pf.shadow("s1", deleting=True)), None))
     assert isinstance(terminating, ev.ShadowEvent) and terminating.terminating
     gone = only(t.remove("ns/s1"))
     assert isinstance(gone, ev.ShadowEvent) and gone.state == "cleared"
@@ -35,20 +42,20 @@ def test_shadow_running_then_terminating_then_cleared() -> None:
 
 def test_shadow_pending_or_without_devices_says_nothing() -> None:
     t = tracker()
-    assert t.upsert(t.read(pf.shadow("s", phase="Pending")), {"main": {"nvidia.com/gpu": ("G",)}}) == []  # type: ignore[arg-type]
-    assert t.upsert(t.read(pf.shadow("s")), {}) == []  # type: ignore[arg-type]
+    assert t.upsert(see(t, pf.shadow("s", phase="Pending")), {"main": {"nvidia.com/gpu": ("G",)}}) == []
+    assert t.upsert(see(t, pf.shadow("s")), {}) == []
 
 
 def test_share_spot_generic_facts() -> None:
     t = tracker()
-    share = only(t.upsert(t.read(pf.share("a")),  # type: ignore[arg-type]
+    share = only(t.upsert(see(t, pf.share("a")),
                           {"app": {"gpushare/share-gpu-4": ("ns/s1-0",)}}))
     assert isinstance(share, ev.ShareEvent)
     assert (share.share_pod, share.container, share.resource, share.devices) == ("ns/a", "app", "share-gpu-4",
                                                                                  ("ns/s1-0",))
-    spot = only(t.upsert(t.read(pf.spot("b")), {"job": {"gpushare/spot-gpu": ("spot-G1",)}}))  # type: ignore[arg-type]
+    spot = only(t.upsert(see(t, pf.spot("b")), {"job": {"gpushare/spot-gpu": ("spot-G1",)}}))
     assert isinstance(spot, ev.SpotEvent) and spot.devices == ("spot-G1",)
-    gen = only(t.upsert(t.read(pf.reserved("c", lendable=True)),  # type: ignore[arg-type]
+    gen = only(t.upsert(see(t, pf.reserved("c", lendable=True)),
                         {"main": {"nvidia.com/gpu": ("G2", "G3")}, "dind": {}}))
     assert isinstance(gen, ev.GenericEvent) and gen.lendable and gen.devices == ("G2", "G3")
     assert t.reserved_containers() == {"ns/c/main"}
@@ -59,19 +66,19 @@ def test_share_spot_generic_facts() -> None:
 def test_finished_pod_clears_and_unchanged_pod_is_silent() -> None:
     t = tracker()
     devices = {"main": {"nvidia.com/gpu": ("G",)}}
-    first = only(t.upsert(t.read(pf.reserved("r")), devices))  # type: ignore[arg-type]
-    assert t.upsert(t.read(pf.reserved("r")), devices) == []  # type: ignore[arg-type]
-    done = only(t.upsert(t.read(pf.reserved("r", phase="Succeeded")), None))  # type: ignore[arg-type]
+    first = only(t.upsert(see(t, pf.reserved("r")), devices))
+    assert t.upsert(see(t, pf.reserved("r")), devices) == []
+    done = only(t.upsert(see(t, pf.reserved("r", phase="Succeeded")), None))
     assert isinstance(done, ev.GenericEvent) and done.state == "cleared" and done.id != first.id
 
 
 def test_ids_are_deterministic_per_pod_uid() -> None:
     a, b = tracker(), tracker()
     devices = {"main": {"nvidia.com/gpu": ("G",)}}
-    e1 = only(a.upsert(a.read(pf.reserved("r")), devices))  # type: ignore[arg-type]
-    e2 = only(b.upsert(b.read(pf.reserved("r")), devices))  # type: ignore[arg-type]
+    e1 = only(a.upsert(see(a, pf.reserved("r")), devices))
+    e2 = only(b.upsert(see(b, pf.reserved("r")), devices))
     assert e1.id == e2.id
-    e3 = only(b.upsert(b.read(pf.reserved("r", uid="other")), devices))  # type: ignore[arg-type]
+    e3 = only(b.upsert(see(b, pf.reserved("r", uid="other")), devices))
     assert e3.id != e1.id
 
 

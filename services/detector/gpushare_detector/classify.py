@@ -123,7 +123,7 @@ def _identity(pod: Pod) -> str:
     namespace, name = meta.get("namespace"), meta.get("name")
     if not isinstance(namespace, str) or not isinstance(name, str) or not namespace or not name:
         raise ClassifyError("?", "metadata.namespace and metadata.name must be non-empty strings")
-    return ids.pod_key(namespace, name)
+    return f"{namespace}/{name}"
 
 
 def _containers(pod: Pod, key: str) -> dict[str, tuple[str, ...]]:

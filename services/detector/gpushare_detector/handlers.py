@@ -16,7 +16,7 @@ from gpushare_common import events as ev
 from gpushare_common.subjects import resource_token
 
 from .classify import PodClass, PodView, Rules
-from .model import ContainerDevices, FactKey
+from .model import DevicesOf, FactKey
 
 Facts = dict[FactKey, ev.Event]
 KIND_OF: dict[type[ev.Event], str] = {
@@ -38,14 +38,14 @@ def kind_of(event: ev.Event) -> str:
     return KIND_OF[type(event)]
 
 
-def _vendor_devices(rules: Rules, devices: ContainerDevices) -> tuple[str, tuple[str, ...]]:
+def _vendor_devices(rules: Rules, devices: Mapping[str, tuple[str, ...]]) -> tuple[str, tuple[str, ...]]:
     for resource in rules.vendor_resources:
         if devices.get(resource):
             return resource, devices[resource]
     return "", ()
 
 
-def _shadow(view: PodView, rules: Rules, node: str, devices: Mapping[str, ContainerDevices]) -> Facts:
+def _shadow(view: PodView, rules: Rules, node: str, devices: DevicesOf) -> Facts:
     vendor, real = _vendor_devices(rules, devices.get("main", {}))
     if view.phase != "Running" or not real or view.share is None:
         return {}
@@ -57,7 +57,7 @@ def _shadow(view: PodView, rules: Rules, node: str, devices: Mapping[str, Contai
     return {("shadow", view.key, "main", vendor): event}
 
 
-def _per_container(view: PodView, devices: Mapping[str, ContainerDevices], wanted: object
+def _per_container(view: PodView, devices: DevicesOf, wanted: object
                    ) -> Iterable[tuple[str, str, tuple[str, ...]]]:
     """(container, resource, device ids) for each requested resource the kubelet allocated."""
     for container, resources in view.requesting(wanted).items():
@@ -67,7 +67,7 @@ def _per_container(view: PodView, devices: Mapping[str, ContainerDevices], wante
                 yield container, resource, allocated
 
 
-def _share(view: PodView, rules: Rules, node: str, devices: Mapping[str, ContainerDevices]) -> Facts:
+def _share(view: PodView, rules: Rules, node: str, devices: DevicesOf) -> Facts:
     return {
         ("share", view.key, container, resource): ev.ShareEvent(
             node=node, share_pod=view.key, container=container, state="using",
@@ -76,7 +76,7 @@ def _share(view: PodView, rules: Rules, node: str, devices: Mapping[str, Contain
     }
 
 
-def _spot(view: PodView, rules: Rules, node: str, devices: Mapping[str, ContainerDevices]) -> Facts:
+def _spot(view: PodView, rules: Rules, node: str, devices: DevicesOf) -> Facts:
     return {
         ("spot", view.key, container, resource): ev.SpotEvent(
             node=node, pod=view.key, container=container, state="using", devices=ids,
@@ -85,7 +85,7 @@ def _spot(view: PodView, rules: Rules, node: str, devices: Mapping[str, Containe
     }
 
 
-def _generic(view: PodView, rules: Rules, node: str, devices: Mapping[str, ContainerDevices]) -> Facts:
+def _generic(view: PodView, rules: Rules, node: str, devices: DevicesOf) -> Facts:
     vendor = set(rules.vendor_resources)
     return {
         ("generic", view.key, container, resource): ev.GenericEvent(
@@ -101,12 +101,13 @@ _BUILDERS = {
 }
 
 
-def pod_facts(view: PodView, rules: Rules, node: str, devices: Mapping[str, ContainerDevices]) -> Facts:
+def pod_facts(view: PodView, rules: Rules, node: str, devices: DevicesOf) -> Facts:
     """The events that describe ``view`` now (empty when it finished or holds nothing)."""
     builder = _BUILDERS.get(view.cls)
     if builder is None or view.finished:
         return {}
-    return {key: with_stable_id(event, view.uid) for key, event in builder(view, rules, node, devices).items()}
+    facts = builder(view, rules, node, devices)
+    return {key: with_stable_id(event, view.uid) for key, event in facts.items()}
 
 
 def cleared(event: ev.Event) -> ev.Event | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TypeAlias
 
 # resource name -> device ids, for one container
@@ -10,3 +11,6 @@ ContainerDevices: TypeAlias = dict[str, tuple[str, ...]]
 NodeDevices: TypeAlias = dict[str, dict[str, ContainerDevices]]
 # (event kind, pod key, container, resource): one published fact
 FactKey: TypeAlias = tuple[str, str, str, str]
+# the same, read-only (what callers may pass in)
+DevicesOf: TypeAlias = Mapping[str, Mapping[str, tuple[str, ...]]]
+NodeDevicesIn: TypeAlias = Mapping[str, DevicesOf]

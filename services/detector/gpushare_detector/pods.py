@@ -12,7 +12,7 @@ from gpushare_common.logging import get_logger
 
 from .classify import ClassifyError, PodClass, PodView, Rules, classify
 from .handlers import Facts, plan, pod_facts
-from .model import ContainerDevices, NodeDevices
+from .model import DevicesOf, NodeDevices, NodeDevicesIn
 
 log = get_logger("detector.pods")
 NEEDS_DEVICES = frozenset({PodClass.SHADOW, PodClass.SHARE, PodClass.SPOT, PodClass.RESERVED})
@@ -56,11 +56,11 @@ class PodTracker:
             self.published.pop(key, None)
         return events
 
-    def upsert(self, view: PodView, devices: Mapping[str, ContainerDevices] | None) -> list[ev.Event]:
+    def upsert(self, view: PodView, devices: DevicesOf | None) -> list[ev.Event]:
         """A pod was added or changed; ``devices`` from pod-resources (None: keep what we had)."""
         self.views[view.key] = view
         if devices is not None:
-            self.devices[view.key] = dict(devices)
+            self.devices[view.key] = {c: dict(r) for c, r in devices.items()}
         return self._refresh(view.key)
 
     def remove(self, key: str) -> list[ev.Event]:
@@ -69,14 +69,14 @@ class PodTracker:
         self.devices.pop(key, None)
         return self._refresh(key)
 
-    def replace_all(self, pods: Iterable[Mapping[str, Any]], devices: NodeDevices) -> list[ev.Event]:
+    def replace_all(self, pods: Iterable[Mapping[str, Any]], devices: NodeDevicesIn) -> list[ev.Event]:
         """A full list (after a (re)list or for a resync): changes only."""
         views = [v for p in pods if (v := self.read(p)) is not None]
         self.views = {v.key: v for v in views}
         return self.refresh_all(devices)
 
-    def refresh_all(self, devices: NodeDevices) -> list[ev.Event]:
-        self.devices = {k: v for k, v in devices.items() if k in self.views}
+    def refresh_all(self, devices: NodeDevicesIn) -> list[ev.Event]:
+        self.devices = {k: {c: dict(r) for c, r in v.items()} for k, v in devices.items() if k in self.views}
         events: list[ev.Event] = []
         for key in sorted(set(self.views) | set(self.published)):
             events.extend(self._refresh(key))

@@ -7,8 +7,8 @@ per resource.  Errors are :class:`PodResourcesError`; no gRPC exception escapes.
 from __future__ import annotations
 
 import grpc
-from gpushare_common.adapters.kubeletapi import podresources_v1_pb2 as pr
-from gpushare_common.adapters.kubeletapi import podresources_v1_pb2_grpc as pr_grpc
+from gpushare_common.adapters.kubeletapi import podresources_v1_pb2 as pr  # type: ignore[attr-defined]
+from gpushare_common.adapters.kubeletapi import podresources_v1_pb2_grpc as pr_grpc  # type: ignore[attr-defined]
 
 from ..model import ContainerDevices, NodeDevices
 
