@@ -4,7 +4,9 @@ carries the CRI identity and Allocate annotations, and is killed on deletion."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import shutil
 import subprocess
 from collections.abc import AsyncIterator
@@ -12,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpushare_sim.node.adapters.backend import containerd_usable
+from gpushare_common.ids import ANN_DEVICES_FROM, ANN_DEVICES_IDS, ANN_SIGNATURE, load_key, sign
+from gpushare_sim.node.adapters.backend import containerd_usable, runtime_binary, signing_key
 from gpushare_sim.node.app import NodeSim
 from gpushare_sim.node.model import parse_pod
 from gpushare_sim.node.settings import NodeSimSettings
@@ -31,7 +34,7 @@ async def node() -> AsyncIterator[tuple[NodeSim, RecordingApi]]:
         pytest.skip("needs gcc to build sim/tools/gpuload")
     sim_dir = short_sim_dir()
     settings = NodeSimSettings(name="c1", sim_dir=sim_dir, gpus=2, containerd="auto",
-                               tools_dir=TOOLS)  # fmt: skip
+                               tools_dir=TOOLS, kmod_socket=str(sim_dir / "kmod" / "k.sock"))  # fmt: skip
     api = RecordingApi()
     try:
         async with running_node(settings) as sim:
@@ -113,3 +116,74 @@ def _text(path: Path) -> str | None:
         return path.read_text()
     except OSError:
         return None
+
+
+def _needs_runtime() -> None:
+    if runtime_binary("auto") is None:
+        pytest.skip("gpushare-runtime is not installed beside the interpreter (make venv)")
+
+
+async def _devices_seen(sim: NodeSim, api: RecordingApi, pod: str, container: str) -> list[str]:
+    await wait_until(lambda: phase(api, f"default/{pod}") == "Running", 30, f"{pod} running")
+    devs = sim.settings.node_dir / "util" / "default" / pod / container / "devs"
+    text = await wait_until(lambda: _text(devs), 15, f"{pod}/{container} device list")
+    return sorted(w for w in text.split() if w.startswith("nvidia"))
+
+
+LIST_DEVS = ["sh", "-c", "ls /dev > /run/gpuload/devs; exec sleep 300"]
+
+
+async def test_runtime_copies_the_card_of_main_into_dind(node: Any) -> None:
+    _needs_runtime()
+    sim, api = node
+    body = pod_manifest("dev", LIST_DEVS, node="c1", uid="u-dev", containers=["main", "dind"],
+                        annotations={f"{ANN_DEVICES_FROM}dind": "_/_/main"})  # fmt: skip
+    body["spec"]["containers"][1]["resources"] = {}
+    body["spec"]["containers"][0]["resources"] = {"limits": {GPU: "1"}}
+    await sim.kubelet.sync([parse_pod(body)])
+    assert await _devices_seen(sim, api, "dev", "main") == ["nvidia0"]
+    assert await _devices_seen(sim, api, "dev", "dind") == ["nvidia0"]
+    await sim.kubelet.sync([])
+    await wait_until(lambda: not sim.kubelet.workers, 20, "pod removed")
+
+
+async def test_runtime_injects_a_signed_spot_card_through_cdi(node: Any) -> None:
+    _needs_runtime()
+    sim, api = node
+    key = load_key(str(signing_key(sim.settings.node_dir)))
+    value = json.dumps({GPU: ["GPU-c1-1"]})
+    annotations = {f"{ANN_DEVICES_IDS}main": value,
+                   f"{ANN_SIGNATURE}main": sign(key, "main", value)}  # fmt: skip
+    body = pod_manifest("spot", LIST_DEVS, node="c1", uid="u-spot", annotations=annotations)
+    await sim.kubelet.sync([parse_pod(body)])
+    assert await _devices_seen(sim, api, "spot", "main") == ["nvidia1"]
+    await sim.kubelet.sync([])
+    await wait_until(lambda: not sim.kubelet.workers, 20, "pod removed")
+
+
+async def test_workload_asks_the_kernel_stand_in_from_its_own_pid_namespace(node: Any) -> None:
+    sim, api = node
+    sock = Path(sim.settings.kmod_socket)
+    requests: list[dict[str, Any]] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        requests.append(json.loads(await reader.readline()))
+        writer.write(b'{"blocked_ms": 3}\n')
+        await writer.drain()
+        writer.close()
+
+    sock.parent.mkdir(parents=True, exist_ok=True)
+    server = await asyncio.start_unix_server(serve, path=str(sock))
+    try:
+        body = pod_manifest("k", ["gpuload", "--once"], node="c1", uid="u-k", resources={GPU: "1"})
+        await sim.kubelet.sync([parse_pod(body)])
+        await wait_until(lambda: phase(api, "default/k") == "Succeeded", 30, "pod k succeeded")
+        assert requests and requests[0]["type"] == 0x46
+        assert requests[0]["pidns"] != os.stat("/proc/self/ns/pid").st_ino
+        report = _read(sim.settings.node_dir / "util" / "default" / "k" / "main" / "nvidia0.json")
+        assert report is not None and report["blocked_ms"] == 3
+    finally:
+        server.close()
+        await server.wait_closed()
+        await sim.kubelet.sync([])
+        await wait_until(lambda: not sim.kubelet.workers, 20, "pod removed")

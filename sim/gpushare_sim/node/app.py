@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from gpushare_sim.fakegpu.cards import FakeCard, make_cards
 from gpushare_sim.fakegpu.exporter import Exporter
 from gpushare_sim.fakegpu.plugin import VendorPlugin
+from gpushare_sim.node.adapters.backend import signing_key
 from gpushare_sim.node.adapters.deviceplugins import DevicePluginManager
 from gpushare_sim.node.adapters.kube import KubeError
 from gpushare_sim.node.adapters.podresources import PodResourcesServer
@@ -66,9 +67,11 @@ class NodeSim:
         self.exporter: Exporter | None = None
         self.bad_pods: set[str] = set()
         self.syncs = 0
+        self.signing_key: Path | None = None
 
     async def start(self, stack: AsyncExitStack) -> None:
         settings = self.settings
+        self.signing_key = await asyncio.to_thread(signing_key, settings.node_dir)
         await self.plugins.start()
         stack.push_async_callback(self.plugins.stop)
         await self.pod_resources.start()
@@ -139,6 +142,9 @@ class NodeSim:
             "node_status": node_status(self.settings, self.table),
             "pods": self.kubelet.snapshot(),
             "syncs": self.syncs,
+            "signing_key": str(self.signing_key or ""),
+            "pod_resources_socket": str(self.settings.pod_resources_socket),
+            "kubelet_socket": str(self.plugins.kubelet_socket),
         }
 
 

@@ -37,7 +37,7 @@ def parse_args(argv: list[str] | None = None) -> NodeSimSettings:
     p.add_argument("--exporter-port", type=int, default=0, help="DCGM-style /metrics port")
     p.add_argument("--containerd", default="auto", help="auto | none | containerd socket")
     p.add_argument("--namespace", default="k8s.io", help="containerd namespace")
-    p.add_argument("--runtime", default="", help="runc-compatible runtime binary")
+    p.add_argument("--runtime", default="auto", help="auto | none | runc-compatible binary")
     p.add_argument("--kmod-socket", default="", help="kernel stand-in socket")
     p.add_argument("--cpu", default="16")
     p.add_argument("--memory", default="64Gi")

@@ -21,7 +21,9 @@ class NodeSimSettings:
     # processes; "none": processes; anything else: a containerd socket path.
     containerd: str = "auto"
     containerd_namespace: str = "k8s.io"
-    runtime_binary: str = ""  # runc-compatible binary for containers; empty: runc
+    # runc-compatible binary for containers: "auto" (gpushare-runtime beside the
+    # interpreter when installed), "none" (runc) or a path
+    runtime_binary: str = "auto"
     kmod_socket: str = ""  # the kernel stand-in's socket, bind-mounted into containers
     tools_dir: Path = Path(__file__).resolve().parents[2] / "tools"
     sync_interval_s: float = 0.2

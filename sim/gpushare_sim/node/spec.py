@@ -66,6 +66,7 @@ def container_spec(
     mounts = [*allocation.mounts, BindMount(REPORT_DIR_IN_CONTAINER, str(reports))]
     env = {**container.env, **allocation.envs, REPORT_ENV: REPORT_DIR_IN_CONTAINER}
     if ctx.kmod_socket is not None:
+        ctx.kmod_socket.parent.mkdir(parents=True, exist_ok=True)
         mounts.append(BindMount(KMOD_DIR_IN_CONTAINER, str(ctx.kmod_socket.parent)))
         env[KMOD_ENV] = f"{KMOD_DIR_IN_CONTAINER}/{ctx.kmod_socket.name}"
     return ContainerSpec(

@@ -4,10 +4,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
+import secrets
 import shutil
 import subprocess
+import sys
 from contextlib import AsyncExitStack
 from pathlib import Path
 
@@ -19,6 +22,8 @@ from gpushare_sim.node.settings import NodeSimSettings
 log = logging.getLogger("gpushare_sim.node.backend")
 
 GPULOAD = "gpuload"
+RUNTIME_CONFIG_ENV = "GPUSHARE_RUNTIME_CONFIG"
+RUNTIME_NAME = "gpushare-runtime"
 
 
 class BackendError(Exception):
@@ -39,10 +44,37 @@ def containerd_usable() -> bool:
     return os.geteuid() == 0 and not missing_binaries() and shutil.which("busybox") is not None
 
 
-def _runtime(settings: NodeSimSettings) -> Path | None:
-    if not settings.runtime_binary:
+def runtime_config(settings: NodeSimSettings) -> Path:
+    """The gpushare runtime's configuration for this node: its CDI specs and signing key."""
+    path = settings.node_dir / "runtime.json"
+    doc = {
+        "lower_runtime": "runc",
+        "key_file": str(signing_key(settings.node_dir)),
+        "cdi_dirs": [str(settings.node_dir / "cdi")],
+    }
+    path.write_text(json.dumps(doc, indent=1))
+    return path
+
+
+def signing_key(node_dir: Path) -> Path:
+    """The node's HMAC key (root-only), shared by the device plugins and the runtime."""
+    key = node_dir / "signing.key"
+    if not key.exists():
+        node_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            out.write(secrets.token_hex(32).encode())
+    return key
+
+
+def runtime_binary(setting: str) -> Path | None:
+    """``auto``: gpushare-runtime beside this interpreter when installed; ``none``/empty: runc."""
+    if setting in ("", "none"):
         return None
-    path = Path(settings.runtime_binary)
+    if setting == "auto":
+        candidate = Path(sys.executable).parent / RUNTIME_NAME
+        return candidate if candidate.exists() else None
+    path = Path(setting)
     if not path.exists():
         raise BackendError(f"runtime binary {path} does not exist")
     return path
@@ -59,12 +91,18 @@ async def build_runner(settings: NodeSimSettings, stack: AsyncExitStack) -> Runn
     await asyncio.to_thread(build_base, base, find_busybox(), [gpuload])
     namespace = settings.containerd_namespace
     if mode == "auto":
-        ctrd = Containerd()  # a short /tmp base: socket paths are limited to 108 bytes
+        runtime = runtime_binary(settings.runtime_binary)
+        env = None
+        if runtime is not None:
+            env = {**os.environ, RUNTIME_CONFIG_ENV: str(runtime_config(settings))}
+        ctrd = Containerd(env=env)  # a short /tmp base: socket paths are limited to 108 bytes
         await asyncio.to_thread(ctrd.start)
         stack.push_async_callback(asyncio.to_thread, ctrd.stop)
         command = ["ctr", "--address", str(ctrd.address), "-n", namespace]
         flags = ["--runc-root", str(ctrd.base_dir / "runc"), "--fifo-dir", str(ctrd.fifo_dir)]
-        log.info("containers run in a private containerd node=%s", settings.name)
-        return CtrRunner(command, base, _runtime(settings), flags)
+        log.info("containers run in a private containerd node=%s runtime=%s", settings.name,
+                 runtime or "runc")  # fmt: skip
+        return CtrRunner(command, base, runtime, flags)
     log.info("containers run in containerd socket=%s node=%s", mode, settings.name)
-    return CtrRunner(["ctr", "--address", mode, "-n", namespace], base, _runtime(settings))
+    runtime = runtime_binary(settings.runtime_binary)
+    return CtrRunner(["ctr", "--address", mode, "-n", namespace], base, runtime)
