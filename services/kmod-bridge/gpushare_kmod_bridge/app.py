@@ -1,0 +1,120 @@
+"""Lifecycle of the kmod-bridge: connect NATS, load the watch set, serve commands, link the kernel.
+
+Order matters: the watch set is read back from its bucket before the kernel
+link starts, so the first registration already re-sends it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+from typing import Any
+
+from gpushare_common.bus import Bus
+from gpushare_common.http import Health, build_app, serve
+from gpushare_common.logging import get_logger
+from gpushare_common.settings import CommonSettings
+from gpushare_common.subjects import node_token
+from gpushare_common.tasks import Tasks, wait_first
+from prometheus_client import CollectorRegistry
+
+from . import protocol
+from .adapters.containerd import ContainerdSource
+from .adapters.netlink import NetlinkTransport
+from .adapters.procfs import CgroupSource, host_pidns, pidns_of
+from .adapters.simsocket import SimTransport
+from .bridge import Bridge
+from .link import KernelLink, LinkSettings
+from .metrics import BridgeMetrics
+from .resolver import ContainerSource, Resolver
+from .settings import KmodBridgeSettings
+from .transport import Transport
+from .watchset import WatchSet
+
+SERVICE = "kmod-bridge"
+log = get_logger(SERVICE)
+
+
+def build_transport(settings: KmodBridgeSettings) -> Transport:
+    if settings.transport == "sim":
+        return SimTransport(settings.sim_socket)
+    return NetlinkTransport(settings.netlink_unit)
+
+
+def build_sources(settings: KmodBridgeSettings) -> list[ContainerSource]:
+    sources: list[ContainerSource] = []
+    if "cgroup" in settings.sources:
+        sources.append(CgroupSource(settings.cgroup_pattern, settings.proc_root))
+    if "containerd" in settings.sources:
+        sources.append(ContainerdSource(settings.containerd_address, settings.containerd_namespaces,
+                                        settings.ctr))
+    return sources
+
+
+def filter_config(settings: KmodBridgeSettings) -> protocol.FilterConfig | None:
+    if not settings.ioctl_types and not settings.ioctl_majors:
+        return None
+    return protocol.FilterConfig(settings.ioctl_types, settings.ioctl_majors)
+
+
+class Service:
+    def __init__(self, common: CommonSettings, settings: KmodBridgeSettings,
+                 transport: Transport | None = None,
+                 sources: Sequence[ContainerSource] | None = None,
+                 registry: CollectorRegistry | None = None) -> None:
+        self.common = common
+        self.settings = settings
+        self.node = common.node.require()
+        self.registry = registry or CollectorRegistry()
+        self.metrics = BridgeMetrics(self.registry)
+        self.health = Health("nats", "kernel")
+        self.bus = Bus(common.nats, SERVICE, self.registry)
+        self.tasks = Tasks(SERVICE)
+        self.stopping = asyncio.Event()
+        proc = settings.proc_root
+        self.resolver = Resolver(build_sources(settings) if sources is None else sources,
+                                 lambda pid: pidns_of(pid, proc), host_pidns(proc))
+        self.bridge = Bridge(self.node, self.bus.subjects.event(self.node, "ownerback"),
+                             self.bus.publish, WatchSet(), self.resolver, self.metrics,
+                             filter_config(settings))
+        link_settings = LinkSettings(settings.reply_timeout_s, settings.heartbeat_s,
+                                     settings.backoff_min_s, settings.backoff_max_s)
+        self.link = KernelLink(transport or build_transport(settings), link_settings, self.metrics,
+                               self.bridge.on_notice, self.bridge.on_registered, self._kernel_state)
+        self.bridge.attach(self.link)
+
+    def _kernel_state(self, registered: bool, reason: str) -> None:
+        self.health.set("kernel", registered, reason)
+
+    async def start(self) -> None:
+        await self.bus.connect(self.stopping)
+        self.health.set("nats", True)
+        if self.settings.persist:
+            bucket = f"{self.settings.watch_bucket}-{node_token(self.node)}"
+            self.bridge.watchset.store = await self.bus.store(bucket)
+            loaded = await self.bridge.watchset.load()
+            log.info("watch set restored", node=self.node, bucket=bucket, namespaces=loaded)
+        await self.bus.serve(self.bus.subjects.kmod_cmd(self.node), self.bridge.serve_command)
+        self.tasks.spawn("kernel link", self.link.run(self.stopping))
+        self.tasks.spawn("resolver", self.resolver.run(self.stopping, self.settings.refresh_s))
+
+    async def stop(self) -> None:
+        self.stopping.set()
+        await self.tasks.cancel_all()
+        self.link.transport.close()
+        await self.bus.drain()
+
+    def status(self) -> dict[str, Any]:
+        return {"nats": self.bus.is_connected, **self.bridge.status()}
+
+
+async def run(common: CommonSettings, settings: KmodBridgeSettings, stop: asyncio.Event) -> int:
+    service = Service(common, settings)
+    app = build_app(SERVICE, service.health, service.registry, service.status)
+    async with contextlib.AsyncExitStack() as stack:
+        stack.push_async_callback(service.stop)
+        await stack.enter_async_context(serve(app, common.http))
+        service.tasks.spawn("start", service.start(), critical=False)
+        await wait_first(stop, service.tasks)
+    return 1 if service.tasks.failure is not None else 0

@@ -1,0 +1,227 @@
+"""The link to the kernel module: register, keep registered, send commands, receive notices.
+
+Lifecycle (one loop, :meth:`KernelLink.run`):
+
+1. open the transport, send REGISTER (this socket becomes the receiver of
+   notices), then call ``on_registered`` (the service re-sends its watch set);
+2. read messages: replies complete the pending command of the same
+   ``hdr.seq``; notices go to ``on_notice``; malformed messages are counted
+   and skipped;
+3. every ``heartbeat_s`` ask STATS: no reply within ``reply_timeout_s``, a
+   send error, or a receiver port that is no longer ours (the module was
+   reloaded and forgot us) ends the session;
+4. close, wait (exponential backoff, reset after a good registration) and go
+   back to 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+from gpushare_common.logging import get_logger
+
+from . import protocol
+from .metrics import BridgeMetrics
+from .transport import Transport, TransportError
+
+log = get_logger("kmod-bridge.link")
+
+NoticeHandler = Callable[[protocol.Notice, int], Awaitable[None]]
+Hook = Callable[[], Awaitable[None]]
+StateHook = Callable[[bool, str], None]
+
+
+class KernelUnavailable(Exception):
+    """The module is not registered right now (not loaded, reloading, or not answering)."""
+
+
+class SessionLost(Exception):
+    """The current registration is no longer valid; ``reason`` says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class LinkSettings:
+    reply_timeout_s: float = 2.0
+    heartbeat_s: float = 2.0
+    backoff_min_s: float = 0.05
+    backoff_max_s: float = 5.0
+
+
+class KernelLink:
+    def __init__(self, transport: Transport, settings: LinkSettings, metrics: BridgeMetrics,
+                 on_notice: NoticeHandler, on_registered: Hook | None = None,
+                 on_state: StateHook | None = None) -> None:
+        self.transport = transport
+        self.settings = settings
+        self.metrics = metrics
+        self.on_notice = on_notice
+        self.on_registered = on_registered
+        self.on_state = on_state
+        self.registered = asyncio.Event()
+        self.registrations = 0
+        self.last_stats: protocol.Reply | None = None
+        self.last_error = ""
+        self._seq = 0
+        self._pending: dict[int, asyncio.Future[protocol.Reply]] = {}
+        self._lost: asyncio.Event = asyncio.Event()
+
+    # --- commands ---------------------------------------------------------------
+
+    async def request(self, cmd: int, ids: Sequence[int] = (),
+                      config: protocol.FilterConfig | None = None) -> protocol.Reply:
+        """Send one command and wait for its reply; :class:`KernelUnavailable` when not registered."""
+        if not self.registered.is_set() and cmd != protocol.CMD_REGISTER:
+            raise KernelUnavailable(self.last_error or "not registered with the kernel module")
+        return await self._exchange(cmd, ids, config)
+
+    async def _exchange(self, cmd: int, ids: Sequence[int],
+                        config: protocol.FilterConfig | None) -> protocol.Reply:
+        self._seq = self._seq % 0xFFFFFFFF + 1
+        seq = self._seq
+        future: asyncio.Future[protocol.Reply] = asyncio.get_running_loop().create_future()
+        self._pending[seq] = future
+        try:
+            await self.transport.send(protocol.encode_command(cmd, seq, ids, config))
+            return await asyncio.wait_for(future, self.settings.reply_timeout_s)
+        except TransportError as err:
+            self.metrics.errors.labels("send").inc()
+            self._lose(f"send failed: {err}")
+            raise KernelUnavailable(str(err)) from None
+        except TimeoutError:
+            self.metrics.errors.labels("no_reply").inc()
+            self._lose(f"no reply to {protocol.COMMAND_NAMES.get(cmd, cmd)} within "
+                       f"{self.settings.reply_timeout_s}s")
+            raise KernelUnavailable(self.last_error) from None
+        finally:
+            self._pending.pop(seq, None)
+
+    def _lose(self, reason: str) -> None:
+        self.last_error = reason
+        self.registered.clear()
+        self._lost.set()
+
+    # --- session loop -------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        delay = self.settings.backoff_min_s
+        while not stop.is_set():
+            before = self.registrations
+            try:
+                await self._session(stop)
+            except (TransportError, SessionLost, KernelUnavailable) as err:
+                self.last_error = str(err)
+                log.warning("kernel link down", transport=self.transport.name, reason=str(err),
+                            retry_in_s=round(delay, 3))
+            finally:
+                self._end_session()
+            if self.registrations > before:
+                delay = self.settings.backoff_min_s
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), delay)
+            delay = min(delay * 2, self.settings.backoff_max_s)
+
+    async def _session(self, stop: asyncio.Event) -> None:
+        self._lost = asyncio.Event()
+        await self.transport.open()
+        reader = asyncio.ensure_future(self._read())
+        try:
+            await self._register()
+            heartbeat = asyncio.ensure_future(self._heartbeat())
+            lost = asyncio.ensure_future(self._lost.wait())
+            stopped = asyncio.ensure_future(stop.wait())
+            waiters = [reader, heartbeat, lost, stopped]
+            try:
+                done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiter in waiters[1:]:
+                    waiter.cancel()
+            if reader in done:
+                reader.result()  # raises the transport's error
+            if lost in done:
+                raise SessionLost(self.last_error)
+        finally:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, TransportError):
+                await reader
+
+    async def _register(self) -> None:
+        reply = await self._exchange(protocol.CMD_REGISTER, (), None)
+        if reply.header.status < 0:
+            raise SessionLost(f"REGISTER refused with status {reply.header.status}")
+        self.registrations += 1
+        self.metrics.registrations.inc()
+        self.last_error = ""
+        self.registered.set()
+        if self.on_state is not None:
+            self.on_state(True, "")
+        log.info("registered with the kernel module", transport=self.transport.name,
+                 port=self.transport.port_id, registrations=self.registrations)
+        if self.on_registered is not None:
+            await self.on_registered()
+
+    def _end_session(self) -> None:
+        self.registered.clear()
+        if self.on_state is not None:
+            self.on_state(False, self.last_error or "not registered")
+        self.transport.close()
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(KernelUnavailable("kernel link closed"))
+        self._pending.clear()
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.heartbeat_s)
+            reply = await self.request(protocol.CMD_STATS)
+            self.last_stats = reply
+            head = reply.stats_head
+            port = self.transport.port_id
+            if head is not None and (head.receiver_portid == 0 or (port and head.receiver_portid != port)):
+                self.metrics.errors.labels("reloaded").inc()
+                self._lose(f"receiver is port {head.receiver_portid}, not ours ({port}): module reloaded")
+                return
+
+    # --- receiving -----------------------------------------------------------------
+
+    async def _read(self) -> None:
+        while True:
+            data = await self.transport.receive()
+            received_ns = time.monotonic_ns()
+            try:
+                frames = list(protocol.split_frames(data))
+            except protocol.ProtocolError as err:
+                self._malformed(err)
+                continue
+            for frame in frames:
+                await self._dispatch(frame, received_ns)
+
+    async def _dispatch(self, frame: protocol.Frame, received_ns: int) -> None:
+        try:
+            if frame.nl_type == protocol.MSG_NOTICE:
+                notice = protocol.decode_notice(frame)
+            elif frame.nl_type == protocol.MSG_REPLY:
+                self._complete(protocol.decode_reply(frame))
+                return
+            else:
+                raise protocol.ProtocolError(f"unexpected nlmsg_type {frame.nl_type:#x}")
+        except protocol.ProtocolError as err:
+            self._malformed(err)
+            return
+        self.metrics.notices.inc()
+        await self.on_notice(notice, received_ns)
+
+    def _complete(self, reply: protocol.Reply) -> None:
+        future = self._pending.get(reply.header.seq)
+        if future is None or future.done():
+            self.metrics.errors.labels("unexpected_reply").inc()
+            return
+        future.set_result(reply)
+
+    def _malformed(self, err: protocol.ProtocolError) -> None:
+        self.metrics.malformed.inc()
+        log.warning("skipped malformed kernel message", transport=self.transport.name,
+                    reason=err.reason)

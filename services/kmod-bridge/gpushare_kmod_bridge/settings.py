@@ -1,0 +1,50 @@
+"""Settings of the kmod-bridge: one frozen struct of ``GPUSHARE_KMOD_*`` variables, read once."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from gpushare_common.settings import SettingsError, load
+
+from .adapters.procfs import KUBELET_PATTERN
+
+TRANSPORTS = ("netlink", "sim")
+SOURCES = ("cgroup", "containerd")
+
+
+@dataclass(frozen=True, slots=True)
+class KmodBridgeSettings:
+    transport: str = "netlink"  # netlink: the module; sim: the kernel stand-in's socket
+    netlink_unit: int = 31  # the module parameter nl_unit
+    sim_socket: str = "/run/gpushare/kmod.sock"
+    reply_timeout_s: float = 2.0
+    heartbeat_s: float = 2.0
+    backoff_min_s: float = 0.05
+    backoff_max_s: float = 5.0
+    sources: tuple[str, ...] = ("cgroup", "containerd")  # container -> pids, merged by container id
+    cgroup_pattern: str = KUBELET_PATTERN
+    proc_root: str = "/proc"
+    containerd_address: str = "/run/containerd/containerd.sock"
+    containerd_namespaces: tuple[str, ...] = ("k8s.io",)
+    ctr: str = "ctr"
+    refresh_s: float = 5.0
+    watch_bucket: str = "kmod-watch"  # KV bucket <nats kv_prefix>-<watch_bucket>-<node>
+    persist: bool = True
+    ioctl_types: tuple[int, ...] = ()  # empty: keep the module's filter
+    ioctl_majors: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.transport not in TRANSPORTS:
+            raise SettingsError("GPUSHARE_KMOD_TRANSPORT", self.transport, " or ".join(TRANSPORTS))
+        for source in self.sources:
+            if source not in SOURCES:
+                raise SettingsError("GPUSHARE_KMOD_SOURCES", source, f"some of {', '.join(SOURCES)}")
+        for name in ("reply_timeout_s", "heartbeat_s", "backoff_min_s", "backoff_max_s", "refresh_s"):
+            if getattr(self, name) <= 0:
+                raise SettingsError(f"GPUSHARE_KMOD_{name.upper()}", str(getattr(self, name)),
+                                    "a positive number")
+
+
+def load_settings(environ: Mapping[str, str] | None = None) -> KmodBridgeSettings:
+    return load(KmodBridgeSettings, "GPUSHARE_KMOD_", environ)

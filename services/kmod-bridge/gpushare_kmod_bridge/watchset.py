@@ -1,0 +1,99 @@
+"""The watch set: which pid namespaces the kernel should watch or detect, and whose they are.
+
+The kernel forgets everything when the module is reloaded and the bridge
+forgets when it restarts, so the set is kept here and in a NATS key-value
+bucket (one key per pid namespace), and re-sent after every registration:
+ADD for ``watched`` entries, DETECT for ``detected`` ones. A notice clears
+need_notice in the kernel, so it turns the entry back to ``watched`` here too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Literal, Protocol, TypeVar
+
+import msgspec
+
+T = TypeVar("T")
+Mode = Literal["watched", "detected"]
+
+
+class WatchEntry(msgspec.Struct, frozen=True, kw_only=True):
+    pidns: int
+    mode: Mode = "watched"
+    pod: str = ""
+    container: str = ""
+
+
+class KeyValue(Protocol):
+    async def get(self, key: str, kind: type[T]) -> T | None: ...
+    async def put(self, key: str, value: Any) -> int: ...
+    async def delete(self, key: str) -> None: ...
+    async def items(self, kind: type[T]) -> dict[str, T]: ...
+
+
+class WatchSet:
+    def __init__(self, store: KeyValue | None = None) -> None:
+        self.store = store
+        self.entries: dict[int, WatchEntry] = {}
+
+    async def load(self) -> int:
+        if self.store is not None:
+            saved = await self.store.items(WatchEntry)
+            self.entries = {entry.pidns: entry for entry in saved.values()}
+        return len(self.entries)
+
+    def by_mode(self, mode: Mode) -> list[int]:
+        return sorted(p for p, e in self.entries.items() if e.mode == mode)
+
+    def get(self, pidns: int) -> WatchEntry | None:
+        return self.entries.get(pidns)
+
+    async def put(self, entry: WatchEntry) -> None:
+        if self.entries.get(entry.pidns) == entry:
+            return
+        self.entries[entry.pidns] = entry
+        if self.store is not None:
+            await self.store.put(str(entry.pidns), entry)
+
+    async def set_mode(self, ids: Iterable[int], mode: Mode, owners: dict[int, tuple[str, str]]) -> None:
+        """Add or update entries; the owner keys of an earlier entry stay when none is given."""
+        for pidns in ids:
+            old = self.entries.get(pidns)
+            pod, container = owners.get(pidns) or ((old.pod, old.container) if old else ("", ""))
+            await self.put(WatchEntry(pidns=pidns, mode=mode, pod=pod, container=container))
+
+    async def undetect(self, ids: Iterable[int]) -> None:
+        for pidns in ids:
+            old = self.entries.get(pidns)
+            if old is not None:
+                await self.put(msgspec.structs.replace(old, mode="watched"))
+
+    async def remove(self, ids: Iterable[int]) -> None:
+        for pidns in ids:
+            if self.entries.pop(pidns, None) is not None and self.store is not None:
+                await self.store.delete(str(pidns))
+
+    def counts(self) -> dict[str, int]:
+        return {"watched": len(self.by_mode("watched")), "detected": len(self.by_mode("detected"))}
+
+
+class MemoryStore:
+    """A :class:`KeyValue` in memory (tests and a bridge run without persistence)."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, bytes] = {}
+
+    async def get(self, key: str, kind: type[T]) -> T | None:
+        raw = self.data.get(key)
+        return None if raw is None else msgspec.json.decode(raw, type=kind)
+
+    async def put(self, key: str, value: Any) -> int:
+        self.data[key] = msgspec.json.encode(value)
+        return len(self.data)
+
+    async def delete(self, key: str) -> None:
+        self.data.pop(key, None)
+
+    async def items(self, kind: type[T]) -> dict[str, T]:
+        return {k: msgspec.json.decode(v, type=kind) for k, v in self.data.items()}
