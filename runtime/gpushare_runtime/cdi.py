@@ -12,10 +12,14 @@ from __future__ import annotations
 import json
 import os
 import stat
-from typing import Any
 
 from .edits import DeviceEdits, split_env
 from .errors import CdiError
+
+# typing costs milliseconds to import and every container create pays them
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 SPEC_SUFFIXES = (".json", ".yaml", ".yml")
 _TYPES = {stat.S_IFCHR: "c", stat.S_IFBLK: "b"}

@@ -6,6 +6,7 @@
       "lower_runtime": "runc",
       "key_file": "/etc/gpushare/signing.key",
       "cdi_dirs": ["/etc/cdi", "/var/run/cdi"],
+      "index_dir": "/run/gpushare/runtime-index",
       "vendors": {
         "nvidia.com/gpu": {
           "env": ["NVIDIA_VISIBLE_DEVICES"],
@@ -16,7 +17,8 @@
       }
     }
 
-A device-node template with ``{id}`` is one node per device ID; one without is
+``index_dir`` caches which container each sibling bundle belongs to (``""``
+turns the cache off).  A device-node template with ``{id}`` is one node per device ID; one without is
 a control node every device of that vendor needs.  ``vendors`` replaces the
 built-in table entry by entry.
 """
@@ -25,12 +27,17 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
 
 from .errors import ConfigError
 
+# typing costs milliseconds to import and every container create pays them
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 DEFAULT_CONFIG_PATH = "/etc/gpushare/runtime.json"
 CONFIG_ENV = "GPUSHARE_RUNTIME_CONFIG"
+DEFAULT_INDEX_DIR = "/run/gpushare/runtime-index"
 ID_PLACEHOLDER = "{id}"
 
 
@@ -93,7 +100,7 @@ DEFAULT_VENDORS = {
 
 
 class RuntimeConfig:
-    __slots__ = ("cdi_dirs", "key_file", "lower_runtime", "path", "vendors")
+    __slots__ = ("cdi_dirs", "index_dir", "key_file", "lower_runtime", "path", "vendors")
 
     def __init__(
         self,
@@ -102,8 +109,10 @@ class RuntimeConfig:
         key_file: str = "/etc/gpushare/signing.key",
         cdi_dirs: tuple[str, ...] = ("/etc/cdi", "/var/run/cdi"),
         vendors: dict[str, VendorResource] | None = None,
+        index_dir: str = DEFAULT_INDEX_DIR,
     ) -> None:
         self.path = path
+        self.index_dir = index_dir
         self.lower_runtime = lower_runtime
         self.key_file = key_file
         self.cdi_dirs = cdi_dirs
@@ -155,6 +164,13 @@ def _string(path: str, doc: dict[str, Any], key: str, default: str) -> str:
     return value
 
 
+def _index_dir(path: str, doc: dict[str, Any]) -> str:
+    value = doc.get("index_dir", DEFAULT_INDEX_DIR)
+    if not isinstance(value, str):
+        raise ConfigError(path, "index_dir must be a string (empty: no index)")
+    return value
+
+
 def parse_config(path: str, text: str) -> RuntimeConfig:
     try:
         doc = json.loads(text)
@@ -162,7 +178,7 @@ def parse_config(path: str, text: str) -> RuntimeConfig:
         raise ConfigError(path, f"not JSON: {err}") from None
     if not isinstance(doc, dict):
         raise ConfigError(path, "must be a JSON object")
-    unknown = set(doc) - {"lower_runtime", "key_file", "cdi_dirs", "vendors"}
+    unknown = set(doc) - {"lower_runtime", "key_file", "cdi_dirs", "vendors", "index_dir"}
     if unknown:
         raise ConfigError(path, f"unknown keys {sorted(unknown)}")
     lower = _string(path, doc, "lower_runtime", "runc")
@@ -179,6 +195,7 @@ def parse_config(path: str, text: str) -> RuntimeConfig:
         _string(path, doc, "key_file", "/etc/gpushare/signing.key"),
         _strings(path, "cdi_dirs", doc.get("cdi_dirs", ["/etc/cdi", "/var/run/cdi"])),
         vendors,
+        _index_dir(path, doc),
     )
 
 

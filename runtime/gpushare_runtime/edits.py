@@ -8,12 +8,16 @@ the same spec as applying them once; nothing outside ``linux.devices``,
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable
-from typing import Any
 
 from .config import VendorResource
 
-Spec = dict[str, Any]
+# typing costs milliseconds to import and every container create pays them
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from typing import Any
+
+    Spec = dict[str, Any]
 EMPTY_VALUES = frozenset({"", "void", "none"})
 
 

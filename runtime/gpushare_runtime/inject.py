@@ -10,7 +10,6 @@ and the reason; the caller then fails the create.
 from __future__ import annotations
 
 import os
-from typing import Any
 
 import gpushare_common.ids as ids
 
@@ -19,6 +18,11 @@ from .config import ID_PLACEHOLDER, RuntimeConfig
 from .edits import DeviceEdits, edits_from_source
 from .errors import AnnotationError, RuntimeFailure
 from .lookup import Identity, find_source, identity_of
+
+# typing costs milliseconds to import and every container create pays them
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class Injector:
@@ -103,7 +107,7 @@ class Injector:
             wanted = Identity(ref.namespace, ref.pod, ref.container)
             if wanted == self.identity:
                 raise AnnotationError(request.annotation, str(ref), "a container cannot be its own source")
-            found = find_source(self.bundle, wanted)
+            found = find_source(self.bundle, wanted, self.config.index_dir)
             if found is None:
                 raise AnnotationError(
                     request.annotation, str(ref), "unknown source: no bundle of that container here"

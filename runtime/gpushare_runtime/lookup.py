@@ -13,9 +13,14 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
 
 from .bundle import SPEC_FILE
+from .index import NOT_A_CONTAINER, BundleIndex
+
+# typing costs milliseconds to import and every container create pays them
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 IDENTITY_KEYS = (
     (
@@ -80,18 +85,33 @@ class SourceBundle:
         return os.path.basename(os.path.dirname(self.path)) if name == "userdata" else name
 
 
-def sibling_bundles(target_bundle: str) -> list[str]:
-    """Every bundle directory beside ``target_bundle`` (itself excluded)."""
+def bundle_parent(target_bundle: str) -> tuple[str, tuple[str, ...]]:
+    """The directory holding the bundles, and the path inside each entry (CRI-O: userdata)."""
     target = os.path.normpath(target_bundle)
-    crio = os.path.basename(target) == "userdata"
-    parent = os.path.dirname(os.path.dirname(target) if crio else target)
+    if os.path.basename(target) == "userdata":
+        return os.path.dirname(os.path.dirname(target)), ("userdata",)
+    return os.path.dirname(target), ()
+
+
+def sibling_bundles(target_bundle: str) -> list[tuple[str, str]]:
+    """(name, bundle path) of every bundle beside ``target_bundle``, itself excluded."""
+    target = os.path.normpath(target_bundle)
+    parent, suffix = bundle_parent(target)
     try:
-        entries = os.listdir(parent)
+        names = os.listdir(parent)
     except OSError:
         return []
-    suffix = ("userdata",) if crio else ()
-    paths = (os.path.join(parent, entry, *suffix) for entry in entries)
-    return [path for path in paths if path != target]
+    found = [(name, os.path.join(parent, name, *suffix)) for name in names]
+    return [entry for entry in found if entry[1] != target]
+
+
+def _version(path: str) -> str:
+    """Changes whenever the bundle's config.json is replaced or rewritten."""
+    try:
+        info = os.stat(os.path.join(path, SPEC_FILE))
+    except OSError:
+        return ""
+    return f"{info.st_ino}:{info.st_mtime_ns}"
 
 
 def _is_live(bundle: str) -> bool:
@@ -106,10 +126,10 @@ def _is_live(bundle: str) -> bool:
     return False
 
 
-def _candidate(path: str, needles: tuple[bytes, ...], wanted: Identity) -> SourceBundle | None:
-    spec_file = os.path.join(path, SPEC_FILE)
+def _read(path: str, needles: tuple[bytes, ...]) -> tuple[dict[str, Any], float] | None:
+    """The bundle's spec and mtime, None if unreadable or (cheaply) not containing the needles."""
     try:
-        with open(spec_file, "rb") as handle:
+        with open(os.path.join(path, SPEC_FILE), "rb") as handle:
             raw = handle.read()
             mtime = os.fstat(handle.fileno()).st_mtime
     except OSError:
@@ -120,17 +140,40 @@ def _candidate(path: str, needles: tuple[bytes, ...], wanted: Identity) -> Sourc
         spec = json.loads(raw)
     except ValueError:
         return None
-    if not isinstance(spec, dict) or identity_of(spec) != wanted:
-        return None
-    return SourceBundle(path, spec, _is_live(path), mtime)
+    return (spec, mtime) if isinstance(spec, dict) else None
 
 
-def find_source(target_bundle: str, wanted: Identity) -> SourceBundle | None:
-    """The live, else the newest, bundle of container ``wanted`` beside the target."""
+def _better(found: SourceBundle, best: SourceBundle | None) -> bool:
+    return best is None or (found.live, found.mtime) > (best.live, best.mtime)
+
+
+def find_source(
+    target_bundle: str, wanted: Identity, index_dir: str | None = None
+) -> SourceBundle | None:
+    """The live, else the newest, bundle of container ``wanted`` beside the target.
+
+    Without ``index_dir`` every sibling is read, and parsed only if the pod and
+    container names occur in it; with it, only bundles not yet in the index
+    and those the index names as ``wanted`` are read.
+    """
+    siblings = sibling_bundles(target_bundle)
+    index = None
+    if index_dir:
+        index = BundleIndex.load(index_dir, bundle_parent(target_bundle)[0])
     needles = tuple(json.dumps(part).encode() for part in (wanted.pod, wanted.container))
     best: SourceBundle | None = None
-    for path in sibling_bundles(target_bundle):
-        found = _candidate(path, needles, wanted)
-        if found and (best is None or (found.live, found.mtime) > (best.live, best.mtime)):
-            best = found
+    for name, path in siblings:
+        version = _version(path) if index else ""
+        known = index.identity(name, version) if index else None
+        if known is not None and known != str(wanted):
+            continue
+        loaded = _read(path, () if index and known is None else needles)
+        identity = identity_of(loaded[0]) if loaded else None
+        if index and known is None and loaded:
+            index.remember(name, version, str(identity) if identity else NOT_A_CONTAINER)
+        if loaded and identity == wanted:
+            found = SourceBundle(path, loaded[0], _is_live(path), loaded[1])
+            best = found if _better(found, best) else best
+    if index:
+        index.save({name for name, _ in siblings})
     return best

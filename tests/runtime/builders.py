@@ -91,5 +91,7 @@ def signed(key: bytes, target: str, kind: str, value: str) -> dict[str, str]:
 
 
 def write_config(path: Path, **fields: Any) -> Path:
+    """A runtime configuration; its bundle index lives beside it unless given."""
+    fields.setdefault("index_dir", str(path.parent / "index"))
     path.write_text(json.dumps(fields, indent=1))
     return path

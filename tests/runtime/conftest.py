@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from gpushare_sim.containerd import Containerd, missing_binaries
 
+from .builders import write_config
+
 BUSYBOX_APPLETS = ("sh", "cat", "echo", "ls", "stat", "sleep", "true", "printf", "test")
 
 
@@ -43,7 +45,7 @@ def containerd(tmp_path: Path) -> Iterator[Containerd]:
     missing = missing_binaries()
     if missing:
         pytest.skip(f"containerd tests need {', '.join(missing)} on PATH")
-    env = {**os.environ, "GPUSHARE_RUNTIME_CONFIG": str(tmp_path / "runtime.json")}
+    env = {**os.environ, "GPUSHARE_RUNTIME_CONFIG": str(write_config(tmp_path / "runtime.json"))}
     with Containerd(env=env) as instance:
         yield instance
 
@@ -94,7 +96,7 @@ class Runc:
 
 @pytest.fixture
 def runc(tmp_path: Path, runtime_bin: Path) -> Iterator[Runc]:
-    env = {**os.environ, "GPUSHARE_RUNTIME_CONFIG": str(tmp_path / "runtime.json")}
+    env = {**os.environ, "GPUSHARE_RUNTIME_CONFIG": str(write_config(tmp_path / "runtime.json"))}
     instance = Runc(tmp_path / "runc-root", runtime_bin, env)
     yield instance
     instance.close()

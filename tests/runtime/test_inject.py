@@ -32,7 +32,8 @@ def key_file(tmp_path: Path) -> Path:
 def config(tmp_path: Path, key_file: Path) -> RuntimeConfig:
     cdi = tmp_path / "cdi"
     cdi.mkdir()
-    return RuntimeConfig(str(tmp_path / "runtime.json"), "runc", str(key_file), (str(cdi),))
+    return RuntimeConfig(str(tmp_path / "runtime.json"), "runc", str(key_file), (str(cdi),),
+                         index_dir=str(tmp_path / "index"))
 
 
 @pytest.fixture
@@ -180,6 +181,30 @@ def test_live_source_wins_then_newest(bundles: Path) -> None:
     (older / "init.pid").write_text(str(os.getpid()))
     found = find_source(str(bundles / "x"), wanted)
     assert found is not None and found.path == str(older) and found.live
+
+
+def test_index_reads_only_new_bundles(bundles: Path, tmp_path: Path) -> None:
+    index_dir = str(tmp_path / "index")
+    wanted = Identity("ns1", "shadow", "main")
+    first = find_source(str(bundles / "x"), wanted, index_dir)
+    assert first is not None and first.path == str(bundles / "shadow-main")
+    (bundles / "dev-main" / "config.json").write_text("{ not read again")
+    again = find_source(str(bundles / "x"), wanted, index_dir)
+    assert again is not None and again.path == first.path
+    (bundles / "shadow-main" / "config.json").rename(tmp_path / "moved.json")
+    (bundles / "shadow-main").rmdir()
+    write_bundle(bundles / "shadow-main", spec(identity("ns9", "other", "main")))
+    assert find_source(str(bundles / "x"), wanted, index_dir) is None
+    assert find_source(str(bundles / "x"), Identity("ns9", "other", "main"), index_dir)
+
+
+def test_corrupt_index_falls_back(bundles: Path, tmp_path: Path) -> None:
+    index_dir = tmp_path / "index"
+    index_dir.mkdir()
+    name = str(bundles).strip("/").replace("/", "_") + ".json"
+    (index_dir / name).write_text("[1, 2")
+    found = find_source(str(bundles / "x"), Identity("ns1", "shadow", "main"), str(index_dir))
+    assert found is not None
 
 
 def test_crio_layout(tmp_path: Path) -> None:
