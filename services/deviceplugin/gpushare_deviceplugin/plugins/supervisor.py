@@ -44,11 +44,15 @@ class Supervisor:
         self._on_tick = on_tick
 
     async def run(self, stop: asyncio.Event) -> None:
+        me = asyncio.current_task()
         try:
             while not stop.is_set():
                 await self.tick()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), self.poll_s)
+                if me is not None and me.cancelling():
+                    # a gRPC call in flight may turn our cancellation into its own error
+                    raise asyncio.CancelledError
         finally:
             await asyncio.gather(*(p.stop() for p in self.plugins), return_exceptions=True)
 
