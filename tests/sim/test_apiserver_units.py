@@ -72,7 +72,7 @@ def test_label_selector_parser_only_raises_selector_errors(text: str) -> None:
         ("!app", {"other": "1"}, True),
         ("count>3", {"count": "4"}, True),
         ("count<3", {"count": "x"}, False),
-        ("gpushare.k8s.io/pod-description=shadow-pod", {"gpushare.k8s.io/pod-description": "shadow-pod"}, True),
+        ("gpushare.k8s.io/kind=shadow", {"gpushare.k8s.io/kind": "shadow"}, True),
         ("", {"any": "thing"}, True),
     ],
 )

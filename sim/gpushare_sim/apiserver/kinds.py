@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 from .errors import invalid
@@ -48,12 +49,16 @@ class Kind:
     def field_value(self, obj: Obj, label: str) -> str:
         """The value a field selector compares with ("" when the field is absent)."""
         node: Any = obj
-        path = "source.component" if label == "source" else label
-        for part in path.split("."):
+        for part in _path(label):
             node = node.get(part) if isinstance(node, dict) else None
         if isinstance(node, bool):
             return "true" if node else "false"
         return "" if node is None else str(node)
+
+
+@cache
+def _path(label: str) -> tuple[str, ...]:
+    return tuple(("source.component" if label == "source" else label).split("."))
 
 
 def _qos_class(spec: Obj) -> str:

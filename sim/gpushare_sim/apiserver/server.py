@@ -5,14 +5,18 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
 
 import uvicorn
 import yaml
 
 from .app import ApiSettings, build_app
 from .store import Store
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,15 +46,21 @@ def write_kubeconfig(path: Path, url: str) -> Path:
 
 
 class _Server(uvicorn.Server):
-    """uvicorn's server with a thread-safe "accepting connections" event."""
+    """uvicorn's server with a thread-safe "accepting connections" event; open watches
+    end first on shutdown (they would hold the graceful shutdown up)."""
 
-    def __init__(self, config: uvicorn.Config) -> None:
+    def __init__(self, config: uvicorn.Config, store: Store) -> None:
         super().__init__(config)
         self.ready = threading.Event()
+        self.store = store
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
         self.ready.set()
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self.store.close_watchers()
+        await super().shutdown(sockets)
 
 
 class ApiServer:
@@ -77,7 +87,7 @@ class ApiServer:
             loop="asyncio",
             timeout_graceful_shutdown=2,
         )
-        self.server = _Server(config)
+        self.server = _Server(config, self.store)
         self.loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
 
@@ -95,13 +105,19 @@ class ApiServer:
             self.stop()
             raise RuntimeError(f"the API emulator did not start on {self.address} in {timeout}s")
 
+    def call(self, fn: Callable[..., T], *args: Any, timeout: float = 30.0) -> T:
+        """Run `fn(*args)` on the server's loop (e.g. to seed or inspect the store) and
+        return its result; the store must not be touched from another thread."""
+        if self.loop is None:
+            raise RuntimeError("the API emulator is not serving")
+
+        async def run() -> T:
+            return fn(*args)
+
+        return asyncio.run_coroutine_threadsafe(run(), self.loop).result(timeout)
+
     def stop(self, timeout: float = 10.0) -> None:
         """End open watches, stop serving and join the thread; safe to call twice."""
-        if self.loop is not None and not self.loop.is_closed():
-            try:
-                self.loop.call_soon_threadsafe(self.store.close_watchers)
-            except RuntimeError:
-                pass  # the loop closed in between
         self.server.should_exit = True
         if self._thread is not None:
             self._thread.join(timeout)

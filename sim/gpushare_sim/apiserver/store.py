@@ -21,6 +21,8 @@ from .selectors import FieldTerm, Requirement, labels_match
 Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped kinds
 
+INDEXED_FIELD = "spec.nodeName"  # node agents each watch their own node's pods
+
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode
 
@@ -63,6 +65,11 @@ class Change:
         return cached
 
 
+def _node_of(obj: Obj) -> str:
+    spec = obj.get("spec")
+    return str(spec.get("nodeName") or "") if isinstance(spec, dict) else ""
+
+
 def event_line(event_type: str, raw: bytes) -> bytes:
     return b'{"type":"' + event_type.encode() + b'","object":' + raw + b"}\n"
 
@@ -76,16 +83,21 @@ class Selection:
     labels: tuple[Requirement, ...] = ()
     fields: tuple[FieldTerm, ...] = ()
 
+    def index_key(self) -> str | None:
+        """The node this selection is limited to, if any (watchers are indexed by it)."""
+        for term in self.fields:
+            if term.field == INDEXED_FIELD and not term.negate:
+                return term.value
+        return None
+
     def matches(self, obj: Obj) -> bool:
         meta = obj["metadata"]
         if self.namespace is not None and meta.get("namespace", "") != self.namespace:
             return False
         if self.labels and not labels_match(self.labels, meta.get("labels") or {}):
             return False
-        for term in self.fields:
-            if (self.kind.field_value(obj, term.field) == term.value) == term.negate:
-                return False
-        return True
+        field_value = self.kind.field_value
+        return all((field_value(obj, term.field) == term.value) != term.negate for term in self.fields)
 
 
 class Watcher:
@@ -135,7 +147,9 @@ class Store:
         self.history_size = max(1, history)
         self.watch_queue = watch_queue
         self.objects: dict[str, dict[Key, Entry]] = {}
-        self.watchers: dict[str, set[Watcher]] = {}
+        self.watchers: dict[str, set[Watcher]] = {}  # every open watch, by resource
+        self._unindexed: dict[str, set[Watcher]] = {}
+        self._by_node: dict[str, dict[str, set[Watcher]]] = {}
 
     def table(self, kind: Kind) -> dict[Key, Entry]:
         return self.objects.setdefault(kind.plural, {})
@@ -167,8 +181,20 @@ class Store:
         if len(self.history) >= self.history_size:
             self.compacted = self.history.popleft().rv
         self.history.append(change)
-        for watcher in self.watchers.get(change.kind.plural, ()):
+        for watcher in self._interested(change):
             watcher.offer(change)
+
+    def _interested(self, change: Change) -> list[Watcher]:
+        plural = change.kind.plural
+        found = list(self._unindexed.get(plural, ()))
+        buckets = self._by_node.get(plural)
+        if buckets:
+            nodes = {_node_of(change.entry.obj)}
+            if change.old is not None:
+                nodes.add(_node_of(change.old.obj))
+            for node in nodes:
+                found.extend(buckets.get(node, ()))
+        return found
 
     def select(self, selection: Selection) -> Iterator[Entry]:
         table = self.table(selection.kind)
@@ -185,8 +211,18 @@ class Store:
             first = [event_line("ADDED", entry.raw) for entry in self.select(selection)]
         else:
             first = self._replay(watcher, since)
-        self.watchers.setdefault(selection.kind.plural, set()).add(watcher)
+        self._register(watcher)
         return watcher, first
+
+    def _bucket(self, watcher: Watcher) -> set[Watcher]:
+        plural, node = watcher.selection.kind.plural, watcher.selection.index_key()
+        if node is None:
+            return self._unindexed.setdefault(plural, set())
+        return self._by_node.setdefault(plural, {}).setdefault(node, set())
+
+    def _register(self, watcher: Watcher) -> None:
+        self.watchers.setdefault(watcher.selection.kind.plural, set()).add(watcher)
+        self._bucket(watcher).add(watcher)
 
     def _replay(self, watcher: Watcher, since: int) -> list[bytes]:
         plural = watcher.selection.kind.plural
@@ -202,6 +238,7 @@ class Store:
     def unwatch(self, watcher: Watcher) -> None:
         watcher.closed = True
         self.watchers.get(watcher.selection.kind.plural, set()).discard(watcher)
+        self._bucket(watcher).discard(watcher)
 
     def close_watchers(self) -> None:
         for watchers in self.watchers.values():
