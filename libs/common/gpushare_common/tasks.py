@@ -23,8 +23,9 @@ log = get_logger("tasks")
 class Tasks:
     """Owns the background tasks of one service."""
 
-    def __init__(self, service: str = "") -> None:
+    def __init__(self, service: str = "", stop: asyncio.Event | None = None) -> None:
         self._service = service
+        self._stop = stop
         self._tasks: dict[str, asyncio.Task[Any]] = {}
         self.failed = asyncio.Event()
         self.failure: BaseException | None = None
@@ -43,6 +44,8 @@ class Tasks:
             del self._tasks[name]
         if task.cancelled():
             return
+        if self._stop is not None and self._stop.is_set() and task.exception() is None:
+            return  # a task ending because the service is stopping is not a failure
         error = task.exception()
         if error is not None:
             log.error("task crashed", service=self._service, task=name, error=repr(error))
@@ -62,7 +65,8 @@ class Tasks:
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=timeout)
             for task in pending:
-                log.warning("task ignored cancellation", service=self._service, task=task.get_name())
+                log.warning("task ignored cancellation", service=self._service, task=task.get_name(),
+                            where=repr(task.get_stack(limit=3)))
 
 
 async def wait_first(stop: asyncio.Event, tasks: Tasks) -> None:

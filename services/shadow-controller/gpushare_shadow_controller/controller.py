@@ -1,0 +1,159 @@
+"""The controller's state and its reconcile step: watch records in, ShadowPods created or retired."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from gpushare_common import ids
+from gpushare_common.adapters.kube import Kube, KubeError, NotFound, PodChange
+from gpushare_common.logging import get_logger
+from gpushare_common.mapping import QuotaKey
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from .model import Record, ShadowPod, classify, share_resource_pattern
+from .planner import Plan, plan
+from .settings import ShadowSettings
+from .template import shadow_name, shadow_pod
+
+log = get_logger("shadow-controller")
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    at: float
+    action: str  # create | delete | error
+    target: str
+    quota: str
+    reason: str
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.created = Counter("gpushare_shadowpods_created", "ShadowPods created", registry=registry)
+        self.deleted = Counter("gpushare_shadowpods_deleted", "ShadowPods retired", registry=registry)
+        self.errors = Counter("gpushare_shadow_write_errors", "Failed writes", registry=registry)
+        self.passes = Histogram("gpushare_shadow_reconcile_seconds", "Reconcile pass time",
+                                registry=registry, buckets=(0.001, 0.005, 0.02, 0.05, 0.1, 0.2, 0.5, 1))
+        self.leader = Gauge("gpushare_shadow_leader", "1 when this replica leads", registry=registry)
+
+
+class Controller:
+    def __init__(self, kube: Kube, settings: ShadowSettings, registry: CollectorRegistry,
+                 is_leader: Callable[[], bool], clock: Callable[[], float] = time.time) -> None:
+        self.kube, self.settings, self.is_leader, self.clock = kube, settings, is_leader, clock
+        self.pattern = share_resource_pattern(settings.domain)
+        self.records: dict[str, Record] = {}
+        self.expected: dict[str, tuple[QuotaKey, float]] = {}  # created, not seen yet
+        self.idle_since: dict[str, float] = {}
+        self.decisions: deque[Decision] = deque(maxlen=50)
+        self.last_plan = Plan()
+        self.metrics = Metrics(registry)
+        self.dirty = asyncio.Event()
+        self.passes = 0
+
+    # --- state from the watch ----------------------------------------------------
+
+    def apply(self, change: PodChange, namespace: str | None = None) -> None:
+        """Fold one watch change in; a SYNC replaces the records of ``namespace`` (all if None)."""
+        if change.kind == "SYNC":
+            kept = {k: v for k, v in self.records.items()
+                    if namespace is not None and not k.startswith(namespace + "/")}
+            for pod in change.pods:
+                record = classify(pod, self.pattern)
+                if record is not None:
+                    kept[record.key] = record
+                    self.expected.pop(record.key, None)
+            self.records = kept
+        elif change.pod is not None:
+            meta = change.pod.get("metadata") or {}
+            key = ids.pod_key(meta.get("namespace", ""), meta.get("name", ""))
+            record = None if change.kind == "DELETED" else classify(change.pod, self.pattern)
+            if record is None:
+                self.records.pop(key, None)
+            else:
+                self.records[key] = record
+            self.expected.pop(key, None)
+        self.dirty.set()
+
+    # --- one pass -----------------------------------------------------------------
+
+    def decide(self) -> Plan:
+        now = self.clock()
+        for name, (_quota, at) in list(self.expected.items()):
+            if now - at > self.settings.expected_ttl_s:
+                del self.expected[name]
+        expected = {name: quota for name, (quota, _at) in self.expected.items()}
+        self.last_plan = plan(self.records.values(), expected, self.idle_since, now,
+                              self.settings.idle_timeout_s)
+        return self.last_plan
+
+    async def reconcile(self) -> Plan:
+        with self.metrics.passes.time():
+            result = self.decide()
+        self.passes += 1
+        self.metrics.leader.set(1 if self.is_leader() else 0)
+        for create in result.creates:
+            for _ in range(create.count):
+                if not await self._create(create.quota, create.reason):
+                    break
+        for delete in result.deletes:
+            await self._delete(delete.shadow, delete.quota, delete.reason)
+        return result
+
+    async def _create(self, quota: QuotaKey, reason: str) -> bool:
+        if not self.is_leader():
+            return False
+        name = shadow_name(quota)
+        try:
+            await self.kube.create_pod(quota.namespace, shadow_pod(quota, name, self.settings))
+        except KubeError as err:
+            self._decide("error", f"{quota.namespace}/{name}", quota, f"create failed: {err}")
+            self.metrics.errors.inc()
+            return False
+        self.expected[ids.pod_key(quota.namespace, name)] = (quota, self.clock())
+        self.metrics.created.inc()
+        self._decide("create", ids.pod_key(quota.namespace, name), quota, reason)
+        return True
+
+    async def _delete(self, key: str, quota: QuotaKey, reason: str) -> None:
+        record = self.records.get(key)
+        if not self.is_leader() or not isinstance(record, ShadowPod):
+            return
+        namespace, name = ids.parse_pod_key(key)
+        try:
+            await self.kube.delete_pod(namespace, name, grace_seconds=0)
+        except NotFound:
+            pass
+        except KubeError as err:
+            self._decide("error", key, quota, f"delete failed: {err}")
+            self.metrics.errors.inc()
+            return
+        record.terminating = True
+        self.idle_since.pop(key, None)
+        self.metrics.deleted.inc()
+        self._decide("delete", key, quota, reason)
+
+    def _decide(self, action: str, target: str, quota: QuotaKey, reason: str) -> None:
+        self.decisions.append(Decision(self.clock(), action, target, quota.resource, reason))
+        log.info(f"shadowpod {action}", pod=target, namespace=quota.namespace,
+                 resource=quota.resource, reason=reason)
+
+    # --- /status ------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        counts = {
+            f"{q.namespace}/{q.resource}": {"pipelining": c.pipelining, "ready": c.ready,
+                                            "releasing": c.releasing, "delta": c.delta}
+            for q, c in sorted(self.last_plan.counts.items(), key=lambda kv: str(kv[0]))
+        }
+        shadows = {k: {"node": r.node, "phase": r.phase, "terminating": r.terminating,
+                       "users": self.last_plan.users.get(k, 0), "idle_since": self.idle_since.get(k)}
+                   for k, r in self.records.items() if isinstance(r, ShadowPod)}
+        return {"leader": self.is_leader(), "quota": counts, "shadow_pods": shadows,
+                "pending_creations": sorted(self.expected),
+                "decisions": [asdict(d) for d in self.decisions]}

@@ -1,0 +1,30 @@
+"""``gpushare-shadow-controller``: settings from the environment, then run until signalled."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from gpushare_common import logging as gslog
+from gpushare_common.settings import HttpSettings, KubeSettings, LogSettings, SettingsError, load
+from gpushare_common.tasks import run_service
+
+from .app import AppSettings, ShadowControllerApp
+from .settings import ShadowSettings
+
+
+def main() -> int:
+    try:
+        log_settings = load(LogSettings, "GPUSHARE_LOG_")
+        settings = AppSettings(
+            shadow=load(ShadowSettings, "GPUSHARE_SHADOW_"),
+            kube=load(KubeSettings, "GPUSHARE_KUBE_"),
+            http=load(HttpSettings, "GPUSHARE_HTTP_", {"GPUSHARE_HTTP_PORT": "8084", **os.environ}),
+        )
+        settings.shadow.tolerations_list()
+        settings.shadow.node_selector_map()
+    except SettingsError as err:
+        print(f"gpushare-shadow-controller: bad setting {err}", file=sys.stderr)
+        return 2
+    gslog.setup(log_settings.level, log_settings.json)
+    return run_service("shadow-controller", ShadowControllerApp(settings).run)

@@ -1,0 +1,54 @@
+"""Shadow-controller settings (``GPUSHARE_SHADOW_*``), read once in ``main()``."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+from gpushare_common.settings import SettingsError
+
+
+@dataclass(frozen=True, slots=True)
+class ShadowSettings:
+    domain: str = "gpushare"
+    namespaces: tuple[str, ...] = ()  # empty: every namespace
+    image: str = "registry.k8s.io/pause:3.10"
+    priority_class: str = ""
+    vendor_resource: str = "nvidia.com/gpu"
+    runtime_class: str = ""
+    tolerations: str = "[]"  # JSON list of Kubernetes tolerations
+    node_selector: str = ""  # comma-separated key=value
+    idle_timeout_s: float = 300.0
+    resync_s: float = 30.0
+    expected_ttl_s: float = 60.0  # forget an unseen created ShadowPod after this long
+    lease_namespace: str = "gpushare-system"
+    lease_name: str = "gpushare-shadow-controller"
+    lease_duration_s: float = 15.0
+    renew_every_s: float = 5.0
+    identity: str = ""
+
+    def tolerations_list(self) -> list[dict[str, Any]]:
+        try:
+            value = json.loads(self.tolerations)
+        except ValueError as err:
+            raise SettingsError("GPUSHARE_SHADOW_TOLERATIONS", self.tolerations,
+                                f"a JSON list of tolerations ({err})") from None
+        if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+            raise SettingsError("GPUSHARE_SHADOW_TOLERATIONS", self.tolerations, "a JSON list of objects")
+        return value
+
+    def node_selector_map(self) -> dict[str, str]:
+        pairs = [p for p in self.node_selector.split(",") if p.strip()]
+        result = {}
+        for pair in pairs:
+            key, eq, value = pair.partition("=")
+            if not eq or not key.strip():
+                raise SettingsError("GPUSHARE_SHADOW_NODE_SELECTOR", self.node_selector, "key=value,...")
+            result[key.strip()] = value.strip()
+        return result
+
+    def who(self) -> str:
+        return self.identity or f"{socket.gethostname()}-{os.getpid()}"

@@ -1,0 +1,102 @@
+"""Reconcile decisions as tables: demand, supply, idle retirement."""
+
+from __future__ import annotations
+
+import pytest
+from gpushare_common.mapping import QuotaKey
+from gpushare_shadow_controller.model import ShadowPod, SharePod, classify, share_resource_pattern
+from gpushare_shadow_controller.planner import plan
+
+Q4 = QuotaKey("ml", "share", 4)
+Q1 = QuotaKey("ml", "share", 1)
+
+
+def pending(i: int, quota: QuotaKey = Q4, count: int = 1) -> SharePod:
+    return SharePod(f"ml/p{i}", quota, count, "", pending=True, active=False, owner="")
+
+
+def bound(i: int, owner: str, quota: QuotaKey = Q4, node: str = "n1") -> SharePod:
+    return SharePod(f"ml/b{i}", quota, 1, node, pending=False, active=True, owner=owner)
+
+
+def shadow(name: str, phase: str = "Running", quota: QuotaKey = Q4, terminating: bool = False,
+           node: str = "n1", using: int = 0) -> ShadowPod:
+    return ShadowPod(f"ml/{name}", name, quota, node if phase == "Running" else "", phase,
+                     terminating, "", using)
+
+
+@pytest.mark.parametrize(("records", "expected", "creates"), [
+    ([pending(i) for i in range(5)], {}, 2),
+    ([pending(i) for i in range(4)], {}, 1),
+    ([pending(i) for i in range(8)], {}, 2),
+    ([pending(0, Q1), pending(1, Q1)], {}, 2),                         # N = 1
+    ([pending(i) for i in range(5)] + [shadow("s1", "Pending")], {}, 1),  # Pending counts as supply
+    ([pending(i) for i in range(5)], {"ml/new": Q4}, 1),               # created, not yet seen
+    ([pending(i) for i in range(4)] + [shadow("s1", terminating=True)], {}, 1),  # terminating: no supply
+    ([pending(0), shadow("s1"), bound(1, "ml/s1"), bound(2, "ml/s1"), bound(3, "ml/s1")], {}, 0),
+    ([pending(0), pending(1), shadow("s1"), bound(1, "ml/s1"), bound(2, "ml/s1"), bound(3, "ml/s1")],
+     {}, 1),
+    ([pending(0), shadow("s1", using=4)], {}, 1),                      # Using conditions count too
+    ([pending(0), shadow("s1"), bound(1, ""), bound(2, ""), bound(3, ""), bound(4, "")], {}, 1),
+    ([], {}, 0),
+])
+def test_creations(records: list, expected: dict, creates: int) -> None:  # type: ignore[type-arg]
+    result = plan(records, expected, {}, now=0.0, idle_timeout_s=60)
+    assert sum(c.count for c in result.creates) == creates
+
+
+def test_counts_per_quota_key() -> None:
+    result = plan([pending(0), pending(1), shadow("s1"), bound(1, "ml/s1"), shadow("s2", terminating=True)],
+                  {}, {}, 0.0, 60)
+    count = result.counts[Q4]
+    assert (count.pipelining, count.ready, count.releasing) == (-2, 3, 4)
+
+
+def test_idle_shadowpod_retired_after_timeout_not_before() -> None:
+    idle: dict[str, float] = {}
+    records = [shadow("s1")]
+    assert plan(records, {}, idle, now=100.0, idle_timeout_s=60).deletes == []
+    assert plan(records, {}, idle, now=159.0, idle_timeout_s=60).deletes == []
+    (delete,) = plan(records, {}, idle, now=160.0, idle_timeout_s=60).deletes
+    assert delete.shadow == "ml/s1"
+
+
+def test_shadowpod_with_users_never_retired_and_timer_resets() -> None:
+    idle: dict[str, float] = {}
+    plan([shadow("s1")], {}, idle, 0.0, 60)
+    assert plan([shadow("s1"), bound(1, "ml/s1")], {}, idle, 1000.0, 60).deletes == []
+    assert "ml/s1" not in idle
+    assert plan([shadow("s1")], {}, idle, 1030.0, 60).deletes == []
+    assert plan([shadow("s1", using=1)], {}, idle, 5000.0, 60).deletes == []
+
+
+def test_unattributed_sharepod_on_node_protects_shadowpods_there() -> None:
+    idle: dict[str, float] = {"ml/s1": 0.0}
+    assert plan([shadow("s1"), bound(1, "")], {}, idle, 1000.0, 60).deletes == []
+
+
+def test_idle_shadowpod_kept_while_demand_pending() -> None:
+    idle = {"ml/s1": 0.0}
+    assert plan([shadow("s1", using=4), pending(0)], {}, idle, 1000.0, 60).deletes == []
+
+
+def _pod(resources: dict[str, str], **meta: object) -> dict[str, object]:
+    return {"metadata": {"namespace": "ml", "name": "x", **meta},
+            "spec": {"containers": [{"name": "c", "resources": {"requests": resources}}]},
+            "status": {"phase": "Pending"}}
+
+
+def test_classification() -> None:
+    pattern = share_resource_pattern("gpushare")
+    share = classify(_pod({"gpushare/share-dev-gpu-8": "1"}), pattern)
+    assert isinstance(share, SharePod) and share.quota == QuotaKey("ml", "share-dev", 8) and share.pending
+    assert classify(_pod({"nvidia.com/gpu": "1"}), pattern) is None
+    assert classify(_pod({"gpushare/share-gpu-0": "1"}), pattern) is None
+    shadow_pod = classify(_pod({"nvidia.com/gpu": "1"},
+                               labels={"gpushare.k8s.io/pod-description": "shadow-pod"},
+                               annotations={"gpushare.k8s.io/share-kind": "share",
+                                            "gpushare.k8s.io/share-spec": "4"}), pattern)
+    assert isinstance(shadow_pod, ShadowPod) and shadow_pod.quota == Q4
+    broken = classify(_pod({}, labels={"gpushare.k8s.io/pod-description": "shadow-pod"},
+                           annotations={"gpushare.k8s.io/share-spec": "four"}), pattern)
+    assert broken is None
