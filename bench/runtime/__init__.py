@@ -1,0 +1,1 @@
+"""gpushare-runtime benchmarks."""
