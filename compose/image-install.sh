@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Install one gpushare service (or the runtime) into a fresh virtual environment.
+# This is the install step of every image (see services/*/Dockerfile); CI runs the
+# same script into temporary directories so what the images install is tested.
+#
+#   compose/image-install.sh SERVICE PREFIX
+#   SERVICE: detector | solver | deviceplugin | kmod-bridge | shadow-controller | sim
+#   PREFIX:  directory of the new virtual environment (e.g. /opt/gpushare)
+#   PIP:     installer command (default "PREFIX/bin/python -m pip"; CI may use "uv pip")
+set -euo pipefail
+
+service=${1:?usage: image-install.sh SERVICE PREFIX}
+prefix=${2:?usage: image-install.sh SERVICE PREFIX}
+src=$(cd "$(dirname "$0")/.." && pwd)
+python=${PYTHON:-python3}
+
+case "$service" in
+  detector|solver|deviceplugin|kmod-bridge|shadow-controller) pkg="$src/services/$service" ;;
+  sim) pkg="$src/sim" ;;
+  *) echo "image-install.sh: unknown service '$service' (detector, solver, deviceplugin, kmod-bridge, shadow-controller, sim)" >&2; exit 2 ;;
+esac
+
+echo "==> [1/4] virtual environment in $prefix"
+"$python" -m venv "$prefix"
+pip=${PIP:-"$prefix/bin/python -m pip"}
+
+echo "==> [2/4] generating gRPC stubs from libs/common/proto"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cp -r "$src/libs/common" "$work/common"
+"$python" -m venv "$work/tools"
+"$work/tools/bin/python" -m pip install --quiet --disable-pip-version-check 'grpcio-tools>=1.66'
+out="$work/common/gpushare_common/adapters/kubeletapi"
+mkdir -p "$out"
+"$work/tools/bin/python" -m grpc_tools.protoc -I"$work/common/proto" --python_out="$out" \
+  --grpc_python_out="$out" "$work"/common/proto/*.proto
+sed -i -E 's/^import (\w+_pb2)/from . import \1/' "$out"/*_pb2*.py
+
+echo "==> [3/4] installing gpushare-common and $service"
+# shellcheck disable=SC2086
+$pip install --quiet ${PIP_PYTHON_FLAG:-} "$work/common" "$pkg"
+
+echo "==> [4/4] checking the entry point"
+"$prefix/bin/python" - "$service" <<'PY'
+import importlib, sys
+name = sys.argv[1].replace("-", "_")
+module = "gpushare_sim" if name == "sim" else f"gpushare_{name}"
+importlib.import_module(module)
+importlib.import_module("gpushare_common.adapters.kubeletapi.deviceplugin_v1beta1_pb2_grpc")
+print(f"ok: {module} importable from {sys.prefix}")
+PY
