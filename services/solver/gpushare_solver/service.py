@@ -25,7 +25,11 @@ from typing import Any
 from gpushare_common.adapters.kube import KubeError
 from gpushare_common.adapters.kube import Retryable as KubeRetryable
 from gpushare_common.bus import Bus, BusError, Retryable
-from gpushare_common.events import AnyEvent, DeviceHealth, Event, KmodCommand, KmodReply, event_tag
+from gpushare_common.events import (
+    AnyEvent,
+    DeviceHealth,
+    event_tag,
+)
 from gpushare_common.kvstore import Store
 from gpushare_common.logging import get_logger
 from gpushare_common.mapping import PersistentMapping
@@ -38,6 +42,7 @@ from .executor import Executor
 from .handlers import handle
 from .journal import JournalDoc, Seen
 from .metrics import SolverMetrics
+from .outbox import BusOutbox
 from .ports import PodApi, TaskApi
 from .reclaim import Reclaimer
 from .reconcile import reconcile
@@ -47,23 +52,6 @@ from .state import HandlerError, SolverState
 log = get_logger("solver")
 _PERSISTED_SEEN = 256
 _TRANSIENT = (KubeRetryable, ContainerdUnavailable, BusError)
-
-
-class BusOutbox:
-    def __init__(self, bus: Bus, node: str, kmod_timeout_s: float) -> None:
-        self.bus, self.node, self.timeout = bus, node, kmod_timeout_s
-
-    async def publish(self, subject: str, event: Event) -> None:
-        await self.bus.publish(subject, event)
-
-    async def publish_once(self, subject: str, event: Event) -> None:
-        await self.bus.publish_persistent(subject, event)
-
-    async def kmod(self, command: KmodCommand) -> KmodReply:
-        reply = await self.bus.request(self.bus.subjects.kmod_cmd(self.node), command, self.timeout)
-        if not isinstance(reply, KmodReply):
-            raise BusError(f"kmod-bridge answered {event_tag(reply)} instead of kmod_reply")
-        return reply
 
 
 class Solver:
