@@ -8,6 +8,7 @@ shapes the client produces and rejects unknown fields and wrong types.
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from functools import cache
 from typing import Any
 
@@ -23,7 +24,7 @@ class SchemaError(ValueError):
 
     def __init__(self, path: str, expected: str, got: Any) -> None:
         super().__init__(
-            f"cannot decode {type(got).__name__} into field {path} of type {expected}"
+            f"cannot decode {type(got).__name__} {got!r:.40} into field {path} of type {expected}"
         )
         self.path = path
 
@@ -64,9 +65,12 @@ def _check(kind: str, value: Any, path: str, unknown: list[_Unknown]) -> None:
             _check(match.group(1), item, f"{path}[{index}]", unknown)
     elif match := _DICT.match(kind):
         _check_dict(match.group(1), value, path, unknown)
-    elif kind in ("str", "datetime"):
+    elif kind == "str":
         if not isinstance(value, str):
             raise SchemaError(path, kind, value)
+    elif kind == "datetime":
+        if not isinstance(value, str) or not _is_time(value):
+            raise SchemaError(path, "RFC 3339 time", value)
     elif kind in ("int", "float"):
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise SchemaError(path, kind, value)
@@ -75,6 +79,14 @@ def _check(kind: str, value: Any, path: str, unknown: list[_Unknown]) -> None:
             raise SchemaError(path, kind, value)
     else:
         _check_model(kind, value, path, unknown)
+
+
+def _is_time(text: str) -> bool:
+    try:
+        datetime.fromisoformat(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _check_dict(kind: str, value: Any, path: str, unknown: list[_Unknown]) -> None:

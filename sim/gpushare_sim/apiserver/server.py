@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import signal
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -62,6 +64,20 @@ class _Server(uvicorn.Server):
         self.store.close_watchers()
         await super().shutdown(sockets)
 
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        """SIGINT/SIGTERM stop the server gracefully and the process exits with status 0
+        (uvicorn would re-raise the signal afterwards)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
 
 class ApiServer:
     """One emulated API server on a bound socket; `serve()` runs until `stop()`."""
@@ -74,6 +90,7 @@ class ApiServer:
         # headers and body go out as two writes: without NODELAY the body waits for an ACK
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.sock.bind((settings.host, settings.port))
+        self.sock.listen(1024)  # clients may connect (and wait) before uvicorn serves
         host, port = self.sock.getsockname()[:2]
         self.address = f"{host}:{port}"
         self.url = f"http://{self.address}"

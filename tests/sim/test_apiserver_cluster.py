@@ -1,0 +1,139 @@
+"""Cluster-level behaviour: namespaces, node watches, collections, seeding, the CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client, watch
+
+from gpushare_sim.apiserver import Store, objects
+from gpushare_sim.apiserver.kinds import PODS
+from gpushare_sim.apiserver.selectors import parse_field_selector
+from gpushare_sim.apiserver.store import Selection
+from tests.support import kubeapi
+from tests.support.kubeapi import KubeApi, client_for
+
+kube_api = kubeapi.kube_api
+LIMIT = 10
+
+
+def pod_body(name: str, node: str = "", labels: dict[str, str] | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [{"name": "main", "image": "busybox"}]}
+    if node:
+        spec["nodeName"] = node
+    return {"metadata": {"name": name, "labels": labels or {}}, "spec": spec}
+
+
+@pytest.fixture
+def core(kube_api: KubeApi) -> client.CoreV1Api:
+    return client.CoreV1Api(kube_api.client)
+
+
+def test_namespaces(core: client.CoreV1Api) -> None:
+    created = core.create_namespace({"metadata": {"name": "team-a"}})
+    assert created.status.phase == "Active"
+    assert [n.metadata.name for n in core.list_namespace().items] == ["team-a"]
+    assert core.read_namespace("team-a").metadata.uid == created.metadata.uid
+    core.delete_namespace("team-a")
+    assert core.list_namespace().items == []
+
+
+def test_delete_collection_by_label(core: client.CoreV1Api) -> None:
+    core.create_namespaced_pod("default", pod_body("spot-1", labels={"spot": "yes"}))
+    core.create_namespaced_pod("default", pod_body("spot-2", "node-1", labels={"spot": "yes"}))
+    core.create_namespaced_pod("default", pod_body("keep"))
+    core.delete_collection_namespaced_pod("default", label_selector="spot=yes")
+    left = {p.metadata.name: p.metadata.deletion_timestamp for p in core.list_namespaced_pod("default").items}
+    assert set(left) == {"keep", "spot-2"}  # the pod on a node is Terminating
+    assert left["spot-2"] is not None and left["keep"] is None
+
+
+def test_node_watch_sees_status_updates(core: client.CoreV1Api) -> None:
+    version = core.list_node().metadata.resource_version
+    core.create_node({"metadata": {"name": "node-1"}})
+    core.patch_node_status("node-1", {"status": {"allocatable": {"gpushare/spot-gpu": "4"}}})
+    core.delete_node("node-1")
+    stream = watch.Watch().stream(core.list_node, resource_version=version, timeout_seconds=LIMIT)
+    seen = []
+    for event in stream:
+        status = event["raw_object"].get("status") or {}
+        seen.append((event["type"], status.get("allocatable", {})))
+        if len(seen) == 3:
+            break
+    assert seen == [("ADDED", {}), ("MODIFIED", {"gpushare/spot-gpu": "4"}),
+                    ("DELETED", {"gpushare/spot-gpu": "4"})]
+
+
+def test_lease_times_round_trip(kube_api: KubeApi) -> None:
+    leases = client.CoordinationV1Api(kube_api.client)
+    now = datetime.now(UTC).replace(microsecond=123456)
+    spec = client.V1LeaseSpec(holder_identity="a", acquire_time=now, renew_time=now,
+                              lease_duration_seconds=15, lease_transitions=0)
+    leases.create_namespaced_lease("gpushare", client.V1Lease(
+        metadata=client.V1ObjectMeta(name="leader"), spec=spec))
+    read = leases.read_namespaced_lease("leader", "gpushare")
+    assert read.spec.renew_time == now
+    patched = leases.patch_namespaced_lease(
+        "leader", "gpushare", {"spec": {"holderIdentity": "b"}})
+    assert patched.spec.holder_identity == "b" and patched.spec.acquire_time == now
+
+
+def test_seeding_through_the_server_loop(kube_api: KubeApi, core: client.CoreV1Api) -> None:
+    def seed(store: Store) -> int:
+        for index in range(200):
+            objects.create(store, PODS, "bulk", pod_body(f"p{index}", f"node-{index % 4}"))
+        return store.rv
+
+    version = kube_api.server.call(seed, kube_api.store)
+    found = core.list_namespaced_pod("bulk", field_selector="spec.nodeName=node-1")
+    assert len(found.items) == 50
+    assert int(found.metadata.resource_version) == version
+
+
+def test_node_indexed_watchers_get_only_their_pods() -> None:
+    store = Store()
+    mine, _ = store.watch(Selection(PODS, None, (), parse_field_selector("spec.nodeName=n1")), store.rv)
+    other, _ = store.watch(Selection(PODS, None, (), parse_field_selector("spec.nodeName=n2")), store.rv)
+    everything, _ = store.watch(Selection(PODS), store.rv)
+    objects.create(store, PODS, "default", pod_body("a", "n1"))
+    objects.create(store, PODS, "default", pod_body("b"))
+    objects.bind(store, objects.Target(PODS, "default", "b"), "n1")
+    objects.delete(store, objects.Target(PODS, "default", "a"), objects.DeleteOptions(grace_period=0))
+    types = [json.loads(line)["type"] for line in mine.lines]
+    assert types == ["ADDED", "ADDED", "DELETED"]
+    assert not other.lines
+    assert len(everything.lines) == 4
+    for watcher in (mine, other, everything):
+        store.unwatch(watcher)
+    assert not any(store.watchers["pods"])
+
+
+def test_cli_serves_and_writes_a_kubeconfig(tmp_path: Path) -> None:
+    path = tmp_path / "kubeconfig"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gpushare_sim.apiserver", "--port", "0", "--kubeconfig", str(path)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline().decode()  # the "serving" line comes after the kubeconfig
+        assert "serving url=http://127.0.0.1:" in line, line
+        api = client_for(path)
+        try:
+            core = client.CoreV1Api(api)
+            core.create_namespaced_pod("default", pod_body("p1"))
+            assert [p.metadata.name for p in core.list_namespaced_pod("default").items] == ["p1"]
+        finally:
+            api.close()
+    finally:
+        process.terminate()
+        started = time.monotonic()
+        assert process.wait(10) == 0
+        assert time.monotonic() - started < 5
