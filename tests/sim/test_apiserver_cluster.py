@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client, watch
-
 from gpushare_sim.apiserver import Store, objects
 from gpushare_sim.apiserver.kinds import PODS
 from gpushare_sim.apiserver.selectors import parse_field_selector
 from gpushare_sim.apiserver.store import Selection
+from kubernetes import client, watch
+
 from tests.support import kubeapi
 from tests.support.kubeapi import KubeApi, client_for
 
