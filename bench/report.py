@@ -56,7 +56,7 @@ def save(rows: list[Row], path: Path = RESULTS) -> None:
             {(x.part, x.metric) for x in rows}]
     doc = {"machine": platform.node(), "python": platform.python_version(),
            "updated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-           "rows": keep + [asdict(r) for r in rows]}
+           "rows": keep + [{**asdict(r), "at": time.time()} for r in rows]}
     path.write_text(json.dumps(doc, indent=2) + "\n")
 
 
