@@ -60,6 +60,14 @@ def _valid(metric: str, value: float) -> str:
     return ""
 
 
+def _new_device(device: str, labels: Mapping[str, str], names: Mapping[str, tuple[str, ...]]
+                ) -> DeviceMetrics:
+    return DeviceMetrics(
+        device, node=_label(labels, names.get("node", ())), pod=_label(labels, names.get("pod", ())),
+        namespace=_label(labels, names.get("namespace", ())),
+        container=_label(labels, names.get("container", ())))
+
+
 def _samples(text: str, source: str) -> list[tuple[str, Mapping[str, str], float]]:
     try:
         return [(s.name, s.labels, float(s.value))
@@ -86,9 +94,7 @@ def device_metrics(mapping: VendorMapping, text: str, source: str = "exporter"
             continue
         found = devices.get(device)
         if found is None:
-            found = devices[device] = DeviceMetrics(
-                device, *(_label(sample_labels, labels.get(k, ())) for k in
-                          ("node", "pod", "namespace", "container")))
+            found = devices[device] = _new_device(device, sample_labels, labels)
         found.set(metric, rank, value * scale)
     for found in devices.values():
         if found.memory_total is None and found.memory_used is not None and found.memory_free is not None:

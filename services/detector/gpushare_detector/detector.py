@@ -1,0 +1,230 @@
+"""The detector wired together: pod changes and resyncs -> events; owners -> away/back.
+
+Everything here takes its collaborators as arguments (bus, pod-resources,
+scraper, clock), so the whole service runs in memory in tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Protocol
+
+from gpushare_common import events as ev
+from gpushare_common.adapters.kube import PodChange
+from gpushare_common.logging import get_logger
+from gpushare_common.subjects import Subjects
+
+from .adapters.podresources import PodNotFound, PodResourcesError
+from .away import AwayMachine, Sample, State
+from .handlers import kind_of
+from .kmod import KmodSync
+from .metrics import DetectorMetrics
+from .model import ContainerDevices, NodeDevices
+from .pods import Owner, PodTracker
+from .scraper import Scraper
+from .waits import sleep_or_stop, wait_either
+
+log = get_logger("detector")
+
+
+class Publisher(Protocol):
+    subjects: Subjects
+
+    async def publish_persistent(self, subject: str, event: ev.Event) -> int: ...
+
+
+class DeviceSource(Protocol):
+    async def list(self) -> NodeDevices: ...
+
+    async def get(self, namespace: str, name: str) -> dict[str, ContainerDevices]: ...
+
+
+class Detector:
+    def __init__(self, node: str, tracker: PodTracker, bus: Publisher, devices: DeviceSource,
+                 kmod: KmodSync, away: AwayMachine, scraper: Scraper | None, metrics: DetectorMetrics,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.node = node
+        self.tracker = tracker
+        self.bus = bus
+        self.devices = devices
+        self.kmod = kmod
+        self.away = away
+        self.scraper = scraper
+        self.metrics = metrics
+        self.clock = clock
+        self.failed: dict[str, ev.Event] = {}
+        self.last_resync = 0.0
+        self.synced = asyncio.Event()
+
+    # --- publishing -------------------------------------------------------------
+
+    async def publish(self, events: list[ev.Event]) -> None:
+        results = await asyncio.gather(*(self._publish_one(e) for e in events))
+        if not all(results):
+            log.warning("events not published, kept for the next resync", node=self.node,
+                        failed=results.count(False))
+
+    async def _publish_one(self, event: ev.Event) -> bool:
+        kind = kind_of(event)
+        try:
+            await self.bus.publish_persistent(self.bus.subjects.event(self.node, kind), event)
+        except Exception:  # any bus failure: keep it for the next resync
+            self.failed[event.id] = event
+            self.metrics.publish_failures.inc()
+            return False
+        self.failed.pop(event.id, None)
+        self.metrics.published.labels(kind).inc()
+        return True
+
+    # --- pods -------------------------------------------------------------------
+
+    async def _devices_of(self, key: str) -> dict[str, ContainerDevices] | None:
+        namespace, _, name = key.partition("/")
+        try:
+            return await self.devices.get(namespace, name)
+        except PodNotFound:
+            return {}
+        except PodResourcesError as err:
+            self.metrics.errors.labels("pod-resources", "unavailable").inc()
+            log.warning("pod-resources unavailable", node=self.node, pod=key, error=str(err))
+            return None
+
+    async def _node_devices(self) -> NodeDevices:
+        try:
+            return await self.devices.list()
+        except PodResourcesError as err:
+            self.metrics.errors.labels("pod-resources", "unavailable").inc()
+            log.warning("pod-resources unavailable, keeping the last devices", node=self.node, error=str(err))
+            return dict(self.tracker.devices)
+
+    async def on_change(self, change: PodChange) -> None:
+        started = time.perf_counter()
+        if change.kind == "SYNC":
+            events = self.tracker.replace_all(change.pods, await self._node_devices())
+            self.synced.set()
+        elif change.pod is not None:
+            events = await self._on_pod(change.kind, change.pod)
+        else:
+            return
+        await self.publish(events)
+        self._after_pods_changed()
+        if events:
+            self.metrics.change_latency.observe(time.perf_counter() - started)
+
+    async def _on_pod(self, kind: str, pod: dict[str, Any]) -> list[ev.Event]:
+        view = self.tracker.read(pod)
+        if view is None:
+            return []
+        if kind == "DELETED":
+            return self.tracker.remove(view.key)
+        devices = await self._devices_of(view.key) if self.tracker.needs_devices(view) else {}
+        return self.tracker.upsert(view, devices)
+
+    def _after_pods_changed(self) -> None:
+        self.kmod.want(self.tracker.reserved_containers())
+        owners = self.tracker.owners()
+        for owner in owners.values():
+            self.away.track(owner.key, owner.devices, owner.containers)
+        self.away.forget_except(owners)
+        for cls, count in self.tracker.by_class().items():
+            self.metrics.pods.labels(cls).set(count)
+
+    async def watch(self, changes: AsyncIterator[PodChange]) -> None:
+        async for change in changes:
+            await self.on_change(change)
+
+    # --- resync -----------------------------------------------------------------
+
+    async def resync(self) -> int:
+        """Republish the whole current state (idempotent ids), clearing what vanished."""
+        with self.metrics.resync.time():
+            changes = self.tracker.refresh_all(await self._node_devices())
+            self._after_pods_changed()
+            seen = {e.id for e in changes}
+            current = [e for e in self.tracker.current() if e.id not in seen]
+            retry = [e for i, e in self.failed.items() if i not in seen]
+            events = [*retry, *changes, *current, *self.away.events()]
+            await self.publish(events)
+            self.kmod.resend()
+        self.last_resync = self.clock()
+        return len(events)
+
+    async def resync_loop(self, stop: asyncio.Event, every_s: float) -> None:
+        await wait_either(self.synced, stop)
+        while not stop.is_set():
+            await sleep_or_stop(stop, every_s)
+            if not stop.is_set():
+                await self.resync()
+
+    # --- owners: away/back ------------------------------------------------------
+
+    async def observe_owners(self) -> None:
+        """One sample of every lendable owner; publishes transitions."""
+        if self.scraper is not None:
+            await self.scraper.scrape()
+        owners = self.tracker.owners()
+        if not owners:
+            return
+        hits = await self.kmod.hits(tuple(c for o in owners.values() for c in o.containers))
+        for owner in owners.values():
+            sample = Sample(self._utilisation(owner), _hits_of(owner, hits))
+            if (moved := self.away.observe(owner.key, sample)) is not None:
+                log.info("owner state changed", node=self.node, pod=owner.key, state=str(moved.state),
+                         reason=moved.reason)
+                await self._publish_owner(owner.key)
+        self._count_owners()
+
+    def _utilisation(self, owner: Owner) -> float | None:
+        return self.scraper.utilisation(owner.devices) if self.scraper is not None else None
+
+    async def _publish_owner(self, owner: str) -> None:
+        event = self.away.event(owner)
+        if event is not None:
+            await self.publish([event])
+
+    def _count_owners(self) -> None:
+        states = [s.state for s in self.away.owners.values()]
+        for state in State:
+            self.metrics.owners.labels(str(state)).set(states.count(state))
+
+    async def on_owner_back(self, event: ev.AnyEvent) -> None:
+        if not isinstance(event, ev.OwnerBackEvent):
+            return
+        owner = "/".join(event.pod.split("/")[:2]) if event.pod else ""
+        if not owner:
+            self.metrics.errors.labels("ownerback", "unresolved").inc()
+            return
+        if self.away.owner_back(owner) is not None:
+            log.info("owner back", node=self.node, pod=owner, pidns=event.pidns)
+            await self._publish_owner(owner)
+            self._count_owners()
+
+    async def owners_loop(self, stop: asyncio.Event, every_s: float) -> None:
+        while not stop.is_set():
+            await self.observe_owners()
+            await sleep_or_stop(stop, every_s)
+
+    # --- status -----------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "pods": self.tracker.by_class(),
+            "facts": len(self.tracker.current()),
+            "unpublished": len(self.failed),
+            "owners": self.away.status(),
+            "scrape": self.scraper.status() if self.scraper is not None else None,
+            "kmod": self.kmod.status(),
+            "last_resync_age_s": round(self.clock() - self.last_resync, 1) if self.last_resync else None,
+            "errors": dict(self.tracker.errors),
+        }
+
+
+def _hits_of(owner: Owner, hits: dict[str, int] | None) -> int | None:
+    if hits is None:
+        return None
+    found = [hits[c] for c in owner.containers if c in hits]
+    return sum(found) if found else None
+

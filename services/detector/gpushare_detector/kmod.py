@@ -1,0 +1,109 @@
+"""Talk to the kmod-bridge: which reserved containers exist (add/delete), and GPU-access statistics."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Protocol
+
+from gpushare_common import events as ev
+from gpushare_common.bus import BusError
+from gpushare_common.logging import get_logger
+from gpushare_common.subjects import Subjects
+
+from .metrics import DetectorMetrics
+from .waits import sleep_or_stop, wait_either
+
+log = get_logger("detector.kmod")
+
+
+class Requester(Protocol):
+    subjects: Subjects
+
+    async def request(self, subject: str, event: ev.Event, timeout: float = 2.0) -> ev.AnyEvent: ...
+
+
+class KmodSync:
+    """Keeps the bridge's set of reserved containers equal to the node's; retries with backoff."""
+
+    def __init__(self, bus: Requester, node: str, timeout_s: float, metrics: DetectorMetrics) -> None:
+        self.bus = bus
+        self.node = node
+        self.timeout_s = timeout_s
+        self.metrics = metrics
+        self.wanted: set[str] = set()
+        self.sent: set[str] = set()
+        self.changed = asyncio.Event()
+        self.last_error = ""
+
+    def want(self, containers: set[str]) -> None:
+        if containers != self.wanted:
+            self.wanted = set(containers)
+            self.changed.set()
+
+    def resend(self) -> None:
+        """Send every container again (the bridge may have restarted); deletes stay done."""
+        self.sent.clear()
+        self.changed.set()
+
+    async def request(self, op: ev.KmodOp, pods: tuple[str, ...]) -> ev.KmodReply | None:
+        command = ev.KmodCommand(node=self.node, op=op, pods=pods, reason="detector")
+        try:
+            reply = await self.bus.request(self.bus.subjects.kmod_cmd(self.node), command, self.timeout_s)
+        except BusError as err:
+            self._failed(op, "no-reply", str(err))
+            return None
+        if not isinstance(reply, ev.KmodReply) or reply.status != 0:
+            message = getattr(reply, "message", type(reply).__name__)
+            self._failed(op, "refused", f"status {getattr(reply, 'status', '?')}: {message}")
+            return None
+        self.metrics.kmod.labels(op, "ok").inc()
+        self.last_error = ""
+        return reply
+
+    def _failed(self, op: str, outcome: str, error: str) -> None:
+        self.metrics.kmod.labels(op, outcome).inc()
+        if error != self.last_error:
+            log.warning("kmod-bridge request failed", node=self.node, op=op, error=error)
+        self.last_error = error
+        return None
+
+    async def sync_once(self) -> bool:
+        add = tuple(sorted(self.wanted - self.sent))
+        delete = tuple(sorted(self.sent - self.wanted))
+        ok = True
+        if add:
+            ok = await self.request("add", add) is not None
+            if ok:
+                self.sent.update(add)
+        if delete:
+            done = await self.request("delete", delete) is not None
+            if done:
+                self.sent.difference_update(delete)
+            ok = ok and done
+        return ok
+
+    async def run(self, stop: asyncio.Event, backoff_s: float = 1.0) -> None:
+        while not stop.is_set():
+            await wait_either(self.changed, stop)
+            self.changed.clear()
+            if not stop.is_set() and not await self.sync_once():
+                await sleep_or_stop(stop, backoff_s)
+                self.changed.set()
+
+    async def hits(self, containers: tuple[str, ...]) -> dict[str, int] | None:
+        """GPU ioctl hits per ``ns/pod/container`` the bridge knows; None when it did not answer."""
+        if not containers:
+            return {}
+        reply = await self.request("stats", containers)
+        if reply is None:
+            return None
+        found: dict[str, int] = {}
+        for stat in reply.stats:
+            if stat.pod:
+                found[stat.pod] = found.get(stat.pod, 0) + stat.hits
+        return found
+
+    def status(self) -> dict[str, object]:
+        return {"containers": sorted(self.sent), "pending": len(self.wanted ^ self.sent),
+                "last_error": self.last_error}
+
