@@ -100,8 +100,8 @@ class Service:
         self.tasks.spawn("resolver", self.resolver.run(self.stopping, self.settings.refresh_s))
 
     async def stop(self) -> None:
-        self.stopping.set()
         await self.tasks.cancel_all()
+        self.stopping.set()
         self.link.transport.close()
         await self.bus.drain()
 

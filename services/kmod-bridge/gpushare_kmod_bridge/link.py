@@ -4,6 +4,7 @@ Lifecycle (one loop, :meth:`KernelLink.run`):
 
 1. open the transport, send REGISTER (this socket becomes the receiver of
    notices), then call ``on_registered`` (the service re-sends its watch set);
+   only then is the link ``registered`` (ready)
 2. read messages: replies complete the pending command of the same
    ``hdr.seq``; notices go to ``on_notice``; malformed messages are counted
    and skipped;
@@ -68,13 +69,14 @@ class KernelLink:
         self._seq = 0
         self._pending: dict[int, asyncio.Future[protocol.Reply]] = {}
         self._lost: asyncio.Event = asyncio.Event()
+        self._open = False  # REGISTER answered in this session: commands may go
 
     # --- commands ---------------------------------------------------------------
 
     async def request(self, cmd: int, ids: Sequence[int] = (),
                       config: protocol.FilterConfig | None = None) -> protocol.Reply:
         """Send one command and wait for its reply; :class:`KernelUnavailable` when not registered."""
-        if not self.registered.is_set() and cmd != protocol.CMD_REGISTER:
+        if not self._open:
             raise KernelUnavailable(self.last_error or "not registered with the kernel module")
         return await self._exchange(cmd, ids, config)
 
@@ -101,6 +103,7 @@ class KernelLink:
 
     def _lose(self, reason: str) -> None:
         self.last_error = reason
+        self._open = False
         self.registered.clear()
         self._lost.set()
 
@@ -152,6 +155,9 @@ class KernelLink:
         reply = await self._exchange(protocol.CMD_REGISTER, (), None)
         if reply.header.status < 0:
             raise SessionLost(f"REGISTER refused with status {reply.header.status}")
+        self._open = True
+        if self.on_registered is not None:
+            await self.on_registered()
         self.registrations += 1
         self.metrics.registrations.inc()
         self.last_error = ""
@@ -160,10 +166,9 @@ class KernelLink:
             self.on_state(True, "")
         log.info("registered with the kernel module", transport=self.transport.name,
                  port=self.transport.port_id, registrations=self.registrations)
-        if self.on_registered is not None:
-            await self.on_registered()
 
     def _end_session(self) -> None:
+        self._open = False
         self.registered.clear()
         if self.on_state is not None:
             self.on_state(False, self.last_error or "not registered")

@@ -7,7 +7,8 @@ hands it to this transport's queue untouched (the link decodes it), so the
 library's sequence-number bookkeeping never sees kmod messages.
 
 :class:`KmodMessage` is the protocol header as a pyroute2 message class
-(``nlmsghdr`` + ``struct gpushare_kmod_hdr``); it classifies what arrives.
+(``nlmsghdr`` + ``struct gpushare_kmod_hdr``), for tools and the layout test;
+:func:`classify` reads the bare ``nlmsghdr`` to spot the kernel's own errors.
 
 When the module is unloaded, sends fail (``ECONNREFUSED``) and the socket
 reports the error; when the netlink unit does not exist the socket cannot be
@@ -36,7 +37,7 @@ class KmodMessage(nlmsg):  # type: ignore[misc]
 
 def classify(data: bytes) -> tuple[int, int]:
     """``(nlmsg_type, errno)`` of a datagram's first message; errno is set for NLMSG_ERROR."""
-    message = KmodMessage(data)
+    message = nlmsg(data)  # the bare nlmsghdr: an error message has no kmod header
     try:
         message.decode()
     except Exception as err:

@@ -1,0 +1,190 @@
+"""The bridge service against a real nats-server and the kernel stand-in."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+from collections.abc import AsyncIterator
+
+from gpushare_common import events
+from gpushare_common.bus import Bus
+from gpushare_common.http import bound_port, build_app, serve
+from gpushare_common.settings import (
+    CommonSettings,
+    HttpSettings,
+    KubeSettings,
+    LogSettings,
+    NatsSettings,
+    NodeSettings,
+)
+from gpushare_kmod_bridge.app import Service
+from gpushare_kmod_bridge.resolver import ContainerProcs
+from gpushare_kmod_bridge.settings import KmodBridgeSettings
+from gpushare_sim.kernel import KernelStandIn
+
+from .conftest import PidnsProcess, ioctl, wait_until
+
+NODE = "gpu-node-1.example"
+
+
+class FixedSource:
+    name = "fixed"
+
+    def __init__(self, *containers: ContainerProcs) -> None:
+        self.items = list(containers)
+
+    async def containers(self) -> list[ContainerProcs]:
+        return list(self.items)
+
+
+def bridge_settings(kernel: KernelStandIn) -> KmodBridgeSettings:
+    return KmodBridgeSettings(transport="sim", sim_socket=kernel.socket_path, heartbeat_s=0.1,
+                              reply_timeout_s=1.0, backoff_min_s=0.01, backoff_max_s=0.1,
+                              sources=(), refresh_s=0.5)
+
+
+@contextlib.asynccontextmanager
+async def bridge(nats: NatsSettings, settings: KmodBridgeSettings,
+                 source: FixedSource) -> AsyncIterator[Service]:
+    common = CommonSettings(nats=nats, http=HttpSettings(host="127.0.0.1", port=0), log=LogSettings(),
+                            node=NodeSettings(NODE), kube=KubeSettings())
+    service = Service(common, settings, sources=[source])
+    try:
+        await service.start()
+        await asyncio.wait_for(service.link.registered.wait(), 5)
+        yield service
+    finally:
+        await service.stop()
+
+
+@contextlib.asynccontextmanager
+async def client(nats: NatsSettings) -> AsyncIterator[tuple[Bus, asyncio.Queue[events.AnyEvent]]]:
+    bus = Bus(nats, "test-solver")
+    await bus.connect()
+    received: asyncio.Queue[events.AnyEvent] = asyncio.Queue()
+
+    async def collect(event: events.AnyEvent) -> None:
+        received.put_nowait(event)
+
+    await bus.subscribe(bus.subjects.event(NODE, "ownerback"), collect)
+    try:
+        yield bus, received
+    finally:
+        await bus.drain()
+
+
+async def command(bus: Bus, op: str, **fields: object) -> events.KmodReply:
+    reply = await bus.request(bus.subjects.kmod_cmd(NODE), events.KmodCommand(node=NODE, op=op, **fields))
+    assert isinstance(reply, events.KmodReply)
+    return reply
+
+
+async def test_owner_back_by_pod_key_then_release(
+        nats_settings: NatsSettings, kernel: KernelStandIn, pidns_process: PidnsProcess) -> None:
+    source = FixedSource(ContainerProcs("c1", (pidns_process.pid,), "team-a/dev-1", "main"))
+    async with bridge(nats_settings, bridge_settings(kernel), source), client(nats_settings) as (bus, got):
+        reply = await command(bus, "detect", pods=("team-a/dev-1/main",))
+        assert (reply.status, reply.pidns) == (0, (pidns_process.pidns,))
+        call = asyncio.create_task(ioctl(kernel.hook_path, pidns_process.pidns, pid=pidns_process.pid))
+        event = await asyncio.wait_for(got.get(), 5)
+        assert isinstance(event, events.OwnerBackEvent)
+        assert (event.pod, event.container, event.resolved) == ("team-a/dev-1", "main", True)
+        assert (event.pidns, event.pid, event.node) == (pidns_process.pidns, pidns_process.pid, NODE)
+        assert 0 < event.notice_to_publish_ms < 1000 and event.kernel_ts_ns > 0
+        assert not call.done()
+        released = await command(bus, "release", pods=("team-a/dev-1",))
+        assert released.status == 1
+        assert await asyncio.wait_for(call, 5) < 3000
+        stats = await command(bus, "stats", pidns=(pidns_process.pidns,))
+        assert [(s.pod, s.watched, s.need_notice, s.hits) for s in stats.stats] == \
+            [("team-a/dev-1", True, False, 1)]
+
+
+async def test_unknown_namespace_is_published_unresolved(
+        nats_settings: NatsSettings, kernel: KernelStandIn) -> None:
+    async with bridge(nats_settings, bridge_settings(kernel), FixedSource()) as service, \
+            client(nats_settings) as (bus, got):
+        assert (await command(bus, "detect", pidns=(4026530000,))).status == 0
+        call = asyncio.create_task(ioctl(kernel.hook_path, 4026530000))
+        event = await asyncio.wait_for(got.get(), 5)
+        assert isinstance(event, events.OwnerBackEvent)
+        assert (event.pidns, event.resolved, event.pod) == (4026530000, False, "")
+        await command(bus, "release", pidns=(4026530000,))
+        await call
+        assert service.bridge.watchset.get(4026530000).mode == "watched"  # need_notice was spent
+
+
+async def test_bad_commands_get_clear_replies(nats_settings: NatsSettings, kernel: KernelStandIn) -> None:
+    async with bridge(nats_settings, bridge_settings(kernel), FixedSource()), \
+            client(nats_settings) as (bus, _):
+        assert (await command(bus, "add", pods=("no-slash",))).status == -22
+        missing = await command(bus, "detect", pods=("team-b/absent",))
+        assert missing.status == -2 and "team-b/absent" in missing.message
+        assert (await command(bus, "config")).status == -22
+        assert (await command(bus, "add", pidns=(0,))).status == -22
+
+
+async def test_watch_set_survives_bridge_restart_and_module_reload(
+        nats_settings: NatsSettings, kernel: KernelStandIn, sock_dir) -> None:  # type: ignore[no-untyped-def]
+    settings = bridge_settings(kernel)
+    async with bridge(nats_settings, settings, FixedSource()), client(nats_settings) as (bus, _):
+        assert (await command(bus, "add", pidns=(101, 102))).status == 0
+        assert (await command(bus, "detect", pidns=(103,))).status == 0
+        await kernel.close()
+        fresh = KernelStandIn(kernel.socket_path, kernel.hook_path)  # reloaded module: empty map
+        await fresh.start()
+        try:
+            await wait_until(lambda: len(fresh.state.entries) == 3, what="watch set re-sent after reload")
+            assert fresh.state.entries[103].need_notice and not fresh.state.entries[101].need_notice
+        finally:
+            await fresh.close()
+    again = KernelStandIn(str(sock_dir / "k2.sock"), str(sock_dir / "h2.sock"))
+    await again.start()
+    try:
+        async with bridge(nats_settings, dataclasses.replace(settings, sim_socket=again.socket_path),
+                          FixedSource()) as restarted:
+            assert sorted(again.state.entries) == [101, 102, 103]
+            assert again.state.entries[103].need_notice
+            assert restarted.health.ready
+    finally:
+        await again.close()
+
+
+async def test_status_and_metrics_over_http(nats_settings: NatsSettings, kernel: KernelStandIn) -> None:
+    async with bridge(nats_settings, bridge_settings(kernel), FixedSource()) as service, \
+            client(nats_settings) as (bus, got):
+        await command(bus, "detect", pidns=(555,))
+        call = asyncio.create_task(ioctl(kernel.hook_path, 555))
+        await asyncio.wait_for(got.get(), 5)
+        await command(bus, "release", pidns=(555,))
+        await call
+        await wait_until(lambda: service.link.last_stats is not None and
+                         any(r.pidns == 555 and r.releases for r in service.link.last_stats.stats),
+                         what="a heartbeat after the release")
+        app = build_app("kmod-bridge", service.health, service.registry, service.status)
+        async with serve(app, HttpSettings(host="127.0.0.1", port=0)) as server:
+            port = bound_port(server)
+            status = json.loads(await http_get(port, "/status"))
+            metrics = (await http_get(port, "/metrics")).decode()
+            ready = await http_get(port, "/readyz")
+    assert status["registered"] is True and status["transport"].startswith("sim:")
+    assert status["watch_set"] == [{"pidns": 555, "mode": "watched", "pod": "", "container": ""}]
+    (entry,) = status["kernel"]["namespaces"]
+    assert (entry["pidns"], entry["flags"], entry["releases"]) == (555, ["watched"], 1)
+    assert "gpushare_kmod_notices_total 1.0" in metrics
+    assert 'gpushare_kmod_ownerback_published_total{resolved="false"} 1.0' in metrics
+    assert "gpushare_kmod_notice_to_publish_seconds_count 1.0" in metrics
+    assert json.loads(ready)["ready"] is True
+
+
+async def http_get(port: int, path: str) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n".encode())
+    await writer.drain()
+    response = await reader.read()
+    writer.close()
+    head, _, body = response.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200"), head
+    return body
