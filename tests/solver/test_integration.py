@@ -20,6 +20,7 @@ from gpushare_common.events import (
     LowPowerEvent,
     OwnerBackEvent,
     SpotEvent,
+    event_tag,
 )
 from gpushare_common.settings import KubeSettings, NatsSettings
 from gpushare_sim.containerd import Containerd
@@ -51,21 +52,22 @@ async def solver(nats: NatsSettings, kubeconfig: Path, settings: SolverSettings,
         stop.set()
 
 
-async def lend_two_cards(world: World) -> None:
+async def lend_two_cards(world: World) -> list[AnyEvent]:
     """alice holds GPU-0 and GPU-1 and goes away; b1 borrows spot-GPU-0, b2 spot-GPU-1."""
     await world.kube.create_pod("dev", {"metadata": {"name": "alice"}, "spec": {
         "nodeName": NODE, "containers": [{"name": "main", "image": "busybox"}]}})
     for pod, containers in BORROWERS.items():
         await world.add_pod(pod, containers)
-    await world.publish("generic", GenericEvent(node=NODE, pod=OWNER, container="main", lendable=True,
-                                                vendor_resource="nvidia.com/gpu", state="using",
-                                                devices=("GPU-0", "GPU-1")))
-    await world.publish("lowpower", LowPowerEvent(node=NODE, owner=OWNER, using=False,
-                                                  devices=("GPU-0", "GPU-1")))
-    await world.publish("spot", SpotEvent(node=NODE, pod="spot/b1", container="c0", state="using",
-                                          devices=("spot-GPU-0",)))
-    await world.publish("spot", SpotEvent(node=NODE, pod="spot/b2", container="c0", state="using",
-                                          devices=("spot-GPU-1",)))
+    events: list[AnyEvent] = [
+        GenericEvent(node=NODE, pod=OWNER, container="main", lendable=True,
+                     vendor_resource="nvidia.com/gpu", state="using", devices=("GPU-0", "GPU-1")),
+        LowPowerEvent(node=NODE, owner=OWNER, using=False, devices=("GPU-0", "GPU-1")),
+        SpotEvent(node=NODE, pod="spot/b1", container="c0", state="using", devices=("spot-GPU-0",)),
+        SpotEvent(node=NODE, pod="spot/b2", container="c0", state="using", devices=("spot-GPU-1",)),
+    ]
+    for event in events:
+        await world.publish(event_tag(event), event)
+    return events
 
 
 class Recorder:
@@ -128,3 +130,51 @@ async def test_owner_back_kills_evicts_releases(
         await wait_for(lambda: not running.solver.plans, what="no plan in flight")
         metrics = await asyncio.to_thread(http_json, running.port, "/metrics")
         assert 'gpushare_solver_evictions_total{outcome="evicted",reason="owner-back"} 2.0' in str(metrics)
+
+
+def counter(running: app.Running, event: str, result: str) -> float:
+    value = running.solver.metrics.events.labels(event, result)._value.get()
+    return float(value)
+
+
+async def test_restart_between_kill_and_delete_finishes_once_and_replays_change_nothing(
+    nats_settings: NatsSettings, kube_api: KubeApi, kube: Kube, containerd: Containerd, rootfs: Path,
+    bridge: FakeBridge,
+) -> None:
+    settings = solver_settings(containerd, ack_wait_s=1.0)
+    killed, never = asyncio.Event(), asyncio.Event()
+
+    async def stop_after_kill() -> None:
+        killed.set()
+        await never.wait()  # the solver "dies" here: cancelled by the stop below
+
+    async with client_bus(nats_settings) as bus:
+        world = World(containerd, rootfs, kube, bus, NODE)
+        records = Recorder()
+        await bus.subscribe(bus.subjects.eviction(NODE), records)
+        back = OwnerBackEvent(node=NODE, pidns=9, pid=1, kernel_ts_ns=1, pod=OWNER, resolved=True)
+        async with solver(nats_settings, kube_api.kubeconfig, settings, kube) as first:
+            first.solver.reclaimer.after_kill = stop_after_kill
+            lent = await lend_two_cards(world)
+            await wait_for(lambda: len(first.solver.state.borrowers()) == 2, what="two borrowers")
+            await world.publish("ownerback", back)
+            await wait_for(killed.is_set, what="the kill step")
+            assert world.task_status("b1-main") == "STOPPED"
+            assert await world.pod_exists("spot/b1") and not bridge.ops("release") and not records.events
+
+        async with solver(nats_settings, kube_api.kubeconfig, settings, kube) as second:
+            await wait_for(lambda: len(records.events) == 2, what="the eviction finished after restart")
+            assert not await world.pod_exists("spot/b1") and not await world.pod_exists("spot/b2")
+            assert len(bridge.ops("release")) == 1
+            assert second.solver.status()["evictions_in_flight"] == []
+            await wait_for(lambda: counter(second, "ownerback", "duplicate") >= 1, timeout=15,
+                           what="the unacknowledged owner-back redelivered and ignored")
+            for event in (lent[1], back):  # replay: the same events published again
+                await bus.publish(bus.subjects.event(NODE, event_tag(event)), event)
+            await wait_for(lambda: counter(second, "lowpower", "duplicate") >= 1, what="replay seen")
+            await wait_for(lambda: counter(second, "ownerback", "duplicate") >= 2, what="replay seen")
+            assert second.solver.state.health == {"spot-GPU-0": "Unhealthy", "spot-GPU-1": "Unhealthy"}
+            assert second.solver.state.borrowers() == {} and len(bridge.ops("detect")) == 1
+            assert len(bridge.ops("release")) == 1
+        assert await stored_count(world, bus.subjects.eviction(NODE)) == 2
+        assert len({r.id for r in records.of(EvictionRecord)}) == 2
