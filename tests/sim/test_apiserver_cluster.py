@@ -8,7 +8,6 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import pytest
 from gpushare_sim.apiserver import Store, objects
@@ -18,17 +17,10 @@ from gpushare_sim.apiserver.store import Selection
 from kubernetes import client, watch
 
 from tests.support import kubeapi
-from tests.support.kubeapi import KubeApi, client_for
+from tests.support.kubeapi import KubeApi, client_for, pod_manifest
 
 kube_api = kubeapi.kube_api
 LIMIT = 10
-
-
-def pod_body(name: str, node: str = "", labels: dict[str, str] | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {"containers": [{"name": "main", "image": "busybox"}]}
-    if node:
-        spec["nodeName"] = node
-    return {"metadata": {"name": name, "labels": labels or {}}, "spec": spec}
 
 
 @pytest.fixture
@@ -46,9 +38,9 @@ def test_namespaces(core: client.CoreV1Api) -> None:
 
 
 def test_delete_collection_by_label(core: client.CoreV1Api) -> None:
-    core.create_namespaced_pod("default", pod_body("spot-1", labels={"spot": "yes"}))
-    core.create_namespaced_pod("default", pod_body("spot-2", "node-1", labels={"spot": "yes"}))
-    core.create_namespaced_pod("default", pod_body("keep"))
+    core.create_namespaced_pod("default", pod_manifest("spot-1", labels={"spot": "yes"}))
+    core.create_namespaced_pod("default", pod_manifest("spot-2", "node-1", labels={"spot": "yes"}))
+    core.create_namespaced_pod("default", pod_manifest("keep"))
     core.delete_collection_namespaced_pod("default", label_selector="spot=yes")
     left = {p.metadata.name: p.metadata.deletion_timestamp for p in core.list_namespaced_pod("default").items}
     assert set(left) == {"keep", "spot-2"}  # the pod on a node is Terminating
@@ -86,15 +78,12 @@ def test_lease_times_round_trip(kube_api: KubeApi) -> None:
 
 
 def test_seeding_through_the_server_loop(kube_api: KubeApi, core: client.CoreV1Api) -> None:
-    def seed(store: Store) -> int:
-        for index in range(200):
-            objects.create(store, PODS, "bulk", pod_body(f"p{index}", f"node-{index % 4}"))
-        return store.rv
-
-    version = kube_api.server.call(seed, kube_api.store)
+    version = kube_api.seed("pods", "bulk", (pod_manifest(f"p{i}", f"node-{i % 4}") for i in range(200)))
     found = core.list_namespaced_pod("bulk", field_selector="spec.nodeName=node-1")
     assert len(found.items) == 50
     assert int(found.metadata.resource_version) == version
+    kube_api.seed("nodes", "", [{"metadata": {"name": "node-1"}}])
+    assert [n.metadata.name for n in core.list_node().items] == ["node-1"]
 
 
 def test_node_indexed_watchers_get_only_their_pods() -> None:
@@ -102,8 +91,8 @@ def test_node_indexed_watchers_get_only_their_pods() -> None:
     mine, _ = store.watch(Selection(PODS, None, (), parse_field_selector("spec.nodeName=n1")), store.rv)
     other, _ = store.watch(Selection(PODS, None, (), parse_field_selector("spec.nodeName=n2")), store.rv)
     everything, _ = store.watch(Selection(PODS), store.rv)
-    objects.create(store, PODS, "default", pod_body("a", "n1"))
-    objects.create(store, PODS, "default", pod_body("b"))
+    objects.create(store, PODS, "default", pod_manifest("a", "n1"))
+    objects.create(store, PODS, "default", pod_manifest("b"))
     objects.bind(store, objects.Target(PODS, "default", "b"), "n1")
     objects.delete(store, objects.Target(PODS, "default", "a"), objects.DeleteOptions(grace_period=0))
     types = [json.loads(line)["type"] for line in mine.lines]
@@ -128,7 +117,7 @@ def test_cli_serves_and_writes_a_kubeconfig(tmp_path: Path) -> None:
         api = client_for(path)
         try:
             core = client.CoreV1Api(api)
-            core.create_namespaced_pod("default", pod_body("p1"))
+            core.create_namespaced_pod("default", pod_manifest("p1"))
             assert [p.metadata.name for p in core.list_namespaced_pod("default").items] == ["p1"]
         finally:
             api.close()

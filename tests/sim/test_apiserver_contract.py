@@ -9,25 +9,13 @@ from kubernetes import client
 from kubernetes.client import ApiException
 
 from tests.support import kubeapi
-from tests.support.kubeapi import KubeApi
+from tests.support.kubeapi import KubeApi, pod_manifest
 
 kube_api = kubeapi.kube_api
 
 STRATEGIC = "application/strategic-merge-patch+json"
 MERGE = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
-
-
-def pod_body(name: str, node: str = "", labels: dict[str, str] | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {"containers": [{"name": "main", "image": "busybox"}]}
-    if node:
-        spec["nodeName"] = node
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "labels": labels or {}},
-        "spec": spec,
-    }
 
 
 @pytest.fixture
@@ -50,7 +38,7 @@ def status_of(error: pytest.ExceptionInfo[ApiException]) -> dict[str, Any]:
 
 
 def test_create_fills_server_fields(core: client.CoreV1Api) -> None:
-    pod = core.create_namespaced_pod("team-a", pod_body("p1"))
+    pod = core.create_namespaced_pod("team-a", pod_manifest("p1"))
     assert pod.metadata.namespace == "team-a"
     assert pod.metadata.uid and pod.metadata.creation_timestamp
     assert int(pod.metadata.resource_version) > 0
@@ -61,22 +49,22 @@ def test_create_fills_server_fields(core: client.CoreV1Api) -> None:
 
 
 def test_generate_name_and_already_exists(core: client.CoreV1Api) -> None:
-    body = pod_body("")
+    body = pod_manifest("")
     body["metadata"] = {"generateName": "shadow-"}
     first = core.create_namespaced_pod("default", body)
     second = core.create_namespaced_pod("default", body)
     assert first.metadata.name.startswith("shadow-")
     assert first.metadata.name != second.metadata.name
     with pytest.raises(ApiException) as error:
-        core.create_namespaced_pod("default", pod_body(first.metadata.name))
+        core.create_namespaced_pod("default", pod_manifest(first.metadata.name))
     assert error.value.status == 409
     assert status_of(error)["reason"] == "AlreadyExists"
 
 
 def test_list_with_selectors(core: client.CoreV1Api) -> None:
-    core.create_namespaced_pod("a", pod_body("p1", "node-1", {"app": "x", "tier": "web"}))
-    core.create_namespaced_pod("a", pod_body("p2", "node-2", {"app": "x"}))
-    core.create_namespaced_pod("b", pod_body("p3", "node-1", {"app": "y"}))
+    core.create_namespaced_pod("a", pod_manifest("p1", "node-1", {"app": "x", "tier": "web"}))
+    core.create_namespaced_pod("a", pod_manifest("p2", "node-2", {"app": "x"}))
+    core.create_namespaced_pod("b", pod_manifest("p3", "node-1", {"app": "y"}))
 
     def names(**kwargs: Any) -> list[str]:
         found = core.list_pod_for_all_namespaces(**kwargs).items
@@ -93,7 +81,7 @@ def test_list_with_selectors(core: client.CoreV1Api) -> None:
 
 def test_list_pages_with_limit_and_continue(core: client.CoreV1Api) -> None:
     for index in range(5):
-        core.create_namespaced_pod("default", pod_body(f"p{index}"))
+        core.create_namespaced_pod("default", pod_manifest(f"p{index}"))
     first = core.list_namespaced_pod("default", limit=2)
     assert [p.metadata.name for p in first.items] == ["p0", "p1"]
     assert first.metadata.remaining_item_count == 3
@@ -103,7 +91,7 @@ def test_list_pages_with_limit_and_continue(core: client.CoreV1Api) -> None:
 
 
 def test_patch_kinds(core: client.CoreV1Api) -> None:
-    core.create_namespaced_pod("default", pod_body("p1", labels={"keep": "1", "drop": "1"}))
+    core.create_namespaced_pod("default", pod_manifest("p1", labels={"keep": "1", "drop": "1"}))
     merged = core.patch_namespaced_pod(
         "p1", "default", {"metadata": {"labels": {"drop": None}, "annotations": {"a": "1"}}},
         _content_type=MERGE,
@@ -121,7 +109,7 @@ def test_patch_kinds(core: client.CoreV1Api) -> None:
 
 
 def test_status_subresource_merges_conditions_by_type(core: client.CoreV1Api) -> None:
-    core.create_namespaced_pod("default", pod_body("shadow", "node-1"))
+    core.create_namespaced_pod("default", pod_manifest("shadow", "node-1"))
     conditions = [{"type": "gpushare.k8s.io/Using", "status": "True", "reason": "dev-0"}]
     core.patch_namespaced_pod_status("shadow", "default", {"status": {"conditions": conditions}})
     ready = [{"type": "Ready", "status": "True"}]
@@ -142,7 +130,7 @@ def test_status_subresource_merges_conditions_by_type(core: client.CoreV1Api) ->
 
 
 def test_replace_with_stale_version_conflicts(core: client.CoreV1Api) -> None:
-    created = core.create_namespaced_pod("default", pod_body("p1"))
+    created = core.create_namespaced_pod("default", pod_manifest("p1"))
     current = core.patch_namespaced_pod("p1", "default", {"metadata": {"labels": {"v": "2"}}})
     created.metadata.labels = {"v": "stale"}
     with pytest.raises(ApiException) as error:
@@ -159,7 +147,7 @@ def test_replace_with_stale_version_conflicts(core: client.CoreV1Api) -> None:
 
 
 def test_delete_pod_without_node_is_immediate(core: client.CoreV1Api) -> None:
-    core.create_namespaced_pod("default", pod_body("p1"))
+    core.create_namespaced_pod("default", pod_manifest("p1"))
     core.delete_namespaced_pod("p1", "default")
     with pytest.raises(ApiException) as error:
         core.read_namespaced_pod("p1", "default")
@@ -168,7 +156,7 @@ def test_delete_pod_without_node_is_immediate(core: client.CoreV1Api) -> None:
 
 
 def test_delete_pod_on_node_waits_for_the_node(core: client.CoreV1Api) -> None:
-    core.create_namespaced_pod("default", pod_body("p1", "node-1"))
+    core.create_namespaced_pod("default", pod_manifest("p1", "node-1"))
     terminating = core.delete_namespaced_pod("p1", "default", grace_period_seconds=20)
     assert terminating.metadata.deletion_timestamp is not None
     assert terminating.metadata.deletion_grace_period_seconds == 20
@@ -180,7 +168,7 @@ def test_delete_pod_on_node_waits_for_the_node(core: client.CoreV1Api) -> None:
 
 
 def test_delete_with_uid_precondition(core: client.CoreV1Api) -> None:
-    core.create_namespaced_pod("default", pod_body("p1"))
+    core.create_namespaced_pod("default", pod_manifest("p1"))
     options = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid="other"))
     with pytest.raises(ApiException) as error:
         core.delete_namespaced_pod("p1", "default", body=options)
@@ -188,7 +176,7 @@ def test_delete_with_uid_precondition(core: client.CoreV1Api) -> None:
 
 
 def test_binding_and_eviction(core: client.CoreV1Api) -> None:
-    core.create_namespaced_pod("default", pod_body("p1"))
+    core.create_namespaced_pod("default", pod_manifest("p1"))
     binding = client.V1Binding(
         metadata=client.V1ObjectMeta(name="p1"), target=client.V1ObjectReference(name="node-9")
     )

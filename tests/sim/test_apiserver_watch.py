@@ -17,17 +17,10 @@ from kubernetes import client, watch
 from kubernetes.client import ApiException
 
 from tests.support import kubeapi
-from tests.support.kubeapi import KubeApi, start_kube_api
+from tests.support.kubeapi import KubeApi, pod_manifest, start_kube_api
 
 kube_api = kubeapi.kube_api
 LIMIT = 10  # seconds: a watch that sees nothing ends the test instead of hanging it
-
-
-def pod_body(name: str, node: str = "", labels: dict[str, str] | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {"containers": [{"name": "main", "image": "busybox"}]}
-    if node:
-        spec["nodeName"] = node
-    return {"metadata": {"name": name, "labels": labels or {}}, "spec": spec}
 
 
 def take(events: Iterator[dict[str, Any]], count: int) -> list[tuple[str, str]]:
@@ -46,9 +39,9 @@ def core(kube_api: KubeApi) -> client.CoreV1Api:
 
 
 def test_watch_from_a_version_replays_what_followed(core: client.CoreV1Api) -> None:
-    core.create_namespaced_pod("default", pod_body("before"))
+    core.create_namespaced_pod("default", pod_manifest("before"))
     version = core.list_namespaced_pod("default").metadata.resource_version
-    core.create_namespaced_pod("default", pod_body("p1"))
+    core.create_namespaced_pod("default", pod_manifest("p1"))
     core.patch_namespaced_pod("p1", "default", {"metadata": {"labels": {"x": "1"}}})
     core.delete_namespaced_pod("p1", "default")
     stream = watch.Watch().stream(
@@ -58,8 +51,8 @@ def test_watch_from_a_version_replays_what_followed(core: client.CoreV1Api) -> N
 
 
 def test_watch_without_version_starts_with_current_state(core: client.CoreV1Api) -> None:
-    core.create_namespaced_pod("a", pod_body("p1"))
-    core.create_namespaced_pod("b", pod_body("p2"))
+    core.create_namespaced_pod("a", pod_manifest("p1"))
+    core.create_namespaced_pod("b", pod_manifest("p2"))
     stream = watch.Watch().stream(core.list_pod_for_all_namespaces, timeout_seconds=LIMIT)
     assert sorted(take(stream, 2)) == [("ADDED", "p1"), ("ADDED", "p2")]
 
@@ -71,7 +64,7 @@ def test_live_events_reach_a_watcher(kube_api: KubeApi, core: client.CoreV1Api) 
 
     def write() -> None:
         for index in range(3):
-            writer.create_namespaced_pod("default", pod_body(f"p{index}"))
+            writer.create_namespaced_pod("default", pod_manifest(f"p{index}"))
 
     thread = threading.Thread(target=write)
     stream = watch.Watch().stream(
@@ -87,8 +80,8 @@ def test_live_events_reach_a_watcher(kube_api: KubeApi, core: client.CoreV1Api) 
 
 def test_field_selector_watch_sees_pods_enter_and_leave(core: client.CoreV1Api) -> None:
     version = core.list_pod_for_all_namespaces().metadata.resource_version
-    core.create_namespaced_pod("default", pod_body("elsewhere", "node-2"))
-    core.create_namespaced_pod("default", pod_body("p1"))
+    core.create_namespaced_pod("default", pod_manifest("elsewhere", "node-2"))
+    core.create_namespaced_pod("default", pod_manifest("p1"))
     binding = {"metadata": {"name": "p1"}, "target": {"kind": "Node", "name": "node-1"}}
     core.create_namespaced_pod_binding("p1", "default", binding, _preload_content=False)
     core.patch_namespaced_pod_status("p1", "default", {"status": {"phase": "Succeeded"}})
@@ -103,8 +96,8 @@ def test_field_selector_watch_sees_pods_enter_and_leave(core: client.CoreV1Api) 
 
 def test_label_selector_watch(core: client.CoreV1Api) -> None:
     version = core.list_namespaced_pod("default").metadata.resource_version
-    core.create_namespaced_pod("default", pod_body("other", labels={"app": "y"}))
-    core.create_namespaced_pod("default", pod_body("mine", labels={"app": "x"}))
+    core.create_namespaced_pod("default", pod_manifest("other", labels={"app": "y"}))
+    core.create_namespaced_pod("default", pod_manifest("mine", labels={"app": "x"}))
     stream = watch.Watch().stream(
         core.list_namespaced_pod, "default", label_selector="app=x",
         resource_version=version, timeout_seconds=LIMIT,
@@ -117,7 +110,7 @@ def test_expired_version_gives_410_and_relist_recovers(tmp_path: Path) -> None:
         core = client.CoreV1Api(api.client)
         old = core.list_namespaced_pod("default").metadata.resource_version
         for index in range(5):
-            core.create_namespaced_pod("default", pod_body(f"p{index}"))
+            core.create_namespaced_pod("default", pod_manifest(f"p{index}"))
         with pytest.raises(ApiException) as error:
             take(watch.Watch().stream(core.list_namespaced_pod, "default", resource_version=old), 1)
         assert error.value.status == 410
@@ -140,7 +133,7 @@ def test_bookmarks_carry_the_current_version(tmp_path: Path) -> None:
     settings = ApiSettings(bookmark_interval=0.05)
     with start_kube_api(settings, tmp_path) as api:
         core = client.CoreV1Api(api.client)
-        created = core.create_namespaced_pod("default", pod_body("p1"))
+        created = core.create_namespaced_pod("default", pod_manifest("p1"))
         stream = watch.Watch().stream(
             core.list_namespaced_pod, "default", allow_watch_bookmarks=True,
             resource_version=created.metadata.resource_version, timeout_seconds=LIMIT,
@@ -156,7 +149,7 @@ async def test_slow_watcher_is_dropped_with_410() -> None:
     watcher, first = store.watch(Selection(PODS), since=store.rv)
     assert first == []
     for index in range(3):  # nobody reads while the writer goes on
-        objects.create(store, PODS, "default", pod_body(f"p{index}"))
+        objects.create(store, PODS, "default", pod_manifest(f"p{index}"))
     assert watcher.overflowed
     options = WatchOptions(timeout=LIMIT, bookmarks=False, bookmark_interval=1.0)
     lines = b"".join([chunk async for chunk in stream_events(store, watcher, first, options)])
