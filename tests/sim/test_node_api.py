@@ -67,15 +67,17 @@ async def cluster(kube_api: Emulator) -> AsyncIterator[Cluster]:  # noqa: F811
         ):
             scheduler = Scheduler(KubeApi.from_kubeconfig(str(kube_api.kubeconfig)), 0.05)
             for sim in (n1, n2):
-                tasks += [asyncio.create_task(sim.sync_loop()),
+                tasks += [asyncio.create_task(sim.sync_loop(stop)),
                           asyncio.create_task(sim.node_status_loop())]  # fmt: skip
             tasks.append(asyncio.create_task(scheduler.run(stop)))
             yield Cluster(kube_api, [n1, n2])
             stop.set()
-            for task in tasks:
+            _, pending = await asyncio.wait(tasks, timeout=2)
+            for task in pending:  # the node status loops run until cancelled
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            scheduler.api.close()
+            for api in (scheduler.api, n1.api, n2.api):
+                api.close()  # type: ignore[union-attr]
     finally:
         shutil.rmtree(sim_dir, ignore_errors=True)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any, Protocol
@@ -34,6 +35,9 @@ class NodeApi(PodApi, Protocol):
     async def ensure_node(self, name: str, labels: dict[str, str]) -> None: ...
     async def patch_node_status(self, name: str, status: dict[str, Any]) -> None: ...
     async def list_pods(self, node: str | None = None) -> list[dict[str, Any]]: ...
+    def watch_node_pods(
+        self, node: str, stop: asyncio.Event
+    ) -> AsyncIterator[list[dict[str, Any]]]: ...
 
 
 def node_status(settings: NodeSimSettings, table: DeviceTable) -> dict[str, Any]:
@@ -96,9 +100,13 @@ class NodeSim:
     # --- loops (run as guarded tasks by main) -------------------------------
 
     async def sync_once(self) -> None:
+        """One full list of this node's pods, then a sync."""
         assert self.api is not None
+        await self._sync(await self.api.list_pods(self.settings.name))
+
+    async def _sync(self, objs: list[dict[str, Any]]) -> None:
         pods: list[PodDef] = []
-        for obj in await self.api.list_pods(self.settings.name):
+        for obj in objs:
             try:
                 pods.append(parse_pod(obj))
             except PodError as err:
@@ -112,13 +120,11 @@ class NodeSim:
             self.bad_pods.add(key)
             log.warning("pod ignored node=%s: %s", self.settings.name, err)
 
-    async def sync_loop(self) -> None:
-        while True:
-            try:
-                await self.sync_once()
-            except KubeError as err:
-                log.warning("pod sync failed node=%s: %s", self.settings.name, err)
-            await asyncio.sleep(self.settings.sync_interval_s)
+    async def sync_loop(self, stop: asyncio.Event | None = None) -> None:
+        """Follow this node's pods (list + watch) and sync the kubelet on every change."""
+        assert self.api is not None
+        async for objs in self.api.watch_node_pods(self.settings.name, stop or asyncio.Event()):
+            await self._sync(objs)
 
     async def node_status_loop(self) -> None:
         assert self.api is not None

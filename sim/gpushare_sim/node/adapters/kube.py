@@ -10,16 +10,23 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
 import urllib3
+from gpushare_common.adapters.kube import Kube
+from gpushare_common.settings import KubeSettings
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 T = TypeVar("T")
 MERGE_PATCH = "application/merge-patch+json"
 REQUEST_TIMEOUT = 10.0
+
+
+def _key(pod: dict[str, Any]) -> str:
+    meta = pod.get("metadata") or {}
+    return str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
 
 
 class KubeError(Exception):
@@ -57,6 +64,7 @@ class KubeApi:
     def __init__(self, api_client: Any) -> None:
         self._core = client.CoreV1Api(api_client)
         self._client = api_client
+        self._watcher = Kube(KubeSettings(), api_client)
 
     @classmethod
     def from_kubeconfig(cls, path: str) -> KubeApi:
@@ -109,6 +117,21 @@ class KubeApi:
         if node is None:
             return items
         return [p for p in items if (p.get("spec") or {}).get("nodeName") == node]
+
+    async def watch_node_pods(
+        self, node: str, stop: asyncio.Event
+    ) -> AsyncIterator[list[dict[str, Any]]]:
+        """The full set of pods bound to ``node``, again after every change (list + watch)."""
+        pods: dict[str, dict[str, Any]] = {}
+        selector = f"spec.nodeName={node}"
+        async for change in self._watcher.watch_pods(stop, field_selector=selector):
+            if change.kind == "SYNC":
+                pods = {_key(p): p for p in change.pods}
+            elif change.pod is not None and change.kind == "DELETED":
+                pods.pop(_key(change.pod), None)
+            elif change.pod is not None:
+                pods[_key(change.pod)] = change.pod
+            yield [p for p in pods.values() if (p.get("spec") or {}).get("nodeName") == node]
 
     async def patch_pod_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         await self._call(f"patch pod status {namespace}/{name}",
