@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import os
+
+from . import fastjson
 
 # typing costs milliseconds to import and every container create pays them
 TYPE_CHECKING = False
@@ -31,7 +32,7 @@ def parse_spec(bundle: str, raw: bytes) -> dict[str, Any]:
     from .errors import BundleError
 
     try:
-        spec = json.loads(raw)
+        spec = fastjson.loads(raw)
     except ValueError as err:
         raise BundleError(bundle, f"{SPEC_FILE} is not JSON: {err}") from None
     if not isinstance(spec, dict):
@@ -49,7 +50,7 @@ def write_spec(bundle: str, spec: dict[str, Any]) -> None:
 
     path = spec_path(bundle)
     temporary = os.path.join(bundle, f".{SPEC_FILE}.gpushare-{os.getpid()}")
-    data = json.dumps(spec, separators=(",", ":")).encode()
+    data = fastjson.dumps(spec).encode()
     try:
         info = os.stat(path)
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)

@@ -9,10 +9,10 @@ host.
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 
+from . import fastjson
 from .edits import DeviceEdits, split_env
 from .errors import CdiError
 
@@ -33,7 +33,7 @@ def _load(path: str) -> dict[str, Any]:
         raise CdiError(path, f"cannot read: {err}") from None
     try:
         if path.endswith(".json"):
-            doc = json.loads(text)
+            doc = fastjson.loads(text)
         else:
             from .miniyaml import loads
 

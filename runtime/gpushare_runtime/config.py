@@ -25,9 +25,9 @@ built-in table entry by entry.
 
 from __future__ import annotations
 
-import json
 import os
 
+from . import fastjson
 from .errors import ConfigError
 
 # typing costs milliseconds to import and every container create pays them
@@ -173,7 +173,7 @@ def _index_dir(path: str, doc: dict[str, Any]) -> str:
 
 def parse_config(path: str, text: str) -> RuntimeConfig:
     try:
-        doc = json.loads(text)
+        doc = fastjson.loads(text)
     except ValueError as err:
         raise ConfigError(path, f"not JSON: {err}") from None
     if not isinstance(doc, dict):

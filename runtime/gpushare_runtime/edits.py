@@ -7,8 +7,7 @@ the same spec as applying them once; nothing outside ``linux.devices``,
 
 from __future__ import annotations
 
-import copy
-
+from . import fastjson
 from .config import VendorResource
 
 # typing costs milliseconds to import and every container create pays them
@@ -160,7 +159,7 @@ def _apply_env(spec: Spec, env_edits: dict[str, list[str]]) -> None:
 
 def apply_edits(spec: Spec, edits: DeviceEdits) -> Spec:
     """A new spec with ``edits`` merged in; idempotent."""
-    result = copy.deepcopy(spec)
+    result: Spec = fastjson.loads(fastjson.dumps(spec))  # type: ignore[assignment]
     linux = result.setdefault("linux", {})
     devices = _list(linux, "devices")
     known = {d.get("path") for d in devices if isinstance(d, dict)}

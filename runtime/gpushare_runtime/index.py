@@ -11,8 +11,9 @@ unwritable directory all fall back to reading the bundles themselves.
 
 from __future__ import annotations
 
-import json
 import os
+
+from . import fastjson
 
 NOT_A_CONTAINER = ""
 
@@ -31,8 +32,8 @@ class BundleIndex:
         path = os.path.join(index_dir, name + ".json")
         try:
             with open(path, "rb") as handle:
-                doc = json.loads(handle.read())
-            entries = doc["entries"] if doc.get("parent") == parent else {}
+                doc = fastjson.loads(handle.read())
+            entries = doc["entries"] if doc.get("parent") == parent else {}  # type: ignore[attr-defined,index]
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             entries = {}
         index = cls(path, entries if isinstance(entries, dict) else {})
@@ -62,7 +63,7 @@ class BundleIndex:
         try:
             os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
             with open(temporary, "w", encoding="utf-8") as handle:
-                json.dump({"parent": parent, "entries": entries}, handle, separators=(",", ":"))
+                handle.write(fastjson.dumps({"parent": parent, "entries": entries}))
             os.replace(temporary, self.path)
         except OSError:
             try:

@@ -11,9 +11,9 @@ wins, then the newest.
 
 from __future__ import annotations
 
-import json
 import os
 
+from . import fastjson
 from .bundle import SPEC_FILE
 from .index import NOT_A_CONTAINER, BundleIndex
 
@@ -137,7 +137,7 @@ def _read(path: str, needles: tuple[bytes, ...]) -> tuple[dict[str, Any], float]
     if not all(needle in raw for needle in needles):
         return None
     try:
-        spec = json.loads(raw)
+        spec = fastjson.loads(raw)
     except ValueError:
         return None
     return (spec, mtime) if isinstance(spec, dict) else None
@@ -160,7 +160,7 @@ def find_source(
     index = None
     if index_dir:
         index = BundleIndex.load(index_dir, bundle_parent(target_bundle)[0])
-    needles = tuple(json.dumps(part).encode() for part in (wanted.pod, wanted.container))
+    needles = tuple(fastjson.dumps(part).encode() for part in (wanted.pod, wanted.container))
     best: SourceBundle | None = None
     for name, path in siblings:
         version = _version(path) if index else ""

@@ -6,10 +6,11 @@ The same shapes runc (logrus) writes: JSON ``{"level","msg","time"}`` lines, or
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
+
+from . import fastjson
 
 
 def _timestamp() -> str:
@@ -26,8 +27,8 @@ def format_line(level: str, message: str, log_format: str) -> str:
     stamp = _timestamp()
     if log_format == "json":
         record = {"level": level, "msg": message, "time": stamp}
-        return json.dumps(record, separators=(",", ":")) + "\n"
-    return f"time={json.dumps(stamp)} level={level} msg={json.dumps(message)}\n"
+        return fastjson.dumps(record) + "\n"
+    return f"time={fastjson.dumps(stamp)} level={level} msg={fastjson.dumps(message)}\n"
 
 
 class RuntimeLog:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from gpushare_common import ids
-from gpushare_runtime import miniyaml
+from gpushare_runtime import fastjson, miniyaml
 from gpushare_runtime.cdi import CdiRegistry
 from gpushare_runtime.cli import parse_invocation
 from gpushare_runtime.config import RuntimeConfig, parse_config
@@ -158,3 +158,24 @@ def test_cdi_gives_registry_or_cdi_error(text: str, name: str) -> None:
             CdiRegistry((directory,)).resolve("example.com/gpu", "0")
         except CdiError as err:
             assert err.path.endswith(name)
+
+
+@PROPERTY
+@given(json_values | st.floats(allow_nan=False) | st.text())
+def test_fastjson_matches_json(value: Any) -> None:
+    text = json.dumps(value, separators=(",", ":"))
+    assert fastjson.dumps(value) == text
+    assert fastjson.loads(text) == value
+    assert fastjson.loads(f" \n{text}\t".encode()) == value
+
+
+@PROPERTY
+@given(st.text(st.sampled_from(list('{}[]",:0123456789.eE+- \ntrufalsn\\')), max_size=30))
+def test_fastjson_errors_are_value_errors(text: str) -> None:
+    try:
+        expected = json.loads(text)
+    except ValueError:
+        with pytest.raises(ValueError):
+            fastjson.loads(text)
+        return
+    assert fastjson.loads(text) == expected
