@@ -39,6 +39,7 @@ async def wait_until(
     probe: Callable[[], T | None] | Callable[[], Awaitable[T | None]],
     timeout: float = 15.0,
     what: str = "condition",
+    interval: float = 0.05,
 ) -> T:
     """Poll ``probe`` until it returns something truthy; TimeoutError naming ``what``."""
     deadline = time.monotonic() + timeout
@@ -50,7 +51,7 @@ async def wait_until(
             return value  # type: ignore[return-value]
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(interval)
 
 
 def pod_manifest(
