@@ -9,9 +9,8 @@ from gpushare_common import ids
 from gpushare_deviceplugin.errors import PluginError
 from gpushare_deviceplugin.handlers.base import PreferredRequest, Signer
 from gpushare_deviceplugin.handlers.capacity import CapacityLogic
-from gpushare_deviceplugin.handlers.share import ShadowPodView, ShareLogic
+from gpushare_deviceplugin.handlers.share import ShadowPodView, ShareLogic, shadow_view
 from gpushare_deviceplugin.handlers.spot import SpotLogic
-from gpushare_deviceplugin.plugins.manager import shadow_view
 
 from .conftest import KEY
 

@@ -106,3 +106,19 @@ async def test_kubelet_absent_then_present(plugin_dir: str, running: Supervisor)
         await stub.wait_for(lambda: registered(stub))
     finally:
         await stub.stop()
+
+
+async def test_periodic_resend_without_change(plugin_set: PluginSet, kubelet: KubeletStub,
+                                              settings: DevicePluginSettings) -> None:
+    for plugin in plugin_set.plugins:
+        plugin.resend_s = 0.05
+    supervisor = Supervisor(plugin_set.plugins, settings.kubelet_path, settings.poll_s)
+    stop = asyncio.Event()
+    task = asyncio.create_task(supervisor.run(stop))
+    try:
+        await kubelet.wait_for(lambda: (p := kubelet.plugins.get("gpushare/vcpu")) is not None
+                               and len(p.lists) >= 3)
+        assert kubelet.plugins["gpushare/vcpu"].lists[-1] == {}
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 5)

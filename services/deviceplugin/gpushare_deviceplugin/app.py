@@ -22,7 +22,8 @@ from prometheus_client import CollectorRegistry
 
 from .adapters.vendor import watch_vendor
 from .handlers.base import Signer
-from .plugins.manager import PluginSet, shadow_view
+from .handlers.share import shadow_view
+from .plugins.manager import PluginSet
 from .plugins.metrics import PluginMetrics
 from .plugins.supervisor import Supervisor
 from .settings import DevicePluginSettings

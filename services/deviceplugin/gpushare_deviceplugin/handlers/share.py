@@ -130,3 +130,26 @@ def _pick_shadow(free: dict[str, list[str]], policy: str, wanted: int) -> str:
         return min(free, key=lambda k: (-len(free[k]), k))
     return min(free, key=lambda k: (0, len(free[k]), k) if len(free[k]) >= wanted
                else (1, -len(free[k]), k))
+
+
+def shadow_view(pod: dict[str, Any]) -> ShadowPodView | None:
+    """A Running ShadowPod as a :class:`ShadowPodView`; None for anything else.
+
+    ``pod`` is the API's JSON form (``metadata``/``spec``/``status``).
+    """
+    meta, spec, status = (pod.get(k) or {} for k in ("metadata", "spec", "status"))
+    labels, notes = meta.get("labels") or {}, meta.get("annotations") or {}
+    if labels.get(ids.LABEL_POD_DESCRIPTION) != ids.SHADOW_POD_LABEL_VALUE:
+        return None
+    if status.get("phase") != "Running":
+        return None
+    try:
+        share_spec = int(notes.get(ids.ANN_SHARE_SPEC, ""))
+        namespace, name = ids.parse_pod_key(f"{meta.get('namespace')}/{meta.get('name')}")
+    except (ValueError, ids.IdError):
+        return None
+    containers = [c.get("name", "") for c in spec.get("containers") or []]
+    container = ids.SHADOW_CONTAINER if ids.SHADOW_CONTAINER in containers or not containers \
+        else containers[0]
+    return ShadowPodView(namespace, name, notes.get(ids.ANN_SHARE_KIND, "share"), share_spec,
+                         container, terminating=bool(meta.get("deletionTimestamp")))

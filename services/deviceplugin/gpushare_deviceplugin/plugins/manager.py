@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from gpushare_common import events, ids
+from gpushare_common import events
 from gpushare_common.logging import get_logger
 
 from ..handlers.base import PluginLogic, Signer
@@ -98,27 +98,3 @@ class PluginSet:
 
     def status(self) -> dict[str, Any]:
         return {"plugins": [p.status() for p in self.plugins]}
-
-
-def shadow_view(pod: dict[str, Any]) -> ShadowPodView | None:
-    """A Running ShadowPod as a :class:`ShadowPodView`; None for anything else.
-
-    ``pod`` is the API's JSON form (``metadata``/``spec``/``status``).
-    """
-    meta, spec, status = (pod.get(k) or {} for k in ("metadata", "spec", "status"))
-    labels, notes = meta.get("labels") or {}, meta.get("annotations") or {}
-    if labels.get(ids.LABEL_POD_DESCRIPTION) != ids.SHADOW_POD_LABEL_VALUE:
-        return None
-    if status.get("phase") != "Running":
-        return None
-    try:
-        share_spec = int(notes.get(ids.ANN_SHARE_SPEC, ""))
-        namespace, name = ids.parse_pod_key(f"{meta.get('namespace')}/{meta.get('name')}")
-    except (ValueError, ids.IdError):
-        log.warning("ShadowPod without a valid share spec", pod=meta.get("name"))
-        return None
-    containers = [c.get("name", "") for c in spec.get("containers") or []]
-    container = ids.SHADOW_CONTAINER if ids.SHADOW_CONTAINER in containers or not containers \
-        else containers[0]
-    return ShadowPodView(namespace, name, notes.get(ids.ANN_SHARE_KIND, "share"), share_spec,
-                         container, terminating=bool(meta.get("deletionTimestamp")))
