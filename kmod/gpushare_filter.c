@@ -21,6 +21,8 @@ struct gpushare_filter {
 };
 
 static struct gpushare_filter __rcu *gpushare_filter;
+/* Copy of the current types, read word by word by the ftrace callback. */
+unsigned long gpushare_watched_types[BITS_TO_LONGS(256)];
 static DEFINE_MUTEX(gpushare_filter_mutex);
 
 static int gpushare_config_check(const struct gpushare_kmod_config *cfg)
@@ -53,6 +55,8 @@ int gpushare_config_set(const struct gpushare_kmod_config *cfg)
 	mutex_lock(&gpushare_filter_mutex);
 	old = rcu_replace_pointer(gpushare_filter, f,
 				  lockdep_is_held(&gpushare_filter_mutex));
+	for (i = 0; i < ARRAY_SIZE(gpushare_watched_types); i++)
+		WRITE_ONCE(gpushare_watched_types[i], f->types[i]);
 	mutex_unlock(&gpushare_filter_mutex);
 	if (old)
 		kfree_rcu(old, rcu);
@@ -93,15 +97,6 @@ void gpushare_config_exit(void)
 	kfree(f);
 }
 
-bool gpushare_type_watched(unsigned int cmd)
-{
-	bool watched;
-
-	rcu_read_lock();
-	watched = test_bit(_IOC_TYPE(cmd), rcu_dereference(gpushare_filter)->types);
-	rcu_read_unlock();
-	return watched;
-}
 
 static bool gpushare_major_in(const struct gpushare_kmod_config *cfg,
 			      unsigned int major)

@@ -141,48 +141,73 @@ struct gpushare_hook {
 	const char *name;
 	void *wrapper;
 	gpushare_syscall_t *orig;
-	bool compat;
+	ftrace_func_t thunk;
 	bool optional;
 	unsigned long address;
 	struct ftrace_ops ops;
 	bool installed;
 };
 
+static void notrace gpushare_thunk_native(unsigned long ip,
+					  unsigned long parent_ip,
+					  struct ftrace_ops *ops,
+					  GPUSHARE_FTRACE_REGS *fregs);
+static void notrace gpushare_thunk_compat(unsigned long ip,
+					  unsigned long parent_ip,
+					  struct ftrace_ops *ops,
+					  GPUSHARE_FTRACE_REGS *fregs);
+
+/* The hooks: native first, then compat (the thunks index this table). */
 static struct gpushare_hook gpushare_hooks[] = {
 	{ .name = "__x64_sys_ioctl", .wrapper = gpushare_ioctl,
-	  .orig = &gpushare_orig_ioctl },
+	  .orig = &gpushare_orig_ioctl, .thunk = gpushare_thunk_native },
 	{ .name = "__ia32_compat_sys_ioctl", .wrapper = gpushare_compat_ioctl,
-	  .orig = &gpushare_orig_compat_ioctl, .compat = true,
+	  .orig = &gpushare_orig_compat_ioctl,
+	  .thunk = gpushare_thunk_compat,
 	  .optional = !IS_ENABLED(CONFIG_IA32_EMULATION) },
 };
 
-static bool gpushare_candidate(const struct gpushare_hook *hook,
-			       const struct pt_regs *uregs)
+/*
+ * Runs for every ioctl on the system, so the cheapest tests come first and
+ * take no lock: one bit for the ioctl type, then the pid namespace's level
+ * (0 = the initial one). Only a candidate reaches the map lookup and is sent
+ * to the sleepable wrapper.
+ */
+static __always_inline void gpushare_thunk(GPUSHARE_FTRACE_REGS *fregs,
+					   unsigned long parent_ip,
+					   struct gpushare_hook *hook,
+					   bool compat)
 {
-	unsigned int cmd = hook->compat ? uregs->cx : uregs->si;
+	struct pt_regs *regs = gpushare_ftrace_regs(fregs);
+	const struct pt_regs *uregs = (const struct pt_regs *)regs->di;
+	struct pid *pid;
 
-	if (task_active_pid_ns(current) == &init_pid_ns)
-		return false;
-	if (!gpushare_type_watched(cmd))
-		return false;
-	return gpushare_map_contains(gpushare_current_pidns());
+	if (likely(!gpushare_type_watched(compat ? uregs->cx : uregs->si)))
+		return;
+	pid = task_pid(current);
+	if (!pid->level || within_module(parent_ip, THIS_MODULE) ||
+	    READ_ONCE(gpushare_unloading))
+		return;
+	if (!gpushare_map_contains(ns_of_pid(pid)->ns.inum))
+		return;
+	atomic_inc(&gpushare_in_flight);
+	regs->ip = (unsigned long)hook->wrapper;
 }
 
-static void notrace gpushare_ftrace_thunk(unsigned long ip,
+static void notrace gpushare_thunk_native(unsigned long ip,
 					  unsigned long parent_ip,
 					  struct ftrace_ops *ops,
 					  GPUSHARE_FTRACE_REGS *fregs)
 {
-	struct pt_regs *regs = gpushare_ftrace_regs(fregs);
-	struct gpushare_hook *hook = container_of(ops, struct gpushare_hook, ops);
+	gpushare_thunk(fregs, parent_ip, &gpushare_hooks[0], false);
+}
 
-	if (within_module(parent_ip, THIS_MODULE) ||
-	    READ_ONCE(gpushare_unloading))
-		return;
-	if (!gpushare_candidate(hook, (const struct pt_regs *)regs->di))
-		return;
-	atomic_inc(&gpushare_in_flight);
-	regs->ip = (unsigned long)hook->wrapper;
+static void notrace gpushare_thunk_compat(unsigned long ip,
+					  unsigned long parent_ip,
+					  struct ftrace_ops *ops,
+					  GPUSHARE_FTRACE_REGS *fregs)
+{
+	gpushare_thunk(fregs, parent_ip, &gpushare_hooks[1], true);
 }
 
 /* ---- install / remove ------------------------------------------------------ */
@@ -213,9 +238,8 @@ static int gpushare_hook_install(struct gpushare_hook *hook)
 	if (!hook->address)
 		return hook->optional ? 0 : -ENOENT;
 	*hook->orig = (gpushare_syscall_t)hook->address;
-	hook->ops.func = gpushare_ftrace_thunk;
-	hook->ops.flags = FTRACE_OPS_FL_SAVE_REGS | FTRACE_OPS_FL_RECURSION |
-			  FTRACE_OPS_FL_IPMODIFY;
+	hook->ops.func = hook->thunk;
+	hook->ops.flags = GPUSHARE_FTRACE_FLAGS;
 	ret = ftrace_set_filter_ip(&hook->ops, hook->address, 0, 0);
 	if (ret)
 		goto err_filter;

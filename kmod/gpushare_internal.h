@@ -12,6 +12,8 @@
 #include <linux/wait.h>
 #include <linux/atomic.h>
 #include <linux/version.h>
+#include <linux/bitops.h>
+#include <linux/ioctl.h>
 
 #include "include/gpushare_kmod.h"
 
@@ -23,14 +25,23 @@
 #error "gpushare needs Linux 5.10 or newer"
 #endif
 
+/*
+ * The ftrace callback is recursion-safe by construction (it issues no ioctl,
+ * and the wrapper's call of the original is recognised by parent_ip), so it
+ * asks ftrace for no recursion protection, which would cost every ioctl on
+ * the system about 27 more instructions: 5.10 says so with
+ * FTRACE_OPS_FL_RECURSION_SAFE, 5.11+ by leaving out FTRACE_OPS_FL_RECURSION.
+ */
 #if LINUX_VERSION_CODE < KERNEL_VERSION(5, 11, 0)
-/* 5.10: callbacks get pt_regs and recursion protection is the default. */
 #define GPUSHARE_FTRACE_REGS struct pt_regs
 #define gpushare_ftrace_regs(fregs) (fregs)
-#define FTRACE_OPS_FL_RECURSION 0
+#define GPUSHARE_FTRACE_FLAGS (FTRACE_OPS_FL_SAVE_REGS | \
+			       FTRACE_OPS_FL_IPMODIFY | \
+			       FTRACE_OPS_FL_RECURSION_SAFE)
 #else
 #define GPUSHARE_FTRACE_REGS struct ftrace_regs
 #define gpushare_ftrace_regs(fregs) ftrace_get_regs(fregs)
+#define GPUSHARE_FTRACE_FLAGS (FTRACE_OPS_FL_SAVE_REGS | FTRACE_OPS_FL_IPMODIFY)
 #endif
 
 #ifndef fd_file
@@ -91,7 +102,13 @@ void gpushare_config_get(struct gpushare_kmod_config *cfg);
 int gpushare_config_init(const u8 *types, unsigned int ntypes,
 			 const unsigned int *majors, unsigned int nmajors);
 void gpushare_config_exit(void);
-bool gpushare_type_watched(unsigned int cmd);
+extern unsigned long gpushare_watched_types[BITS_TO_LONGS(256)];
+
+/* Hot path: one bit test, no lock. */
+static inline bool gpushare_type_watched(unsigned int cmd)
+{
+	return test_bit(_IOC_TYPE(cmd), gpushare_watched_types);
+}
 bool gpushare_file_watched(unsigned int fd);
 
 /* ---- hooks (gpushare_hook.c) --------------------------------------------- */

@@ -37,20 +37,23 @@ static struct gpushare_entry *gpushare_map_find_locked(u64 pidns)
 	return NULL;
 }
 
-/* Hot path: RCU lookup only, no reference taken. */
-bool gpushare_map_contains(u64 pidns)
+/*
+ * Hot path (the ftrace callback): no reference taken, nothing traced. A
+ * preempt-disabled section is an RCU reader for kfree_rcu() since 4.20.
+ */
+bool notrace gpushare_map_contains(u64 pidns)
 {
 	struct gpushare_entry *e;
 	bool found = false;
 
-	rcu_read_lock();
-	hash_for_each_possible_rcu(gpushare_map, e, node, pidns) {
+	rcu_read_lock_sched_notrace();
+	hash_for_each_possible_rcu_notrace(gpushare_map, e, node, pidns) {
 		if (e->pidns == pidns) {
 			found = true;
 			break;
 		}
 	}
-	rcu_read_unlock();
+	rcu_read_unlock_sched_notrace();
 	return found;
 }
 

@@ -65,6 +65,7 @@ void owner_stop(struct owner *o);
 uint64_t pidns_of(pid_t pid);
 uint64_t now_ns(void);
 long ioctl_loop(unsigned int type, long n);
+long tty_loop(long n);
 
 /* ---- checks and benchmarks ---- */
 

@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <sys/ioctl.h>
+#include <termios.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -46,6 +47,7 @@ uint64_t pidns_of(pid_t pid)
 	return st.st_ino;
 }
 
+/* n ioctls of type on /dev/null (ENOTTY: the cheapest possible ioctl). */
 long ioctl_loop(unsigned int type, long n)
 {
 	int fd = open("/dev/null", O_RDONLY);
@@ -53,6 +55,22 @@ long ioctl_loop(unsigned int type, long n)
 
 	for (i = 0; i < n; i++)
 		if (ioctl(fd, _IO(type, 1)) < 0)
+			fails++;
+	close(fd);
+	return fails;
+}
+
+/* n TCGETS on a pseudo-terminal: a typical non-GPU ioctl. */
+long tty_loop(long n)
+{
+	int fd = posix_openpt(O_RDWR | O_NOCTTY);
+	struct termios t;
+	long i, fails = 0;
+
+	if (fd < 0)
+		return n;
+	for (i = 0; i < n; i++)
+		if (ioctl(fd, TCGETS, &t) < 0)
 			fails++;
 	close(fd);
 	return fails;

@@ -35,10 +35,5 @@ def _require_vm_tools() -> vm.GuestKernel:
 
 @pytest.fixture(scope="session")
 def built() -> Built:
-    kernel = _require_vm_tools()
-    proc = subprocess.run(
-        ["make", "-C", str(KMOD), f"KDIR={kernel.headers}", "all"],
-        capture_output=True, text=True, check=False,
-    )
-    assert proc.returncode == 0, f"make -C kmod failed:\n{proc.stdout}\n{proc.stderr}"
-    return Built(module=KMOD / "gpushare.ko", tool=KMOD / "tools" / "gpushare-kmodctl")
+    module, tool = vm.build_kmod(_require_vm_tools())
+    return Built(module=module, tool=tool)

@@ -96,6 +96,17 @@ def find_guest_kernel(boot: Path = Path("/boot"), modroot: Path = Path("/lib/mod
     return max(kernels, key=lambda k: _version_key(k.version))
 
 
+def build_kmod(kernel: GuestKernel) -> tuple[Path, Path]:
+    """``make -C kmod`` against the guest kernel's headers: (module, tool)."""
+    kmod = REPO / "kmod"
+    proc = subprocess.run(
+        ["make", "-C", str(kmod), f"KDIR={kernel.headers}", "all"], capture_output=True, text=True, check=False
+    )
+    if proc.returncode != 0:
+        raise VMError(f"make -C kmod failed:\n{proc.stdout}\n{proc.stderr}")
+    return kmod / "gpushare.ko", kmod / "tools" / "gpushare-kmodctl"
+
+
 def cache_dir() -> Path:
     default = Path.home() / ".cache" / "gpushare" / "vm"
     path = Path(os.environ.get("GPUSHARE_VM_CACHE", default))
@@ -144,6 +155,8 @@ def _qemu_command(kernel: GuestKernel, initrd: Path, opts: VMOptions) -> list[st
         "-smp", str(opts.cpus), "-kernel", str(kernel.vmlinuz), "-initrd", str(initrd),
         "-nographic", "-monitor", "none", "-serial", "stdio", "-no-reboot", "-nodefaults",
     ]
+    if opts.icount:
+        cmd += ["-icount", "shift=0"]
     if opts.share_host_root:
         append.append("vmhost=1")
         cmd += ["-virtfs", "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap"]
@@ -160,12 +173,19 @@ class VMOptions:
     timeout_s: float = 240.0
     memory_mb: int = 1024
     cpus: int = 1
+    # Guest time = instructions executed (qemu -icount): timings that do not
+    # depend on the host's load. Software emulation only.
+    icount: bool = False
 
 
 @contextlib.contextmanager
 def _qemu(cmd: list[str]) -> Iterator[subprocess.Popen[bytes]]:
     proc = subprocess.Popen(
-        cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+        cmd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     try:
         yield proc
