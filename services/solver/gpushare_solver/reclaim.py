@@ -60,6 +60,7 @@ class Reclaimer:
         self.outbox = outbox
         self.subject = eviction_subject
         self.metrics = metrics
+        self.known: dict[str, list[str]] = {}  # borrower pod -> container ids seen earlier
         self.after_kill: Callable[[], Awaitable[None]] | None = None  # a test's hook
 
     async def run(self, action: Reclaim, progress: ReclaimProgress, trigger_id: str,
@@ -75,15 +76,26 @@ class Reclaimer:
         for pod, (outcome, delete_ms, error) in zip(action.pods, outcomes, strict=True):
             await self._record(action, progress, trigger_id, received, pod, (outcome, delete_ms, error))
 
+    async def learn(self, pod: str) -> None:
+        """Remember a borrower's containers ahead of time, so a reclaim can kill at once."""
+        uid, ids = await self._containers(pod)
+        if ids:
+            self.known[pod] = ids
+        elif not uid:
+            self.known.pop(pod, None)
+
     async def _kill(self, action: Reclaim, progress: ReclaimProgress, received: float, save: Save) -> None:
         progress.started = progress.started or time.time()
+        start = time.perf_counter()
+        ahead = [c for pod in action.pods for c in self.known.get(pod, [])]
+        kills = [asyncio.ensure_future(self.tasks.kill_all(ahead, self.settings.kill_timeout_s))]
         found = await asyncio.gather(*(self._containers(pod) for pod in action.pods))
         for pod, (uid, ids) in zip(action.pods, found, strict=True):
             progress.uids[pod] = uid
-            progress.containers[pod] = ids
-        every = [c for ids in progress.containers.values() for c in ids]
-        start = time.perf_counter()
-        killing = asyncio.ensure_future(self.tasks.kill_all(every, self.settings.kill_timeout_s))
+            progress.containers[pod] = list(dict.fromkeys(self.known.pop(pod, []) + ids))
+        late = [c for ids in progress.containers.values() for c in ids if c not in ahead]
+        kills.append(asyncio.ensure_future(self.tasks.kill_all(late, self.settings.kill_timeout_s)))
+        killing = asyncio.ensure_future(asyncio.gather(*kills))
         done, _ = await asyncio.wait({killing}, timeout=self.settings.release_deadline_s)
         if not done and action.release is not None:
             log.warning("borrowers still running at the release deadline; releasing the owner now",
@@ -125,7 +137,7 @@ class Reclaimer:
 
     async def _delete(self, pod: str, progress: ReclaimProgress) -> tuple[str, float, str]:
         if pod in progress.uids and not progress.uids[pod]:
-            return "already-gone", 0.0, ""
+            return ("evicted" if progress.containers.get(pod) else "already-gone"), 0.0, ""
         namespace, name = parse_pod_key(pod)
         start = time.perf_counter()
         outcome = "evicted"

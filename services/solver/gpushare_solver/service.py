@@ -28,6 +28,7 @@ from gpushare_common.bus import Bus, BusError, Retryable
 from gpushare_common.events import (
     AnyEvent,
     DeviceHealth,
+    SpotEvent,
     event_tag,
 )
 from gpushare_common.kvstore import Store
@@ -52,6 +53,13 @@ from .state import HandlerError, SolverState
 log = get_logger("solver")
 _PERSISTED_SEEN = 256
 _TRANSIENT = (KubeRetryable, ContainerdUnavailable, BusError)
+
+
+async def _settled(persisting: asyncio.Future[None]) -> None:
+    try:
+        await asyncio.shield(persisting)
+    except Exception as err:
+        raise Retryable(f"persisting the solver state failed: {err!r}") from err
 
 
 class Solver:
@@ -97,6 +105,8 @@ class Solver:
                           error=repr(err))
                 await self._forget(plan)
         await self._reconcile()
+        for borrower in sorted(set(self.state.borrowers().values())):
+            await self._learn(borrower)
         if self.state.health:
             event = DeviceHealth(node=self.node, resource=self.settings.spot_resource,
                                  devices=dict(self.state.health), full=True, reason="solver start")
@@ -136,17 +146,31 @@ class Solver:
             self.seen.add(event.id)
             await self._run(event.id, tag, actions, received)
             self.metrics.events.labels(tag, "applied").inc()
+            if isinstance(event, SpotEvent) and event.state == "using" and not actions:
+                await self._learn(event.pod)
+
+    async def _learn(self, pod: str) -> None:
+        try:
+            await self.reclaimer.learn(pod)
+        except KubeError as err:
+            log.info("could not read a borrower's containers ahead", node=self.node, pod=pod, error=str(err))
 
     async def _run(self, trigger_id: str, tag: str, actions: list[Any], received: float) -> None:
+        """Write the state and the plan while the plan starts: a kill never waits for the bucket.
+
+        A reclaim saves its progress only once this write is done. Should the solver die
+        before, the event was not acknowledged: its redelivery recomputes the same plan from the
+        state last written, and every action is idempotent.
+        """
         plan = Plan(trigger_id=trigger_id, event=tag, actions=actions, received=received) if actions else None
-        if plan is not None:
-            self.plans[trigger_id] = plan
+        persisting = asyncio.ensure_future(self._persist(plan))
         try:
-            await self._persist(plan)
-        except Exception as err:
-            raise Retryable(f"persisting state failed: {err!r}") from err
-        if plan is not None:
-            await self._execute(plan)
+            if plan is not None:
+                await self._execute(plan, persisting)
+            await _settled(persisting)
+        finally:
+            if not persisting.done():
+                persisting.cancel()
 
     async def _persist(self, plan: Plan | None) -> None:
         assert self.mapping is not None
@@ -170,11 +194,19 @@ class Solver:
                              devices=dict.fromkeys(action.devices, "Healthy"))
         await self._stores["health"].put(health_key(self.node, action.resource), event)
 
-    async def _execute(self, plan: Plan) -> None:
+    async def _execute(self, plan: Plan, persisting: asyncio.Future[None] | None = None) -> None:
         self.plans[plan.trigger_id] = plan
         self.metrics.in_flight.set(len(self.plans))
+
+        async def save(current: Plan) -> None:
+            if persisting is not None:
+                await _settled(persisting)
+            await self._save_plan(current)
+
         try:
-            await self.executor.run(plan, self._save_plan)
+            await self.executor.run(plan, save)
+            if persisting is not None:
+                await _settled(persisting)
         except _TRANSIENT as err:
             log.warning("plan interrupted; will resume", node=self.node, trigger=plan.trigger_id,
                         error=str(err))
