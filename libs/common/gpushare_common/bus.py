@@ -225,15 +225,42 @@ class Bus:
     # --- request/reply --------------------------------------------------------
 
     async def request(self, subject: str, event: Event, timeout: float = 2.0) -> AnyEvent:
+        """The first event answering ``event`` on ``subject``.
+
+        The stream captures every subject under the prefix, so JetStream also
+        answers a request with its publish ack: that reply is skipped.
+        """
+        replies: asyncio.Queue[Msg] = asyncio.Queue()
+
+        async def on_reply(msg: Msg) -> None:
+            replies.put_nowait(msg)
+
+        inbox = self.nc.new_inbox()
+        sub = await self.nc.subscribe(inbox, cb=on_reply)
         try:
-            msg = await self.nc.request(subject, encode(event), timeout=timeout)
-        except Exception as err:
-            raise BusError(f"no reply on {subject} within {timeout}s ({err!r}): "
-                           "is the serving service running?") from err
-        reply = self._decode(msg)
-        if reply is None:
-            raise BusError(f"undecodable reply on {subject}")
-        return reply
+            await self.nc.publish(subject, encode(event), reply=inbox)
+            return await self._first_event(subject, replies, timeout)
+        finally:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+
+    async def _first_event(self, subject: str, replies: asyncio.Queue[Msg], timeout: float) -> AnyEvent:
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            left = deadline - asyncio.get_running_loop().time()
+            try:
+                msg = await asyncio.wait_for(replies.get(), max(left, 0.0))
+            except TimeoutError:
+                raise BusError(f"no reply on {subject} within {timeout}s: "
+                               "is the serving service running?") from None
+            if (msg.headers or {}).get("Status") == "503":
+                raise BusError(f"no reply on {subject} (no responders): is the serving service running?")
+            if _is_stream_ack(msg.data):
+                continue
+            reply = self._decode(msg)
+            if reply is None:
+                raise BusError(f"undecodable reply on {subject}")
+            return reply
 
     async def serve(self, subject: str, responder: Responder, queue: str = "") -> Subscription:
         """Answer typed requests on ``subject``; a responder error is logged and not answered."""
@@ -355,6 +382,11 @@ class Bus:
                 api.KeyValueConfig(bucket=bucket, history=history, storage=api.StorageType.FILE)
             )
         return Store(kv, bucket)
+
+
+def _is_stream_ack(data: bytes) -> bool:
+    """A JetStream publish ack (``{"stream": ..., "seq": ...}``), not an event."""
+    return data.startswith(b'{"stream"') and b'"type"' not in data
 
 
 async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
