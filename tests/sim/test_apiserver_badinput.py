@@ -162,3 +162,34 @@ def test_fuzzed_bodies_never_fail_with_500(
         assert json.loads(response.data)["kind"] == "Status"
     if method == "POST" and response.status == 201:
         assert http("DELETE", f"{PODS}/fuzz").status == 200
+
+
+query_values = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    params=st.dictionaries(
+        st.sampled_from(["labelSelector", "fieldSelector", "watch", "resourceVersion", "limit",
+                         "continue", "timeoutSeconds", "gracePeriodSeconds", "fieldValidation"]),
+        query_values | st.integers(-(10**20), 10**20).map(str),
+        max_size=4,
+    ),
+    method=st.sampled_from(["GET", "DELETE"]),
+)
+def test_fuzzed_queries_never_fail_with_500(http: Http, params: dict[str, str], method: str) -> None:
+    if params.get("watch") and method == "GET":
+        params["timeoutSeconds"] = "1"
+        params["watch"] = "0"  # a long-lived stream is not what this test is about
+    path = PODS if method == "GET" else f"{PODS}/fuzz"
+    response = http.pool.request(method, http.url + path, fields=params)
+    assert response.status < 500, response.data
+
+
+def test_huge_grace_period_is_clamped(http: Http) -> None:
+    body = {"metadata": {"name": "long"}, "spec": {**POD["spec"], "nodeName": "node-1"}}
+    assert http("POST", PODS, body).status == 201
+    answer = http("DELETE", f"{PODS}/long?gracePeriodSeconds={10**20}")
+    assert answer.status == 200, answer.data
+    assert json.loads(answer.data)["metadata"]["deletionGracePeriodSeconds"] == 10**9
+    assert http("DELETE", f"{PODS}/long?gracePeriodSeconds=0").status == 200

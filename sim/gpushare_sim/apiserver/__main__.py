@@ -20,7 +20,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--kubeconfig", type=Path, help="write a kubeconfig for the server here")
     parser.add_argument("--history", type=int, default=10_000, help="changes kept for watches")
     parser.add_argument("--watch-queue", type=int, default=100_000, help="events per slow watcher")
-    parser.add_argument("--bookmark-interval", type=float, default=5.0, help="seconds")
+    parser.add_argument("--bookmark-interval", type=float, default=1.0, help="seconds")
     return parser.parse_args(argv)
 
 

@@ -50,7 +50,7 @@ class ApiSettings:
 
     history: int = 10_000
     watch_queue: int = 100_000
-    bookmark_interval: float = 5.0
+    bookmark_interval: float = 1.0  # often, so clients blocked in a read notice a close soon
 
 
 def _handler(route: Route, method: str) -> Handler:

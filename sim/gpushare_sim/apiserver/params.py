@@ -15,6 +15,7 @@ from .selectors import SelectorError, parse_field_selector, parse_label_selector
 from .store import Selection
 
 _decode = msgspec.json.Decoder().decode
+_MAX_GRACE = 10**9  # seconds; keeps deletionTimestamp a representable time
 _TRUE = {"1", "t", "T", "true", "TRUE", "True"}
 _FALSE = {"0", "f", "F", "false", "FALSE", "False"}
 
@@ -127,6 +128,8 @@ def delete_options(query: Mapping[str, str], body: bytes) -> DeleteOptions:
         raise bad_request("DeleteOptions.preconditions must be an object")
     if grace is not None and grace < 0:
         grace = 1  # as the API server does for negative values
+    if grace is not None:
+        grace = min(grace, _MAX_GRACE)
     return DeleteOptions(grace, preconditions.get("uid"), preconditions.get("resourceVersion"))
 
 
