@@ -1,0 +1,137 @@
+"""The detector against real servers: nats-server, the Kubernetes API emulator, a pod-resources socket."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import kubernetes
+import pytest
+from gpushare_common import events as ev
+from gpushare_common.adapters.kube import Kube, PodChange
+from gpushare_common.bus import Bus
+from gpushare_common.settings import KubeSettings, NatsSettings
+from gpushare_detector.detector import Detector
+
+from tests.detector import podfactory as pf
+from tests.detector.conftest import PodResourcesServer
+from tests.detector.harness import NODE, Collector, KmodBridge, build, is_, stream_messages
+from tests.support.kubeapi import KubeApi
+
+
+@dataclass
+class World:
+    bus: Bus
+    api: KubeApi
+    core: kubernetes.client.CoreV1Api
+    podres: PodResourcesServer
+    bridge: KmodBridge
+    seen: Collector
+
+    async def create(self, pod: dict[str, object], phase: str = "Running") -> None:
+        meta = pod["metadata"]
+        assert isinstance(meta, dict)
+        await asyncio.to_thread(self.core.create_namespaced_pod, meta["namespace"], pod)
+        if phase != "Pending":
+            await asyncio.to_thread(self.core.patch_namespaced_pod_status, meta["name"], meta["namespace"],
+                                    {"status": {"phase": phase}})
+
+    async def delete(self, name: str, grace: int = 0) -> None:
+        await asyncio.to_thread(self.core.delete_namespaced_pod, name, "ns", grace_period_seconds=grace)
+
+
+@pytest.fixture
+async def world(nats_settings: NatsSettings, kube_api: KubeApi, podresources: PodResourcesServer
+                ) -> AsyncIterator[World]:
+    bus = Bus(nats_settings, "detector-test")
+    await bus.connect()
+    await bus.ensure_stream()
+    bridge, seen = KmodBridge(), Collector()
+    await bus.serve(bus.subjects.kmod_cmd(NODE), bridge.respond)
+    await bus.subscribe(bus.subjects.node_events(NODE), seen)
+    core = kubernetes.client.CoreV1Api(kube_api.client)
+    await asyncio.to_thread(core.create_namespace, {"metadata": {"name": "ns"}})
+    yield World(bus, kube_api, core, podres=podresources, bridge=bridge, seen=seen)
+    await bus.drain()
+
+
+@pytest.fixture
+async def running(world: World) -> AsyncIterator[Detector]:
+    detector = build(world.bus, str(world.podres.socket))
+    kube = Kube(KubeSettings(kubeconfig=str(world.api.kubeconfig), watch_timeout_s=30))
+    stop = asyncio.Event()
+    tasks = [asyncio.create_task(detector.watch(kube.watch_pods(stop, field_selector=f"spec.nodeName={NODE}"))),
+             asyncio.create_task(detector.kmod.run(stop))]
+    await asyncio.wait_for(detector.synced.wait(), 10)
+    yield detector
+    stop.set()
+    await asyncio.wait_for(asyncio.gather(*tasks), 10)
+    await detector.devices.close()  # type: ignore[attr-defined]
+    kube.api.close()
+
+
+async def test_pods_become_events_and_clear(world: World, running: Detector) -> None:
+    world.podres.table["ns/dev"] = {"main": {"nvidia.com/gpu": ("G1",)}, "dind": {}}
+    await world.create(pf.reserved("dev", lendable=True))
+    using = await world.seen.wait_for(is_(ev.GenericEvent, pod="ns/dev", state="using"))
+    assert isinstance(using, ev.GenericEvent) and using.devices == ("G1",) and using.lendable
+    await _until(lambda: world.bridge.containers() == {"ns/dev/main"})
+
+    world.podres.table["ns/s1"] = {"main": {"nvidia.com/gpu": ("G2",)}}
+    await world.create(pf.shadow("s1", spec=4))
+    shadow = await world.seen.wait_for(is_(ev.ShadowEvent, shadow_pod="ns/s1", state="running"))
+    assert isinstance(shadow, ev.ShadowEvent) and shadow.devices == ("G2",) and shadow.resource == "share-gpu-4"
+
+    world.podres.table["ns/app"] = {"app": {"gpushare/share-gpu-4": ("ns/s1-0",)}}
+    await world.create(pf.share("app"))
+    share = await world.seen.wait_for(is_(ev.ShareEvent, share_pod="ns/app", state="using"))
+    assert isinstance(share, ev.ShareEvent) and share.devices == ("ns/s1-0",)
+
+    await world.create(pf.reserved("elsewhere", node="node-2"))
+    await world.delete("s1", grace=30)  # graceful: terminating first
+    await world.seen.wait_for(is_(ev.ShadowEvent, shadow_pod="ns/s1", terminating=True, state="running"))
+    del world.podres.table["ns/dev"]
+    await world.delete("dev")
+    await world.seen.wait_for(is_(ev.GenericEvent, pod="ns/dev", state="cleared"))
+    await _until(lambda: world.bridge.containers() == set())
+    assert "ns/elsewhere" not in running.tracker.views
+    assert running.status()["pods"] == {"shadow": 1, "share": 1}
+
+
+async def test_resync_and_a_restarted_detector_publish_nothing_new(world: World, running: Detector) -> None:
+    world.podres.table["ns/dev"] = {"main": {"nvidia.com/gpu": ("G1",)}}
+    world.podres.table["ns/job"] = {"job": {"gpushare/spot-gpu": ("spot-G3",)}}
+    await world.create(pf.reserved("dev"))
+    await world.create(pf.spot("job"))
+    await world.seen.wait_for(is_(ev.SpotEvent, pod="ns/job", state="using"))
+    await world.seen.wait_for(is_(ev.GenericEvent, pod="ns/dev", state="using"))
+    stored = await stream_messages(world.bus)
+    assert await running.resync() == 2
+    assert await stream_messages(world.bus) == stored  # JetStream dropped the duplicates
+
+    # a second detector starting from scratch converges on the same ids
+    fresh = build(world.bus, str(world.podres.socket))
+    pods = await asyncio.to_thread(world.core.list_namespaced_pod, "ns")
+    raw = [world.api.client.sanitize_for_serialization(p) for p in pods.items]
+    await fresh.on_change(PodChange("SYNC", pods=raw))
+    assert {e.id for e in fresh.tracker.current()} == {e.id for e in running.tracker.current()}
+    assert await stream_messages(world.bus) == stored
+    await fresh.devices.close()  # type: ignore[attr-defined]
+
+
+async def test_pod_resources_outage_keeps_state_and_recovers(world: World, running: Detector) -> None:
+    world.podres.table["ns/dev"] = {"main": {"nvidia.com/gpu": ("G1",)}}
+    await world.create(pf.reserved("dev"))
+    await world.seen.wait_for(is_(ev.GenericEvent, pod="ns/dev", state="using"))
+    await world.podres.server.stop(grace=None)
+    await running.resync()  # List fails: the last devices are kept, nothing is cleared
+    assert not any(getattr(e, "state", "") == "cleared" for e in world.seen.events)
+    assert len(running.tracker.current()) == 1
+
+
+async def _until(condition: object, timeout: float = 5.0) -> None:
+    async def poll() -> None:
+        while not condition():  # type: ignore[operator]
+            await asyncio.sleep(0.01)
+    await asyncio.wait_for(poll(), timeout)
