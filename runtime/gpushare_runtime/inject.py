@@ -14,7 +14,7 @@ import os
 import gpushare_common.ids as ids
 
 from .cdi import CdiRegistry, host_device
-from .config import ID_PLACEHOLDER, RuntimeConfig
+from .config import ID_PLACEHOLDER, RuntimeConfig, VendorResource
 from .edits import DeviceEdits, edits_from_source
 from .errors import AnnotationError, RuntimeFailure
 from .lookup import Identity, find_source, identity_of
@@ -127,7 +127,7 @@ class Injector:
             edits.update(copied)
         return edits
 
-    def _vendor(self, annotation: str, source: str, resource: str) -> Any:
+    def _vendor(self, annotation: str, source: str, resource: str) -> VendorResource:
         vendor = self.config.vendors.get(resource)
         if vendor is None:
             raise AnnotationError(annotation, source, f"resource {resource} is not in the vendor table")

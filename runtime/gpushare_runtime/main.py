@@ -63,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         if invocation.edits_spec:
             prepare_bundle(invocation, config, log)
     except RuntimeFailure as err:
-        log.error(f"{invocation.command} {invocation.container_id or ''}: {err}".replace("  ", " "))
+        container = f" {invocation.container_id}" if invocation.container_id else ""
+        log.error(f"{invocation.command}{container}: {err}")
         return EXIT_FAILURE
     return exec_lower(config.lower_runtime, args, log)
