@@ -186,3 +186,16 @@ async def test_exporter_reports_workload_utilisation_per_card_and_pod(node: Any)
     assert 'DCGM_FI_DEV_FB_USED{gpu="0"' in text and 'gpu="1"' in text
     await sim.kubelet.sync([])
     await wait_until(lambda: not sim.kubelet.workers, what="pod a removed")
+
+
+async def test_on_failure_pods_restart_until_they_succeed(node: Any) -> None:
+    sim, api = node
+    marker = sim.settings.node_dir / "restart-marker"
+    script = f"test -f {marker} && exit 0; touch {marker}; exit 1"
+    body = pod_manifest("r", ["sh", "-c", script], node="n1", uid="uid-r")
+    body["spec"]["restartPolicy"] = "OnFailure"
+    await sim.kubelet.sync([parse_pod(body)])
+    await wait_until(lambda: phase(api, "default/r") == "Succeeded", what="pod r succeeded")
+    assert api.status["default/r"]["containerStatuses"][0]["restartCount"] == 1
+    await sim.kubelet.sync([])
+    await wait_until(lambda: not sim.kubelet.workers, what="pod r removed")

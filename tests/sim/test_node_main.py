@@ -78,6 +78,10 @@ def test_node_process_serves_health_status_metrics_and_restarts_kubelet(
     while fetch(f"{base}/status")["node_status"]["allocatable"].get("nvidia.com/gpu") != "1":
         assert time.monotonic() < deadline + 15, "card 1 never turned unhealthy"
         time.sleep(0.05)
+    proc.send_signal(signal.SIGHUP)
+    while fetch(f"{base}/status")["kubelet_restarts"] != 2:
+        assert time.monotonic() < deadline + 15, "SIGHUP did not restart the kubelet"
+        time.sleep(0.05)
     text = fetch(f"{metrics}/metrics")
     assert text.count("DCGM_FI_DEV_GPU_UTIL{") == 2
     assert (sim_dir / "m1" / "dev" / "nvidia1").exists()

@@ -95,6 +95,7 @@ class VendorPlugin:
         self._server: grpc.aio.Server | None = None
         self._watcher: asyncio.Task[None] | None = None
         self._watch_interval = watch_interval
+        self._registered_with: tuple[int, int] | None = None
         self.registrations = 0
 
     def devices(self) -> list[dp.Device]:
@@ -167,6 +168,7 @@ class VendorPlugin:
 
     async def register(self) -> None:
         kubelet = self.plugin_dir / KUBELET_SOCKET
+        identity = socket_identity(kubelet)
         async with grpc.aio.insecure_channel(f"unix://{kubelet}") as channel:
             await dp_grpc.RegistrationStub(channel).Register(
                 dp.RegisterRequest(
@@ -178,6 +180,7 @@ class VendorPlugin:
                 timeout=5,
             )
         self.registrations += 1
+        self._registered_with = identity
         log.info("vendor plugin registered resource=%s", self.resource)
 
     async def _dial_self(self) -> None:
@@ -187,15 +190,13 @@ class VendorPlugin:
 
     async def _watch_kubelet(self) -> None:
         kubelet = self.plugin_dir / KUBELET_SOCKET
-        registered = socket_identity(kubelet) if self.registrations else None
         while True:
             await asyncio.sleep(self._watch_interval)
             identity = socket_identity(kubelet)
-            if identity is None or identity == registered:
+            if identity is None or identity == self._registered_with:
                 continue
             try:
                 await self.register()
-                registered = identity
             except (OSError, grpc.RpcError) as err:
                 log.warning("vendor plugin registration failed: %s", err)
 

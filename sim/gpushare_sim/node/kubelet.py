@@ -47,8 +47,18 @@ class PodWorker:
     pod: PodDef
     containers: list[ContainerState]
     ids: dict[str, str] = field(default_factory=dict)  # container name -> container id
+    allocations: dict[str, ContainerAllocation] = field(default_factory=dict)
     task: asyncio.Task[None] | None = None
     terminating: bool = False
+
+
+def restarts(policy: str, exit_code: int | None) -> bool:
+    return policy == "Always" or (policy == "OnFailure" and exit_code != 0)
+
+
+def restart_backoff(restarts_so_far: int) -> float:
+    """Seconds before a restart: 1, 2, 4, ... up to 30 (the kubelet's back-off, shortened)."""
+    return float(min(30, 2 ** min(restarts_so_far, 5)))
 
 
 def device_requests(container: ContainerDef) -> dict[str, int]:
@@ -76,6 +86,7 @@ class Kubelet:
         self.context = context
         self.workers: dict[str, PodWorker] = {}
         self._admit_lock = asyncio.Lock()
+        self._killers: set[asyncio.Task[None]] = set()
 
     # --- desired state -------------------------------------------------------
 
@@ -140,34 +151,52 @@ class Kubelet:
             raise AdmissionError(str(err)) from err
 
     async def _start_containers(self, worker: PodWorker, allocations: dict[str, ContainerAllocation]) -> None:
-        pod = worker.pod
-        for container, state in zip(pod.containers, worker.containers, strict=True):
-            container_id = secrets.token_hex(32)
-            spec = container_spec(self.context, pod, container, allocations[container.name],
-                                  container_id)  # fmt: skip
-            worker.ids[container.name] = container_id
-            state.container_id = container_id
-            try:
-                await self.runner.start(spec)
-                state.started_at = time.time()
-                log.info("container started pod=%s container=%s id=%s", pod.key,
-                         container.name, container_id[:12])  # fmt: skip
-            except RunnerError as err:
-                log.warning("container start failed pod=%s: %s", pod.key, err)
-                state.started_at = state.finished_at = time.time()
-                state.exit_code = 128
+        worker.allocations = allocations
+        for container, state in zip(worker.pod.containers, worker.containers, strict=True):
+            await self._start_one(worker, container, state)
 
-    async def _wait_exits(self, worker: PodWorker) -> None:
-        async def wait_one(state: ContainerState) -> None:
+    async def _start_one(self, worker: PodWorker, container: ContainerDef, state: ContainerState) -> None:
+        pod = worker.pod
+        container_id = secrets.token_hex(32)
+        spec = container_spec(self.context, pod, container, worker.allocations[container.name],
+                              container_id)  # fmt: skip
+        previous = worker.ids.get(container.name)
+        worker.ids[container.name] = container_id
+        state.container_id = container_id
+        state.exit_code = state.finished_at = None
+        try:
+            await self.runner.start(spec)
+            state.started_at = time.time()
+            log.info("container started pod=%s container=%s id=%s", pod.key,
+                     container.name, container_id[:12])  # fmt: skip
+        except RunnerError as err:
+            log.warning("container start failed pod=%s: %s", pod.key, err)
+            state.started_at = state.finished_at = time.time()
+            state.exit_code = 128
+        if previous is not None:
+            await self.runner.remove(previous)
+
+    async def _follow(self, worker: PodWorker, container: ContainerDef, state: ContainerState) -> None:
+        """Wait for the container to exit; restart it as the pod's restartPolicy says."""
+        while True:
             if state.exit_code is None:
                 state.exit_code = await self.runner.wait(state.container_id)
                 state.finished_at = time.time()
                 log.info("container exited pod=%s container=%s code=%s", worker.pod.key,
                          state.name, state.exit_code)  # fmt: skip
-                if not worker.terminating:
-                    await self._report(worker)
+            if worker.terminating:
+                return
+            await self._report(worker)
+            if not restarts(worker.pod.restart_policy, state.exit_code):
+                return
+            await asyncio.sleep(restart_backoff(state.restart_count))
+            state.restart_count += 1
+            await self._start_one(worker, container, state)
+            await self._report(worker)
 
-        await asyncio.gather(*(wait_one(s) for s in worker.containers))
+    async def _wait_exits(self, worker: PodWorker) -> None:
+        pairs = zip(worker.pod.containers, worker.containers, strict=True)
+        await asyncio.gather(*(self._follow(worker, c, s) for c, s in pairs))
         if not worker.terminating:
             self.table.release_pod(worker.pod.uid or worker.pod.key)
 
@@ -184,6 +213,8 @@ class Kubelet:
         log.info("pod terminating pod=%s", worker.pod.key)
         task = asyncio.create_task(self._kill_pod(uid, worker, confirm), name=f"kill-{uid}")
         task.add_done_callback(_log_crash)
+        task.add_done_callback(self._killers.discard)
+        self._killers.add(task)
 
     async def _kill_pod(self, uid: str, worker: PodWorker, confirm: bool) -> None:
         await asyncio.gather(*(self.runner.kill(i) for i in worker.ids.values()))
@@ -199,6 +230,9 @@ class Kubelet:
         log.info("pod removed pod=%s", worker.pod.key)
 
     async def close(self) -> None:
+        """Kill every container (pods stay in the API, as when a kubelet stops)."""
+        if self._killers:
+            await asyncio.wait(list(self._killers), timeout=30)
         for uid in list(self.workers):
             worker = self.workers.get(uid)
             if worker is not None:

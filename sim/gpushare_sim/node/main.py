@@ -1,7 +1,7 @@
 """``python -m gpushare_sim.node``: parse settings, build, run until a signal.
 
 HTTP: ``/healthz``, ``/readyz``, ``/status`` (JSON), ``POST /kubelet/restart``
-(re-create kubelet.sock, as a kubelet restart does) and
+(re-create kubelet.sock, as a kubelet restart does; SIGHUP does the same) and
 ``POST /gpus/{index}/health?healthy=false`` (fault injection); the exporter
 serves ``/metrics`` on its own port.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import signal
 from contextlib import AsyncExitStack
 from pathlib import Path
 
@@ -104,6 +105,9 @@ async def run(settings: NodeSimSettings, stop: asyncio.Event) -> int:
             tasks.spawn("pod-sync", sim.sync_loop())
             tasks.spawn("node-status", sim.node_status_loop())
         stack.push_async_callback(tasks.cancel_all)
+        asyncio.get_running_loop().add_signal_handler(
+            signal.SIGHUP, lambda: tasks.spawn("kubelet-restart", sim.restart_kubelet(), False)
+        )
         health.set("kubelet", True)
         await wait_first(stop, tasks)
     return 1 if tasks.failure else 0

@@ -93,6 +93,7 @@ class PodDef:
     node_selector: dict[str, str] = field(default_factory=dict)
     deleting: bool = False
     phase: str = "Pending"
+    restart_policy: str = "Always"
 
     @property
     def key(self) -> str:
@@ -109,9 +110,7 @@ class PodDef:
 def _str_map(value: object, where: str) -> dict[str, str]:
     if value is None:
         return {}
-    if not isinstance(value, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
-    ):
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
         raise PodError(where, value, "expected a map of strings")
     return dict(value)
 
@@ -171,4 +170,13 @@ def parse_pod(obj: Any) -> PodDef:
         node_selector=_str_map(spec.get("nodeSelector"), f"{where} nodeSelector"),
         deleting=bool(meta.get("deletionTimestamp")),
         phase=str(status.get("phase") or "Pending"),
+        restart_policy=_restart_policy(spec.get("restartPolicy"), where),
     )
+
+
+def _restart_policy(value: object, where: str) -> str:
+    if value is None:
+        return "Always"
+    if value not in ("Always", "OnFailure", "Never"):
+        raise PodError(f"{where} spec.restartPolicy", value, "expected Always, OnFailure or Never")
+    return str(value)

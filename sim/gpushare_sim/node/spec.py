@@ -40,9 +40,7 @@ def report_dir(node_dir: Path, namespace: str, pod: str, container: str) -> Path
     return node_dir / "util" / namespace / pod / container
 
 
-def container_annotations(
-    pod: PodDef, container: ContainerDef, allocation: ContainerAllocation
-) -> dict[str, str]:
+def container_annotations(pod: PodDef, container: ContainerDef, allocation: ContainerAllocation) -> dict[str, str]:
     return {
         **pod.annotations,
         **allocation.annotations,

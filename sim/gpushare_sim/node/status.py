@@ -23,6 +23,7 @@ class ContainerState:
     started_at: float | None = None
     exit_code: int | None = None
     finished_at: float | None = None
+    restart_count: int = 0
 
     @property
     def running(self) -> bool:
@@ -44,7 +45,7 @@ class ContainerState:
         else:
             state = {"waiting": {"reason": "ContainerCreating"}}
         body: dict[str, Any] = {
-            "name": self.name, "image": self.image, "imageID": "", "restartCount": 0,
+            "name": self.name, "image": self.image, "imageID": "", "restartCount": self.restart_count,
             "ready": self.running, "started": self.started_at is not None, "state": state,
         }  # fmt: skip
         if self.container_id:
@@ -52,12 +53,14 @@ class ContainerState:
         return body
 
 
-def pod_phase(containers: list[ContainerState]) -> str:
+def pod_phase(containers: list[ContainerState], restart_policy: str = "Never") -> str:
     if any(c.started_at is None for c in containers):
         return "Pending"
-    if any(c.exit_code is None for c in containers):
+    if restart_policy == "Always" or any(c.exit_code is None for c in containers):
         return "Running"
-    return "Succeeded" if all(c.exit_code == 0 for c in containers) else "Failed"
+    if all(c.exit_code == 0 for c in containers):
+        return "Succeeded"
+    return "Running" if restart_policy == "OnFailure" else "Failed"
 
 
 def _condition(kind: str, ok: bool) -> dict[str, str]:
@@ -65,7 +68,7 @@ def _condition(kind: str, ok: bool) -> dict[str, str]:
 
 
 def pod_status(pod: PodDef, containers: list[ContainerState], host_ip: str) -> dict[str, Any]:
-    phase = pod_phase(containers)
+    phase = pod_phase(containers, pod.restart_policy)
     ready = phase == "Running" and all(c.running for c in containers)
     return {
         "phase": phase,

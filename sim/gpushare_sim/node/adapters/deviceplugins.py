@@ -49,9 +49,7 @@ class ContainerAllocation:
         self.envs.update(resp.envs)
         self.annotations.update(resp.annotations)
         self.mounts += [BindMount(m.container_path, m.host_path, m.read_only) for m in resp.mounts]
-        self.devices += [
-            DeviceNode(d.container_path, d.host_path, d.permissions or "rwm") for d in resp.devices
-        ]
+        self.devices += [DeviceNode(d.container_path, d.host_path, d.permissions or "rwm") for d in resp.devices]
         self.cdi_devices += [c.name for c in resp.cdi_devices]
 
 
@@ -152,9 +150,7 @@ class DevicePluginManager:
             channel,
             dp_grpc.DevicePluginStub(channel),
         )
-        endpoint.follower = asyncio.create_task(
-            self._follow(endpoint), name=f"listandwatch-{request.resource_name}"
-        )
+        endpoint.follower = asyncio.create_task(self._follow(endpoint), name=f"listandwatch-{request.resource_name}")
         self._endpoints[request.resource_name] = endpoint
         log.info("device plugin registered resource=%s socket=%s", endpoint.resource, socket)
 

@@ -118,9 +118,7 @@ class KubeApi:
             return items
         return [p for p in items if (p.get("spec") or {}).get("nodeName") == node]
 
-    async def watch_node_pods(
-        self, node: str, stop: asyncio.Event
-    ) -> AsyncIterator[list[dict[str, Any]]]:
+    async def watch_node_pods(self, node: str, stop: asyncio.Event) -> AsyncIterator[list[dict[str, Any]]]:
         """The full set of pods bound to ``node``, again after every change (list + watch)."""
         pods: dict[str, dict[str, Any]] = {}
         selector = f"spec.nodeName={node}"

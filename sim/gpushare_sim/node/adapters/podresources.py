@@ -20,10 +20,7 @@ PodLister = Callable[[], list[tuple[str, str, str, list[str]]]]
 
 
 def _container(table: DeviceTable, key: ContainerKey) -> pr.ContainerResources:
-    devices = [
-        pr.ContainerDevices(resource_name=r, device_ids=ids)
-        for r, ids in sorted(table.devices_of(key).items())
-    ]
+    devices = [pr.ContainerDevices(resource_name=r, device_ids=ids) for r, ids in sorted(table.devices_of(key).items())]
     return pr.ContainerResources(name=key.container, devices=devices)
 
 

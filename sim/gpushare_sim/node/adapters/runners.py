@@ -176,9 +176,7 @@ class CtrRunner:
         self._procs[spec.container_id] = _Proc(process, spec)
         await self._await_started(spec, process, pid_file)
 
-    async def _await_started(
-        self, spec: ContainerSpec, process: asyncio.subprocess.Process, pid_file: Path
-    ) -> None:
+    async def _await_started(self, spec: ContainerSpec, process: asyncio.subprocess.Process, pid_file: Path) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + START_TIMEOUT
         while not _exists(pid_file) and process.returncode is None:
