@@ -5,7 +5,7 @@ log), so several instances run side by side with the host's containerd and
 with each other::
 
     with Containerd() as ctrd:                 # start() waits for the socket
-        ctrd.ctr("run", "--rootfs", "-d", rootfs_dir, "box1", "/bin/sleep", "60")
+        ctrd.run(rootfs_dir, "box1", "/bin/sleep", "60", detach=True)
         ctrd.ctr("task", "ls")                 # namespace "default" unless given
         ctrd.ctr("task", "ls", namespace="k8s.io")
         ctrd.bundle_dir("default", "box1")     # the OCI bundle the runtime saw
@@ -27,7 +27,8 @@ API:
 - ``run(rootfs, container_id, *command, runc_binary=None, annotations=None,
   devices=(), detach=False, namespace="default")``: ``ctr run --rootfs`` with
   this instance's own runc state root and FIFO directory (so container IDs
-  never collide with another containerd's).
+  never collide with another containerd's; a plain ``ctr("run", ...)`` uses
+  runc's default root, shared by every containerd on the machine).
 - ``bundle_dir(namespace, container_id)``: where the runc v2 shim keeps that
   container's bundle; ``runc_root(namespace)``: runc's ``--root`` for it.
 - ``stop()``: idempotent clean-up described above.

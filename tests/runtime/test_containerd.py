@@ -81,3 +81,20 @@ def test_signed_cross_pod_works_unsigned_fails(containerd: Containerd, box_rootf
     message = str(caught.value)
     assert ids.ANN_DEVICES_FROM + "*" in message and reference in message
     assert "signature.* is missing" in message
+
+
+def test_stop_leaves_nothing_behind(box_rootfs: Path) -> None:
+    ctrd = Containerd()
+    ctrd.start()
+    ctrd.run(box_rootfs, "sleeper", "/bin/sleep", "60", detach=True)
+    assert "RUNNING" in ctrd.ctr("task", "ls").stdout
+    base, address = ctrd.base_dir, str(ctrd.address).encode()
+    ctrd.stop()
+    ctrd.stop()
+    assert not base.exists()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                assert address not in (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
