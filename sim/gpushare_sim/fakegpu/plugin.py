@@ -81,7 +81,7 @@ class VendorPlugin:
         cards: list[FakeCard],
         plugin_dir: Path,
         resource: str = VENDOR_RESOURCE,
-        socket_name: str = "fake-nvidia-gpu.sock",
+        socket_name: str = "nvidia-gpu.sock",  # the NVIDIA plugin's own socket name
         watch_interval: float = 0.2,
     ) -> None:
         self.cards = {card.device_id: card for card in cards}
