@@ -95,3 +95,16 @@ def test_example_config_loads() -> None:
     config = parse_config(str(path), path.read_text())
     assert config.lower_runtime == "runc"
     assert json.loads(path.read_text())["vendors"].keys() <= config.vendors.keys()
+
+
+@pytest.mark.parametrize("layout", ["one-line", "spread"])
+def test_launcher_reads_lower_runtime_in_any_layout(runtime_bin: Path, recorder: tuple[Path, Path],
+                                                    tmp_path: Path, layout: str) -> None:
+    script, out = recorder
+    fields = {"vendors": {}, "lower_runtime": str(script), "key_file": "/k"}
+    text = json.dumps(fields) if layout == "one-line" else json.dumps(fields, indent=4)
+    config = tmp_path / "runtime.json"
+    config.write_text(text)
+    subprocess.run([str(runtime_bin), "state", "c1"], check=True,
+                   env={"PATH": "/usr/bin:/bin", "GPUSHARE_RUNTIME_CONFIG": str(config)})
+    assert out.read_text().splitlines() == ["state", "c1"]
