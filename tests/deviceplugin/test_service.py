@@ -23,6 +23,8 @@ from gpushare_common.settings import (
 from gpushare_deviceplugin.app import Service, health_key
 from gpushare_deviceplugin.settings import DevicePluginSettings
 
+from tests.support.nats import NatsServer
+
 from .conftest import KEY
 from .stubs import KubeletStub, VendorPluginStub
 
@@ -164,3 +166,28 @@ async def http_get(port: int, path: str) -> bytes:
     head, _, body = response.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200"), head
     return body
+
+
+async def test_missed_health_is_reread_after_reconnect(
+        dp_settings: DevicePluginSettings, kubelet: KubeletStub, vendor: VendorPluginStub,
+        subject_prefix: str) -> None:
+    server = await asyncio.to_thread(NatsServer().start)
+    nats = NatsSettings(url=server.url, prefix=f"{subject_prefix}.v1", kv_prefix=subject_prefix,
+                        reconnect_wait_s=0.1)
+    svc = Service(common_settings(nats), dp_settings, KEY)
+    svc.start_plugins()
+    writer = Bus(nats, "test-solver")
+    try:
+        await svc.connect()
+        await kubelet.wait_list(SPOT, lambda d: len(d) == 2)
+        await asyncio.to_thread(server.restart)
+        await writer.connect()
+        store = await writer.store(dp_settings.health_bucket)
+        missed = events.DeviceHealth(node=NODE, resource="spot-gpu", full=True,
+                                     devices={"spot-GPU-0": "Healthy"})
+        await store.put(health_key(NODE, "spot-gpu"), missed)
+        await kubelet.wait_list(SPOT, lambda d: d["spot-GPU-0"] == "Healthy", timeout=10)
+    finally:
+        await writer.drain()
+        await svc.stop()
+        await asyncio.to_thread(server.cleanup)

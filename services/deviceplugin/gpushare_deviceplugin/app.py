@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from typing import Any
 
 from gpushare_common import events
@@ -73,15 +74,40 @@ class Service:
                         subjects.event(self.node, "spot")):
             await self.bus.subscribe(subject, self._on_event)
         await self.load_desired_health()
+        self.tasks.spawn("health resync", self._resync_health())
 
-    async def load_desired_health(self) -> None:
+    async def load_desired_health(self) -> int:
+        """Apply every newer desired health kept in the bucket; returns how many applied."""
         store = await self.bus.store(self.settings.health_bucket)
+        applied = 0
         for token in self.plugins.logics:
             saved = await store.get(health_key(self.node, token), events.DeviceHealth)
-            if saved is not None:
-                self.plugins.apply(saved)
-                log.info("desired health restored", node=self.node, resource=token,
-                         devices=len(saved.devices))
+            if saved is not None and self.plugins.apply(saved):
+                applied += 1
+        return applied
+
+    async def _resync_health(self) -> None:
+        """Core subscriptions miss what is published while disconnected: re-read the bucket
+        after every reconnect, and every ``resync_s`` as a safety net."""
+        seen, last = self._reconnects(), time.monotonic()
+        while True:
+            await asyncio.sleep(0.2)
+            reconnects = self._reconnects()
+            due = time.monotonic() - last >= self.settings.resync_s
+            if not self.bus.is_connected or (reconnects == seen and not due):
+                continue
+            try:
+                applied = await self.load_desired_health()
+            except Exception as err:  # NATS errors of every kind: retry next round
+                log.warning("desired health resync failed", node=self.node, error=repr(err))
+                continue
+            if reconnects != seen:
+                log.info("desired health re-read after reconnect", node=self.node,
+                         applied=applied)
+            seen, last = reconnects, time.monotonic()
+
+    def _reconnects(self) -> int:
+        return int(self.bus.nc.stats.get("reconnects", 0))
 
     async def stop(self) -> None:
         await self.tasks.cancel_all()  # the supervisor stops every plugin as it ends

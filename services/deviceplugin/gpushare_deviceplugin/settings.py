@@ -29,7 +29,8 @@ class DevicePluginSettings:
     )
     policy: str = "packed"
     signing_key_file: str = "/etc/gpushare/node.key"
-    resend_s: float = 60.0
+    resend_s: float = 60.0  # full ListAndWatch resend, a safety net only
+    resync_s: float = 60.0  # re-read of the desired-health bucket, a safety net only
     poll_s: float = 0.2
     backoff_min_s: float = 0.5
     backoff_max_s: float = 30.0
