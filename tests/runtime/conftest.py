@@ -45,6 +45,8 @@ def containerd(tmp_path: Path) -> Iterator[Containerd]:
     missing = missing_binaries()
     if missing:
         pytest.skip(f"containerd tests need {', '.join(missing)} on PATH")
+    if os.geteuid() != 0:
+        pytest.skip("containerd tests need root")
     env = {**os.environ, "GPUSHARE_RUNTIME_CONFIG": str(write_config(tmp_path / "runtime.json"))}
     with Containerd(env=env) as instance:
         yield instance
@@ -96,6 +98,8 @@ class Runc:
 
 @pytest.fixture
 def runc(tmp_path: Path, runtime_bin: Path) -> Iterator[Runc]:
+    if os.geteuid() != 0:
+        pytest.skip("runc tests need root")
     env = {**os.environ, "GPUSHARE_RUNTIME_CONFIG": str(write_config(tmp_path / "runtime.json"))}
     instance = Runc(tmp_path / "runc-root", runtime_bin, env)
     yield instance

@@ -17,6 +17,7 @@ from gpushare_runtime.runtimelog import RuntimeLog, format_line
 from .builders import spec, write_bundle
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another owner needs root")
 def test_write_keeps_mode_and_owner_and_leaves_nothing(tmp_path: Path) -> None:
     bundle = write_bundle(tmp_path / "b", spec(), mode=0o604)
     os.chown(bundle / "config.json", 1234, 5678)
