@@ -56,7 +56,7 @@ async def podresources(tmp_path: Path) -> AsyncIterator[PodResourcesServer]:
     table: Table = {}
     lister = _Lister(table)
     server = grpc.aio.server()
-    pr_grpc.add_PodResourcesListerServicer_to_server(lister, server)
+    pr_grpc.add_PodResourcesListerServicer_to_server(lister, server)  # type: ignore[no-untyped-call]
     server.add_insecure_port(f"unix://{socket}")
     await server.start()
     yield PodResourcesServer(socket, table, lister, server)

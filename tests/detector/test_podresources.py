@@ -27,7 +27,7 @@ async def test_list_and_get_over_a_real_grpc_socket(podresources: PodResourcesSe
 async def test_missing_kubelet_is_a_typed_error(tmp_path: Path) -> None:
     client = PodResources(str(tmp_path / "absent.sock"), timeout_s=0.5)
     try:
-        with pytest.raises(PodResourcesError, match="UNAVAILABLE|DEADLINE"):
+        with pytest.raises(PodResourcesError, match=r"UNAVAILABLE|DEADLINE"):
             await client.list()
     finally:
         await client.close()

@@ -32,7 +32,7 @@ class World:
     async def create(self, pod: dict[str, object], phase: str = "Running") -> None:
         meta = pod["metadata"]
         assert isinstance(meta, dict)
-        await asyncio.to_thread(self.core.create_namespaced_pod, meta["namespace"], pod)
+        await asyncio.to_thread(self.core.create_namespaced_pod, meta["namespace"], pod)  # type: ignore[arg-type]
         if phase != "Pending":
             await asyncio.to_thread(self.core.patch_namespaced_pod_status, meta["name"], meta["namespace"],
                                     {"status": {"phase": phase}})
@@ -51,7 +51,7 @@ async def world(nats_settings: NatsSettings, kube_api: KubeApi, podresources: Po
     await bus.serve(bus.subjects.kmod_cmd(NODE), bridge.respond)
     await bus.subscribe(bus.subjects.node_events(NODE), seen)
     core = kubernetes.client.CoreV1Api(kube_api.client)
-    await asyncio.to_thread(core.create_namespace, {"metadata": {"name": "ns"}})
+    await asyncio.to_thread(core.create_namespace, {"metadata": {"name": "ns"}})  # type: ignore[arg-type]
     yield World(bus, kube_api, core, podres=podresources, bridge=bridge, seen=seen)
     await bus.drain()
 
@@ -68,7 +68,7 @@ async def running(world: World) -> AsyncIterator[Detector]:
     stop.set()
     await asyncio.wait_for(asyncio.gather(*tasks), 10)
     await detector.devices.close()  # type: ignore[attr-defined]
-    kube.api.close()
+    kube.api.close()  # type: ignore[no-untyped-call]
 
 
 async def test_pods_become_events_and_clear(world: World, running: Detector) -> None:
@@ -113,7 +113,7 @@ async def test_resync_and_a_restarted_detector_publish_nothing_new(world: World,
     # a second detector starting from scratch converges on the same ids
     fresh = build(world.bus, str(world.podres.socket))
     pods = await asyncio.to_thread(world.core.list_namespaced_pod, "ns")
-    raw = [world.api.client.sanitize_for_serialization(p) for p in pods.items]
+    raw = [world.api.client.sanitize_for_serialization(p) for p in pods.items]  # type: ignore[no-untyped-call]
     await fresh.on_change(PodChange("SYNC", pods=raw))
     assert {e.id for e in fresh.tracker.current()} == {e.id for e in running.tracker.current()}
     assert await stream_messages(world.bus) == stored

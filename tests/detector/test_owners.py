@@ -1,0 +1,176 @@
+"""Away/back of lendable owners through the wired detector: exporter text, kernel stats, owner-back."""
+
+from __future__ import annotations
+
+import asyncio
+import http.server
+import threading
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from gpushare_common import events as ev
+from gpushare_common.bus import Bus
+from gpushare_common.settings import NatsSettings
+from gpushare_detector.adapters.exporter import ExporterError, fetch_text
+from gpushare_detector.detector import Detector
+from gpushare_detector.metrics import DetectorMetrics
+from gpushare_detector.scraper import Scraper
+from gpushare_detector.vendors import BUILTIN_DIR, load_mappings
+from prometheus_client import CollectorRegistry
+
+from tests.detector import podfactory as pf
+from tests.detector.conftest import PodResourcesServer
+from tests.detector.harness import NODE, Collector, KmodBridge, build, is_
+
+DCGM = load_mappings(BUILTIN_DIR)["nvidia-dcgm"]
+WINDOW = 600.0
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def dcgm(util: str) -> str:
+    return f'DCGM_FI_DEV_GPU_UTIL{{UUID="G1",gpu="0",Hostname="node-1"}} {util}\n'
+
+
+class Exporter:
+    """What the exporter answers next: text, or an error (a vanished exporter)."""
+
+    def __init__(self) -> None:
+        self.text: str | None = dcgm("0")
+
+    async def fetch(self, url: str, timeout_s: float) -> str:
+        if self.text is None:
+            raise ExporterError(url, "unreachable: connection refused")
+        return self.text
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Rig:
+    def __init__(self, detector: Detector, exporter: Exporter, clock: Clock, bridge: KmodBridge,
+                 seen: Collector, bus: Bus) -> None:
+        self.detector, self.exporter, self.clock = detector, exporter, clock
+        self.bridge, self.seen, self.bus = bridge, seen, bus
+
+    async def tick(self, minutes: int = 1) -> None:
+        for _ in range(minutes):
+            self.clock.now += 60
+            await self.detector.observe_owners()
+
+    def state(self) -> str:
+        return str(self.detector.away.owners["ns/dev"].state)
+
+
+@pytest.fixture
+async def rig(nats_settings: NatsSettings, podresources: PodResourcesServer) -> AsyncIterator[Rig]:
+    bus = Bus(nats_settings, "detector-test")
+    await bus.connect()
+    await bus.ensure_stream()
+    bridge, seen = KmodBridge(), Collector()
+    await bus.serve(bus.subjects.kmod_cmd(NODE), bridge.respond)
+    await bus.subscribe(bus.subjects.event(NODE, "lowpower"), seen)
+    exporter, clock = Exporter(), Clock()
+    scraper = Scraper("http://exporter", DCGM, exporter.fetch, 1.0, max_age_s=120, clock=clock,
+                      metrics=DetectorMetrics(CollectorRegistry()))
+    detector = build(bus, str(podresources.socket), scraper=scraper, window_s=WINDOW, clock=clock)
+    await bus.subscribe(bus.subjects.event(NODE, "ownerback"), detector.on_owner_back)
+    podresources.table["ns/dev"] = {"main": {"nvidia.com/gpu": ("G1",)}}
+    view = detector.tracker.read(pf.reserved("dev", lendable=True))
+    assert view is not None
+    await detector.publish(detector.tracker.upsert(view, await detector._devices_of("ns/dev")))
+    detector._after_pods_changed()
+    bridge.hits["ns/dev/main"] = 10
+    yield Rig(detector, exporter, clock, bridge, seen, bus)
+    await detector.devices.close()  # type: ignore[attr-defined]
+    await bus.drain()
+
+
+async def test_owner_goes_away_after_the_window_and_comes_back_on_notice(rig: Rig) -> None:
+    await rig.tick(11)
+    assert rig.state() == "active"
+    await rig.tick(1)
+    away = await rig.seen.wait_for(is_(ev.LowPowerEvent, owner="ns/dev", using=False))
+    assert isinstance(away, ev.LowPowerEvent) and away.devices == ("G1",) and away.containers == ("ns/dev/main",)
+    notice = ev.OwnerBackEvent(node=NODE, pidns=1, pid=42, kernel_ts_ns=1, pod="ns/dev/main", resolved=True)
+    await rig.bus.publish(rig.bus.subjects.event(NODE, "ownerback"), notice)
+    back = await rig.seen.wait_for(is_(ev.LowPowerEvent, owner="ns/dev", using=True, reason="owner-back"))
+    assert back.id != away.id
+    assert rig.detector.status()["owners"]["ns/dev"]["state"] == "active"
+
+
+async def test_back_on_utilisation_or_gpu_access(rig: Rig) -> None:
+    await rig.tick(12)
+    assert rig.state() == "away"
+    rig.exporter.text = dcgm("12")
+    await rig.tick()
+    await rig.seen.wait_for(is_(ev.LowPowerEvent, owner="ns/dev", using=True, reason="utilisation"))
+    rig.exporter.text = dcgm("0")
+    await rig.tick(12)
+    assert rig.state() == "away"
+    rig.bridge.hits["ns/dev/main"] = 11
+    await rig.tick()
+    await rig.seen.wait_for(is_(ev.LowPowerEvent, owner="ns/dev", using=True, reason="gpu-access"))
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [None, "this is { not prometheus\n", dcgm("NaN"), 'DCGM_FI_DEV_GPU_UTIL{Hostname="node-1"} 0\n',
+     dcgm("0").replace("G1", "G9"), ""],
+    ids=["vanished", "bad-text", "nan", "missing-label", "other-card", "empty"],
+)
+async def test_garbage_exporter_output_never_makes_an_owner_away(rig: Rig, garbage: str | None) -> None:
+    await rig.tick(6)  # half a window of real idleness
+    rig.exporter.text = garbage
+    await rig.tick(20)
+    assert rig.state() == "active"
+    assert not any(isinstance(e, ev.LowPowerEvent) and not e.using for e in rig.seen.events)
+    scrape = rig.detector.status()["scrape"]
+    assert not scrape["ok"] or scrape["skipped"] or garbage in ("", dcgm("0").replace("G1", "G9"))
+
+
+async def test_missing_kernel_stats_never_make_an_owner_away(rig: Rig) -> None:
+    rig.bridge.hits.clear()
+    await rig.tick(20)
+    assert rig.state() == "active"
+
+
+@pytest.fixture
+def http_exporter() -> Iterator[str]:
+    body = (FIXTURES / "nvidia-dcgm.prom").read_bytes()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/metrics"
+    server.shutdown()
+    server.server_close()
+    thread.join(5)
+
+
+async def test_fetch_from_a_real_http_exporter_then_it_vanishes(http_exporter: str) -> None:
+    text = await fetch_text(http_exporter, 2.0)
+    assert "DCGM_FI_DEV_GPU_UTIL" in text
+    scraper = Scraper(http_exporter, DCGM, fetch_text, 2.0, max_age_s=60, clock=asyncio.get_running_loop().time,
+                      metrics=DetectorMetrics(CollectorRegistry()))
+    assert (await scraper.scrape()).ok
+    assert scraper.utilisation(("GPU-aaaa",)) == 37 and scraper.utilisation(("GPU-bbbb",)) == 0
+    scraper.url = "http://127.0.0.1:1/metrics"  # nothing listens on port 1
+    result = await scraper.scrape()
+    assert not result.ok and "unreachable" in result.error
+    assert scraper.utilisation(("GPU-aaaa",)) is None
