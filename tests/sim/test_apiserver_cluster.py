@@ -126,3 +126,23 @@ def test_cli_serves_and_writes_a_kubeconfig(tmp_path: Path) -> None:
         started = time.monotonic()
         assert process.wait(10) == 0
         assert time.monotonic() - started < 5
+
+
+def test_lists_by_node_follow_binding_and_deletion(core: client.CoreV1Api) -> None:
+    core.create_namespaced_pod("default", pod_manifest("a", "n1"))
+    core.create_namespaced_pod("default", pod_manifest("b"))
+
+    def names(selector: str) -> list[str]:
+        found = core.list_pod_for_all_namespaces(field_selector=selector).items
+        return sorted(p.metadata.name for p in found)
+
+    assert names("spec.nodeName=n1") == ["a"]
+    assert names("spec.nodeName=") == ["b"]  # not scheduled yet
+    binding = {"metadata": {"name": "b"}, "target": {"kind": "Node", "name": "n1"}}
+    core.create_namespaced_pod_binding("b", "default", binding, _preload_content=False)
+    assert names("spec.nodeName=n1") == ["a", "b"]
+    assert names("spec.nodeName=n1,metadata.name!=a") == ["b"]
+    assert names("spec.nodeName=") == []
+    core.delete_namespaced_pod("a", "default", grace_period_seconds=0)
+    assert names("spec.nodeName=n1") == ["b"]
+    assert names("spec.nodeName!=n1") == []

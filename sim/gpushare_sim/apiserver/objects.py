@@ -16,7 +16,6 @@ from .store import Entry, Key, Obj, Store
 
 # metadata fields the server owns: a client cannot change them by update or patch
 _SERVER_META = ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds")
-_STATUS_META = ("labels", "annotations", "finalizers", "ownerReferences")
 
 
 def now_rfc3339(offset: float = 0.0) -> str:
@@ -114,13 +113,12 @@ def _keep_status(kind: Kind, old: Obj, new: Obj) -> Obj:
 
 
 def _merge_status(kind: Kind, old: Obj, new: Obj) -> Obj:
+    """The status subresource: the old object with the new status, nothing else."""
     result = dict(old)
     _copy_field(new, result, "status")
     result["metadata"] = dict(old["metadata"])
     if "resourceVersion" in new.get("metadata", {}):
         result["metadata"]["resourceVersion"] = new["metadata"]["resourceVersion"]
-    for name in _STATUS_META:
-        _copy_field(old["metadata"], result["metadata"], name)
     return result
 
 
