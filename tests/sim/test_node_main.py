@@ -15,8 +15,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import kubernetes
 import pytest
-from gpushare_sim.node.testing import short_sim_dir
+from gpushare_sim.node.testing import pod_manifest, short_sim_dir
+
+from tests.support.kubeapi import kube_api  # noqa: F401  (the fixture)
 
 
 def free_port() -> int:
@@ -88,3 +91,52 @@ def test_node_process_serves_health_status_metrics_and_restarts_kubelet(
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(15) == 0
     assert not (sim_dir / "m1" / "device-plugins" / "kubelet.sock").exists()
+
+
+def test_node_process_with_api_and_scheduler_runs_and_removes_a_pod(kube_api: Any) -> None:  # noqa: F811
+    sim_dir = short_sim_dir()
+    port = free_port()
+    args = [sys.executable, "-m", "gpushare_sim.node", "--name", "m2", "--dir", str(sim_dir),
+            "--gpus", "1", "--port", str(port), "--containerd", "none", "--schedule",
+            "--api", str(kube_api.kubeconfig)]  # fmt: skip
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    core = kubernetes.client.CoreV1Api(kube_api.client)
+    try:
+        wait_for(f"http://127.0.0.1:{port}/healthz", proc)
+        body = pod_manifest("w", ["gpuload", "--util", "5"], resources={"nvidia.com/gpu": "1"})
+        core.create_namespaced_pod("default", body, _preload_content=False)
+        pod = poll(lambda: _pod(core, "w"), lambda p: _phase(p) == "Running", "pod w running")
+        assert pod["spec"]["nodeName"] == "m2"
+        core.delete_namespaced_pod("w", "default", _preload_content=False)
+        poll(lambda: _pod(core, "w"), lambda p: p is None, "pod w removed")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
+        shutil.rmtree(sim_dir, ignore_errors=True)
+
+
+def _pod(core: Any, name: str) -> dict[str, Any] | None:
+    try:
+        return dict(json.loads(core.read_namespaced_pod(name, "default",
+                                                        _preload_content=False).data))  # fmt: skip
+    except kubernetes.client.exceptions.ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+
+
+def _phase(pod: dict[str, Any] | None) -> str:
+    return str(((pod or {}).get("status") or {}).get("phase", ""))
+
+
+def poll(get: Any, done: Any, what: str, timeout: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = get()
+        if done(value):
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)

@@ -140,6 +140,7 @@ class NodeSim:
         return {
             "node": self.settings.name,
             "runner": self.kubelet.runner.kind,
+            "containers": self.kubelet.runner.describe(),
             "plugins": self.plugins.registered(),
             "kubelet_restarts": self.plugins.restarts,
             "devices": self.table.snapshot(),

@@ -25,6 +25,7 @@ from gpushare_sim.node.adapters.backend import build_runner
 from gpushare_sim.node.adapters.kube import KubeApi
 from gpushare_sim.node.app import NodeSim
 from gpushare_sim.node.settings import NodeSimSettings
+from gpushare_sim.scheduler import Scheduler
 
 
 def parse_args(argv: list[str] | None = None) -> NodeSimSettings:
@@ -43,6 +44,7 @@ def parse_args(argv: list[str] | None = None) -> NodeSimSettings:
     p.add_argument("--cpu", default="16")
     p.add_argument("--memory", default="64Gi")
     p.add_argument("--label", action="append", default=[], help="extra node label K=V")
+    p.add_argument("--schedule", action="store_true", help="also run the simple scheduler")
     a = p.parse_args(argv)
     if a.gpus < 0:
         p.error("--gpus must be >= 0")
@@ -52,7 +54,7 @@ def parse_args(argv: list[str] | None = None) -> NodeSimSettings:
         http_host=a.host, http_port=a.port, exporter_port=a.exporter_port,
         containerd=a.containerd, containerd_namespace=a.namespace,
         runtime_binary=a.runtime, kmod_socket=a.kmod_socket, cpu=a.cpu,
-        memory=a.memory, labels=labels,
+        memory=a.memory, labels=labels, schedule=a.schedule,
     )  # fmt: skip
 
 
@@ -102,15 +104,18 @@ async def run(settings: NodeSimSettings, stop: asyncio.Event) -> int:
             serve(exporter_app(sim), HttpSettings(settings.http_host, settings.exporter_port))
         )
         if api is not None:
-            tasks.spawn("pod-sync", sim.sync_loop())
+            tasks.spawn("pod-sync", sim.sync_loop(stop))
             tasks.spawn("node-status", sim.node_status_loop())
+            if settings.schedule:
+                tasks.spawn("scheduler", Scheduler(api).run(stop))
         stack.push_async_callback(tasks.cancel_all)
         asyncio.get_running_loop().add_signal_handler(
             signal.SIGHUP, lambda: tasks.spawn("kubelet-restart", sim.restart_kubelet(), False)
         )
         health.set("kubelet", True)
         await wait_first(stop, tasks)
-    return 1 if tasks.failure else 0
+        code = 1 if tasks.failure else 0  # loops that end after the stop are no failure
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:

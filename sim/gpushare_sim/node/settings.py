@@ -32,6 +32,7 @@ class NodeSimSettings:
     gpu_memory_mib: int = 16384
     host_ip: str = "127.0.0.1"
     labels: dict[str, str] = field(default_factory=dict)
+    schedule: bool = False  # also run the simple scheduler in this process
 
     @property
     def node_dir(self) -> Path:

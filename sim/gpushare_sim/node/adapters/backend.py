@@ -67,6 +67,12 @@ def signing_key(node_dir: Path) -> Path:
     return key
 
 
+def _link(link: Path, target: Path) -> None:
+    """A stable name for the private containerd's socket, inside the node directory."""
+    link.unlink(missing_ok=True)
+    link.symlink_to(target)
+
+
 def runtime_binary(setting: str) -> Path | None:
     """``auto``: gpushare-runtime beside this interpreter when installed; ``none``/empty: runc."""
     if setting in ("", "none"):
@@ -98,6 +104,7 @@ async def build_runner(settings: NodeSimSettings, stack: AsyncExitStack) -> Runn
         ctrd = Containerd(env=env)  # a short /tmp base: socket paths are limited to 108 bytes
         await asyncio.to_thread(ctrd.start)
         stack.push_async_callback(asyncio.to_thread, ctrd.stop)
+        _link(settings.node_dir / "containerd.sock", ctrd.address)
         command = ["ctr", "--address", str(ctrd.address), "-n", namespace]
         flags = ["--runc-root", str(ctrd.base_dir / "runc"), "--fifo-dir", str(ctrd.fifo_dir)]
         log.info("containers run in a private containerd node=%s runtime=%s", settings.name,

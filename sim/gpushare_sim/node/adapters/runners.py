@@ -45,6 +45,8 @@ class RunnerError(Exception):
 class Runner(Protocol):
     kind: str
 
+    def describe(self) -> dict[str, str]: ...
+
     async def start(self, spec: ContainerSpec) -> None: ...
     async def wait(self, container_id: str) -> int: ...
     async def kill(self, container_id: str) -> None: ...
@@ -77,6 +79,9 @@ class ProcessRunner:
     """Containers as plain processes, each in its own session (killed as a group)."""
 
     kind = "process"
+
+    def describe(self) -> dict[str, str]:
+        return {"kind": self.kind}
 
     def __init__(self, tool_dirs: list[Path]) -> None:
         self._tool_dirs = tool_dirs
@@ -127,6 +132,17 @@ class CtrRunner:
     """Real containers through ``ctr`` against a containerd socket."""
 
     kind = "containerd"
+
+    def describe(self) -> dict[str, str]:
+        """Where the containers are: for the services that kill tasks through containerd."""
+        command = self._ctr
+        flags = dict(zip(command[1::2], command[2::2], strict=False))
+        return {
+            "kind": self.kind,
+            "address": flags.get("--address", ""),
+            "namespace": flags.get("-n", ""),
+            "runtime": str(self._runtime or "runc"),
+        }
 
     def __init__(
         self,
