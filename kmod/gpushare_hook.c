@@ -67,7 +67,8 @@ static void gpushare_hit(struct gpushare_entry *e, unsigned int cmd)
 	atomic64_inc(&e->hits);
 	atomic64_set(&e->last_access_ns, now);
 	spin_lock(&e->lock);
-	if (!e->dead && !READ_ONCE(gpushare_unloading) &&
+	/* a DETECT during a reclaim waits for the next hit after it ends */
+	if (!e->dead && !e->reclaiming && !READ_ONCE(gpushare_unloading) &&
 	    test_and_clear_bit(GPUSHARE_BIT_NEED_NOTICE, &e->flags)) {
 		e->reclaiming = true;
 		e->reclaim_gen++;

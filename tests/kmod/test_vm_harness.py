@@ -1,0 +1,59 @@
+"""The VM harness: console RESULT parsing, timeouts, qemu always reaped."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.kmod import vm
+
+token = st.text(alphabet=st.characters(min_codepoint=33, max_codepoint=126, exclude_characters="="),
+                min_size=1, max_size=12)
+value = st.text(alphabet=st.characters(min_codepoint=33, max_codepoint=126), max_size=12)
+
+
+@given(name=token, pairs=st.dictionaries(token, value, max_size=8))
+def test_result_lines_round_trip(name: str, pairs: dict[str, str]) -> None:
+    line = " ".join([f"RESULT {name}", *(f"{k}={v}" for k, v in pairs.items())])
+    noise = "[    1.23] kernel says hi\r\n"
+    assert vm.parse_results(noise + line + "\r\n" + noise) == {name: pairs}
+
+
+@given(st.text(max_size=300))
+def test_parse_results_never_raises(text: str) -> None:
+    for name, pairs in vm.parse_results(text).items():
+        assert " " not in name and all("=" not in k for k in pairs)
+
+
+def test_find_guest_kernel_error_is_clear(tmp_path: Path) -> None:
+    with pytest.raises(vm.VMError, match="linux-image-amd64"):
+        vm.find_guest_kernel(boot=tmp_path, modroot=tmp_path)
+
+
+def _qemu_children() -> list[int]:
+    me, found = os.getpid(), []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == me and b"qemu-system" in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.vm
+def test_timeout_kills_qemu_and_keeps_the_console() -> None:
+    if vm.missing_tools():
+        pytest.skip(f"missing system binaries: {', '.join(vm.missing_tools())}")
+    with pytest.raises(vm.VMTimeout) as err:
+        vm.run_guest("sleep 600\n", opts=vm.VMOptions(timeout_s=4))
+    assert "SeaBIOS" in err.value.output  # what the console showed so far
+    assert _qemu_children() == []
