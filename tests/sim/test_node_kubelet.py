@@ -199,3 +199,12 @@ async def test_on_failure_pods_restart_until_they_succeed(node: Any) -> None:
     assert api.status["default/r"]["containerStatuses"][0]["restartCount"] == 1
     await sim.kubelet.sync([])
     await wait_until(lambda: not sim.kubelet.workers, what="pod r removed")
+
+
+async def test_a_deleted_pod_that_never_ran_here_is_confirmed_at_once(node: Any) -> None:
+    sim, api = node
+    body = pod_manifest("gone", ["sleep", "1"], node="n1", uid="uid-gone")
+    body["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    await sim.kubelet.sync([parse_pod(body)])
+    await sim.kubelet.sync([parse_pod(body)])
+    assert api.deleted == ["default/gone"] and not sim.kubelet.workers

@@ -14,6 +14,7 @@ import contextlib
 import logging
 import secrets
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -22,6 +23,7 @@ from gpushare_sim.node.adapters.deviceplugins import (
     DevicePluginManager,
     PluginError,
 )
+from gpushare_sim.node.adapters.kube import KubeError
 from gpushare_sim.node.adapters.runners import Runner, RunnerError
 from gpushare_sim.node.devices import ContainerKey, DeviceConflict, DeviceTable
 from gpushare_sim.node.model import ContainerDef, PodDef
@@ -87,6 +89,7 @@ class Kubelet:
         self.workers: dict[str, PodWorker] = {}
         self._admit_lock = asyncio.Lock()
         self._killers: set[asyncio.Task[None]] = set()
+        self._confirmed: set[str] = set()
 
     # --- desired state -------------------------------------------------------
 
@@ -98,6 +101,11 @@ class Kubelet:
                 self._start_worker(uid, pod)
             elif worker is not None and pod.deleting and not worker.terminating:
                 await self._terminate(uid, confirm=True)
+            elif worker is None and pod.deleting and uid not in self._confirmed:
+                # never ran here (or ran before a restart of this node): nothing to kill
+                self._confirmed.add(uid)
+                await self._safely(self.api.delete_pod(pod.namespace, pod.name), pod.key)
+        self._confirmed &= set(present)
         for uid in [u for u in self.workers if u not in present]:
             if not self.workers[uid].terminating:
                 await self._terminate(uid, confirm=False)
@@ -118,9 +126,8 @@ class Kubelet:
         except AdmissionError as err:
             log.warning("pod admission failed pod=%s: %s", pod.key, err)
             self.table.release_pod(uid)
-            await self.api.patch_pod_status(
-                pod.namespace, pod.name, admission_failure("UnexpectedAdmissionError", str(err))
-            )
+            failure = admission_failure("UnexpectedAdmissionError", str(err))
+            await self._safely(self.api.patch_pod_status(pod.namespace, pod.name, failure), pod.key)
             return
         await self._start_containers(worker, allocations)
         await self._report(worker)
@@ -202,8 +209,16 @@ class Kubelet:
 
     async def _report(self, worker: PodWorker) -> None:
         status = pod_status(worker.pod, worker.containers, self.context.host_ip)
-        with contextlib.suppress(Exception):
-            await self.api.patch_pod_status(worker.pod.namespace, worker.pod.name, status)
+        pod = worker.pod
+        await self._safely(self.api.patch_pod_status(pod.namespace, pod.name, status), pod.key)
+
+    @staticmethod
+    async def _safely(call: Awaitable[None], pod: str) -> None:
+        """An API write whose failure is logged: the next change writes the state again."""
+        try:
+            await call
+        except KubeError as err:
+            log.warning("API write failed pod=%s: %s", pod, err)
 
     # --- termination ---------------------------------------------------------
 
@@ -226,7 +241,7 @@ class Kubelet:
         self.table.release_pod(uid)
         self.workers.pop(uid, None)
         if confirm:
-            await self.api.delete_pod(worker.pod.namespace, worker.pod.name)
+            await self._safely(self.api.delete_pod(worker.pod.namespace, worker.pod.name), uid)
         log.info("pod removed pod=%s", worker.pod.key)
 
     async def close(self) -> None:
