@@ -120,6 +120,18 @@ async def allocations(kubelet: KubeletStub, resource: str, device: str, count: i
     return latencies
 
 
+async def rss_without_api_watch(kubelet: KubeletStub, env: dict[str, str], work: Path) -> Row:
+    """The same process with share plugins not watching the API server (no Kubernetes client)."""
+    await kubelet.restart(wipe_plugin_sockets=True)
+    light = {**env, "GPUSHARE_DP_WATCH_SHADOW_PODS": "false"}
+    with service_process(light, work / "service-light.log") as proc:
+        await kubelet.wait_for(lambda: all_listed(kubelet), timeout=60)
+        await asyncio.sleep(1.0)  # let start-up settle before reading the figure
+        rss, _ = rss_mb(proc.pid)
+    return Row(PART, f"RSS, {PLUGINS} plugins, ShadowPod watch off (no Kubernetes client)",
+               rss, "MB", "<= 60 MB", rss <= 60)
+
+
 def rss_mb(pid: int) -> tuple[float, float]:
     fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
     return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
@@ -167,6 +179,7 @@ async def measure(args: argparse.Namespace, work: Path, nats: NatsServer, kubeco
                             "runnable"))
         if proc.returncode not in (0, -signal.SIGTERM):
             print((work / "service.log").read_text()[-4000:], file=sys.stderr)
+        rows.append(await rss_without_api_watch(kubelet, env, work))
         return rows
     finally:
         await bus.drain()

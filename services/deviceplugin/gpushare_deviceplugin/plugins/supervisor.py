@@ -42,6 +42,7 @@ class Supervisor:
         self._retry = {p.resource: Retry(backoff_min_s) for p in plugins}
         self.kubelet_generations = 0
         self._on_tick = on_tick
+        self._first = True
 
     async def run(self, stop: asyncio.Event) -> None:
         me = asyncio.current_task()
@@ -64,7 +65,8 @@ class Supervisor:
 
     def _watch_kubelet(self) -> None:
         current = inode_of(self.kubelet_socket)
-        if current == self._kubelet:
+        first, self._first = self._first, False
+        if current == self._kubelet and not first:
             return
         if current is None:
             log.warning("kubelet socket absent; plugins will register when it appears",
