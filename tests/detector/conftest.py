@@ -5,59 +5,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import grpc
 import pytest
-from gpushare_common.adapters.kubeletapi import podresources_v1_pb2 as pr
-from gpushare_common.adapters.kubeletapi import podresources_v1_pb2_grpc as pr_grpc
 
+from tests.detector.podres_server import PodResourcesServer, serve_pod_resources
 from tests.support.kubeapi import kube_api  # noqa: F401  (fixture)
-
-# "<namespace>/<pod>" -> container -> resource -> device ids
-Table = dict[str, dict[str, dict[str, tuple[str, ...]]]]
-
-
-def _pod(key: str, containers: dict[str, dict[str, tuple[str, ...]]]) -> pr.PodResources:
-    namespace, name = key.split("/", 1)
-    return pr.PodResources(name=name, namespace=namespace, containers=[
-        pr.ContainerResources(name=c, devices=[pr.ContainerDevices(resource_name=r, device_ids=list(i))
-                                               for r, i in res.items()])
-        for c, res in containers.items()])
-
-
-class _Lister(pr_grpc.PodResourcesListerServicer):  # type: ignore[misc]
-    def __init__(self, table: Table) -> None:
-        self.table = table
-        self.calls = 0
-
-    async def List(self, request: object, context: grpc.aio.ServicerContext) -> pr.ListPodResourcesResponse:
-        self.calls += 1
-        return pr.ListPodResourcesResponse(pod_resources=[_pod(k, v) for k, v in self.table.items()])
-
-    async def Get(self, request: pr.GetPodResourcesRequest, context: grpc.aio.ServicerContext
-                  ) -> pr.GetPodResourcesResponse:
-        self.calls += 1
-        key = f"{request.pod_namespace}/{request.pod_name}"
-        if key not in self.table:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"pod {key} not found")
-        return pr.GetPodResourcesResponse(pod_resources=_pod(key, self.table[key]))
-
-
-class PodResourcesServer:
-    def __init__(self, socket: Path, table: Table, lister: _Lister, server: grpc.aio.Server) -> None:
-        self.socket = socket
-        self.table = table
-        self.lister = lister
-        self.server = server
 
 
 @pytest.fixture
 async def podresources(tmp_path: Path) -> AsyncIterator[PodResourcesServer]:
-    socket = tmp_path / "kubelet.sock"
-    table: Table = {}
-    lister = _Lister(table)
-    server = grpc.aio.server()
-    pr_grpc.add_PodResourcesListerServicer_to_server(lister, server)  # type: ignore[no-untyped-call]
-    server.add_insecure_port(f"unix://{socket}")
-    await server.start()
-    yield PodResourcesServer(socket, table, lister, server)
-    await server.stop(grace=None)
+    async with serve_pod_resources(tmp_path / "kubelet.sock") as server:
+        yield server

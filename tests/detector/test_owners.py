@@ -20,8 +20,8 @@ from gpushare_detector.vendors import BUILTIN_DIR, load_mappings
 from prometheus_client import CollectorRegistry
 
 from tests.detector import podfactory as pf
-from tests.detector.conftest import PodResourcesServer
 from tests.detector.harness import NODE, Collector, KmodBridge, build, is_
+from tests.detector.podres_server import PodResourcesServer
 
 DCGM = load_mappings(BUILTIN_DIR)["nvidia-dcgm"]
 WINDOW = 600.0

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from gpushare_detector.adapters.podresources import PodNotFound, PodResources, PodResourcesError
 
-from tests.detector.conftest import PodResourcesServer
+from tests.detector.podres_server import PodResourcesServer
 
 
 async def test_list_and_get_over_a_real_grpc_socket(podresources: PodResourcesServer) -> None:

@@ -15,8 +15,8 @@ from gpushare_common.settings import KubeSettings, NatsSettings
 from gpushare_detector.detector import Detector
 
 from tests.detector import podfactory as pf
-from tests.detector.conftest import PodResourcesServer
 from tests.detector.harness import NODE, Collector, KmodBridge, build, is_, stream_messages
+from tests.detector.podres_server import PodResourcesServer
 from tests.support.kubeapi import KubeApi
 
 

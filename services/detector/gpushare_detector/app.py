@@ -83,15 +83,17 @@ async def run(settings: Settings, stop: asyncio.Event) -> int:
         await stack.enter_async_context(serve(build_app(SERVICE, health, registry, status),
                                               settings.common.http))
         await bus.subscribe(bus.subjects.event(node, "ownerback"), detector.on_owner_back)
-        changes = kube.watch_pods(stop, field_selector=f"spec.nodeName={node}")
+        until_cancelled = asyncio.Event()  # the loops end only when cancel_all() cancels them
+        changes = kube.watch_pods(until_cancelled, field_selector=f"spec.nodeName={node}")
         tasks.spawn("watch", detector.watch(changes))
-        tasks.spawn("resync", detector.resync_loop(stop, config.resync_s))
-        tasks.spawn("kmod", detector.kmod.run(stop))
-        tasks.spawn("owners", detector.owners_loop(stop, config.scrape_s))
-        tasks.spawn("capacity", capacity.loop(stop))
+        tasks.spawn("resync", detector.resync_loop(until_cancelled, config.resync_s))
+        tasks.spawn("kmod", detector.kmod.run(until_cancelled))
+        tasks.spawn("owners", detector.owners_loop(until_cancelled, config.scrape_s))
+        tasks.spawn("capacity", capacity.loop(until_cancelled))
         tasks.spawn("ready", _ready_when_synced(detector, health), critical=False)
         await wait_first(stop, tasks)
         await tasks.cancel_all()
+        stack.callback(kube.api.close)
     return 1 if tasks.failure is not None else 0
 
 
