@@ -24,7 +24,7 @@ from .builders import (
     write_config,
     write_key,
 )
-from .conftest import Runc
+from .conftest import Runc, make_rootfs
 
 pytestmark = pytest.mark.containerd
 PROBE = "stat -c %t:%T /dev/nvidia0 && echo gpushare-runtime-test > /dev/nvidia0 && echo written"
@@ -142,3 +142,23 @@ def test_pass_through_matches_runc(runc: Runc, tmp_path: Path, rootfs: Path) -> 
     assert runc("kill", name, "KILL").returncode == 0
     assert runc("delete", "-f", name).returncode == 0
     assert runc("state", name).returncode != 0
+
+
+def test_signed_device_ids_through_vendor_table(runc: Runc, tmp_path: Path) -> None:
+    """A spot-style injection: real device IDs resolved through the vendor table's node template."""
+    node = tmp_path / "cards" / "card7"
+    node.parent.mkdir()
+    os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(NULL_MAJOR, NULL_MINOR))
+    key = write_key(tmp_path / "signing.key")
+    write_config(tmp_path / "runtime.json", key_file=str(tmp_path / "signing.key"), vendors={
+        "example.com/card": {"env": ["CARD_VISIBLE_DEVICES"],
+                             "device_nodes": [str(node.parent / "card{id}")]}})
+    rootfs = make_rootfs(tmp_path / "own-rootfs")
+    value = ids.format_devices_ids({"example.com/card": ["7"]})
+    probe = f"stat -c %t:%T {node} && echo x > {node} && echo $CARD_VISIBLE_DEVICES"
+    content = spec({**identity("spot", "borrower", "main"), **signed(key, "*", "ids", value)},
+                   args=["sh", "-c", probe], rootfs=rootfs)
+    bundle = write_bundle(tmp_path / "bundles" / "borrower", content)
+    result = runc("run", "--bundle", str(bundle), f"gpushare-ids-{os.getpid()}")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [f"{NULL_MAJOR:x}:{NULL_MINOR:x}", "7"]
