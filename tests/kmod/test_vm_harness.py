@@ -57,3 +57,15 @@ def test_timeout_kills_qemu_and_keeps_the_console() -> None:
         vm.run_guest("sleep 600\n", opts=vm.VMOptions(timeout_s=4))
     assert "SeaBIOS" in err.value.output  # what the console showed so far
     assert _qemu_children() == []
+
+
+@pytest.mark.vm
+def test_host_root_runs_the_project_python_and_shares_a_folder(tmp_path: Path) -> None:
+    python = vm.REPO / ".venv" / "bin" / "python"
+    if vm.missing_tools() or not python.exists():
+        pytest.skip("missing system binaries or the project's virtual environment")
+    code = f"import msgspec, sys; open('{tmp_path}/hello', 'w').write(sys.version)"
+    script = f'chroot /host {python} -c "{code}"\necho "RESULT python rc=$?"\n'
+    run = vm.run_guest(script, opts=vm.VMOptions(timeout_s=180, share_host_root=True, out_dir=tmp_path))
+    assert run.results()["python"] == {"rc": "0"}, run.output
+    assert (tmp_path / "hello").read_text().startswith("3.")

@@ -7,8 +7,10 @@ second cpio archive with ``/guest.sh`` and any extra files, boots the kernel
 under qemu (software emulation unless ``GPUSHARE_VM_ACCEL=kvm``), and returns
 what the guest printed on its serial console. Optionally the host's root is
 mounted read-only at ``/host`` (with /proc, /sys, /dev bound and tmpfs on
-/tmp and /run, so ``chroot /host ...`` works) and a host folder is mounted
-writable at ``/out``. qemu is always killed, also on timeout.
+/tmp and /run, so ``chroot /host ...`` runs the host's programs, e.g. the
+project's virtual environment) and a host folder is mounted writable at
+``/out`` and, inside the chroot, at its own host path. qemu is always killed,
+also on timeout.
 """
 
 from __future__ import annotations
@@ -161,7 +163,9 @@ def _qemu_command(kernel: GuestKernel, initrd: Path, opts: VMOptions) -> list[st
         append.append("vmhost=1")
         cmd += ["-virtfs", "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap"]
     if opts.out_dir is not None:
-        append.append("vmout=1")
+        if re.search(r"\s", str(opts.out_dir)):
+            raise VMError(f"out_dir must not contain white space: {opts.out_dir!r}")
+        append += ["vmout=1", f"vmoutpath={opts.out_dir.resolve()}"]
         cmd += ["-virtfs", f"local,path={opts.out_dir},mount_tag=out,security_model=none,multidevs=remap"]
     return [*cmd, "-append", " ".join(append)]
 
