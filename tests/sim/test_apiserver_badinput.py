@@ -99,6 +99,17 @@ def test_patch_errors(http: Http) -> None:
     status(http("PATCH", f"{PODS}/p1", bad_type, "application/merge-patch+json"), 400)
     node = {"spec": {"nodeName": "elsewhere"}}
     status(http("PATCH", f"{PODS}/p1", node, "application/merge-patch+json"), 422)
+    restart = {"spec": {"restartPolicy": "Never"}}
+    assert "Forbidden" in status(http("PATCH", f"{PODS}/p1", restart, "application/merge-patch+json"), 422)
+
+
+def test_pod_update_may_change_images_and_omit_defaults(http: Http) -> None:
+    body = {"metadata": {"name": "p1", "labels": {"v": "2"}},
+            "spec": {"containers": [{"name": "main", "image": "y"}], "activeDeadlineSeconds": 5}}
+    answer = http("PUT", f"{PODS}/p1", body)
+    assert answer.status == 200, answer.data
+    spec = json.loads(answer.data)["spec"]
+    assert spec["containers"][0]["image"] == "y" and spec["restartPolicy"] == "Always"
 
 
 @pytest.mark.parametrize(

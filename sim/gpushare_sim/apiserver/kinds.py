@@ -77,6 +77,20 @@ def _qos_class(spec: Obj) -> str:
     return "Guaranteed" if guaranteed else "Burstable"
 
 
+_POD_DEFAULTS = {
+    "restartPolicy": "Always",
+    "terminationGracePeriodSeconds": 30,
+    "schedulerName": "default-scheduler",
+    "dnsPolicy": "ClusterFirst",
+}
+_MUTABLE_POD_SPEC = ("activeDeadlineSeconds", "terminationGracePeriodSeconds", "tolerations")
+_IMMUTABLE_MESSAGE = (
+    "Forbidden: pod updates may not change fields other than spec.containers[*].image, "
+    "spec.initContainers[*].image, spec.activeDeadlineSeconds, spec.tolerations, "
+    "spec.terminationGracePeriodSeconds; spec.nodeName is set by binding"
+)
+
+
 def _pod_create(pod: Obj) -> None:
     spec = pod.get("spec")
     name = pod["metadata"].get("name", "")
@@ -87,22 +101,32 @@ def _pod_create(pod: Obj) -> None:
         if not container.get("name"):
             raise invalid("Pod", name, [(f"spec.containers[{index}].name", "Required value")])
     assert isinstance(spec, dict)
-    spec.setdefault("restartPolicy", "Always")
-    spec.setdefault("terminationGracePeriodSeconds", 30)
-    spec.setdefault("schedulerName", "default-scheduler")
-    spec.setdefault("dnsPolicy", "ClusterFirst")
+    for key, value in _POD_DEFAULTS.items():
+        spec.setdefault(key, value)
     pod["status"] = {"phase": "Pending", "qosClass": _qos_class(spec)}
 
 
+def _without_mutable(spec: Any) -> Any:
+    """The pod spec with the fields an update may change blanked out."""
+    if not isinstance(spec, dict):
+        return spec
+    result = {**_POD_DEFAULTS, **spec}
+    for key in _MUTABLE_POD_SPEC:
+        result.pop(key, None)
+    for group in ("containers", "initContainers"):
+        if isinstance(result.get(group), list):
+            result[group] = [
+                {k: v for k, v in c.items() if k != "image"} if isinstance(c, dict) else c
+                for c in result[group]
+            ]
+    return result
+
+
 def _pod_update(old: Obj, new: Obj) -> None:
-    before = (old.get("spec") or {}).get("nodeName")
-    after = (new.get("spec") or {}).get("nodeName")
-    if before != after:
-        raise invalid(
-            "Pod",
-            old["metadata"]["name"],
-            [("spec.nodeName", "Forbidden: pod updates may not change spec.nodeName; use binding")],
-        )
+    if _without_mutable(old.get("spec")) != _without_mutable(new.get("spec")):
+        raise invalid("Pod", old["metadata"]["name"], [("spec", _IMMUTABLE_MESSAGE)])
+    for key, value in _POD_DEFAULTS.items():
+        new["spec"].setdefault(key, value)
 
 
 def _event_create(event: Obj) -> None:
