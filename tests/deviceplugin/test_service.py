@@ -145,8 +145,8 @@ async def test_status_and_metrics_over_http(
     app = build_app("deviceplugin", service.health, service.registry, service.status)
     async with serve(app, HttpSettings(host="127.0.0.1", port=0)) as server:
         port = bound_port(server)
-        status = json.loads(await http_get(port, "/status"))
         metrics = (await http_get(port, "/metrics")).decode()
+        status = json.loads(await http_get(port, "/status"))
     by_resource = {p["resource"]: p for p in status["plugins"]}
     assert by_resource[SPOT]["registered"] is True
     assert by_resource[SPOT]["unhealthy"] == 2
@@ -154,6 +154,7 @@ async def test_status_and_metrics_over_http(
     assert len(by_resource) == 11
     assert 'gpushare_deviceplugin_devices{health="Unhealthy",resource="gpushare/spot-gpu"} 2.0' \
         in metrics
+    assert 'gpushare_deviceplugin_registered{resource="gpushare/spot-gpu"} 1.0' in metrics
 
 
 async def http_get(port: int, path: str) -> bytes:

@@ -20,5 +20,8 @@ class PluginMetrics:
         self.restarts = Counter("gpushare_deviceplugin_restarts",
                                 "Plugin restarts after its socket vanished", ["resource"],
                                 registry=registry)
+        self.registered = Gauge("gpushare_deviceplugin_registered",
+                                "1 while the plugin is registered with the kubelet", ["resource"],
+                                registry=registry)
         self.watchers = Gauge("gpushare_deviceplugin_watchers", "Open ListAndWatch streams",
                               ["resource"], registry=registry)

@@ -53,6 +53,13 @@ class DevicePlugin:
         self._server: PluginServer | None = None
         self._inode: tuple[int, int, int] | None = None
         self._log = log.bind(resource=self.resource)
+        # read at scrape time, so /metrics never lags behind the device list
+        metrics.devices.labels(self.resource, "Healthy").set_function(
+            lambda: self.board.counts()[0])
+        metrics.devices.labels(self.resource, "Unhealthy").set_function(
+            lambda: self.board.counts()[1])
+        metrics.registered.labels(self.resource).set_function(
+            lambda: 1.0 if self.state == "registered" else 0.0)
 
     # --- kubelet-facing calls (the gRPC servicer calls these) -----------------
 
@@ -134,8 +141,6 @@ class DevicePlugin:
 
     def status(self) -> dict[str, Any]:
         healthy, unhealthy = self.board.counts()
-        self._metrics.devices.labels(self.resource, "Healthy").set(healthy)
-        self._metrics.devices.labels(self.resource, "Unhealthy").set(unhealthy)
         return {
             "resource": self.resource, "socket": self.socket_path, "state": self.state,
             "registered": self.state == "registered", "healthy": healthy,
