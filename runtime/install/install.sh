@@ -20,6 +20,9 @@ python=${2:-$repo/.venv/bin/python}
 target="$bindir/gpushare-runtime"
 
 [ -x "$python" ] || { echo "error: $python is not an executable Python" >&2; exit 1; }
+# the launcher runs from anywhere: keep an absolute interpreter path (not resolved:
+# a virtual environment's python must stay the venv's, never a shim)
+case $python in /*) ;; *) python="$(cd "$(dirname "$python")" && pwd)/$(basename "$python")" ;; esac
 mkdir -p "$bindir"
 "$python" -I -m compileall -q "$repo/runtime/gpushare_runtime" "$repo/libs/common/gpushare_common/ids.py" "$repo/libs/common/gpushare_common/__init__.py" >/dev/null
 
