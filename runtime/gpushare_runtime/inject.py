@@ -101,31 +101,32 @@ class Injector:
 
     def _devices_from(self, request: ids.DeviceRequest, spec: ids.DevicesFrom) -> DeviceEdits:
         edits = DeviceEdits()
-        where = self.identity or Identity("", "", "")
         for selection in spec.sources:
-            ref = selection.source.resolve(where.namespace, where.pod)
-            wanted = Identity(ref.namespace, ref.pod, ref.container)
-            if wanted == self.identity:
-                raise AnnotationError(request.annotation, str(ref), "a container cannot be its own source")
-            found = find_source(self.bundle, wanted, self.config.index_dir)
-            if found is None:
-                raise AnnotationError(
-                    request.annotation, str(ref), "unknown source: no bundle of that container here"
-                )
-            vendors = None
-            if not selection.copies_all:
-                vendors = [self._vendor(request.annotation, str(ref), name)
-                           for name in sorted(selection.resource_names)]
-            copied = edits_from_source(found.spec, vendors, self.config.visible_env)
-            if not copied.devices:
-                raise AnnotationError(request.annotation, str(ref), "source has no devices to copy")
-            paths = ", ".join(d.get("path", "?") for d in copied.devices)
-            self.actions.append(
-                f"{self.target}: copied {paths} from {ref} (container {found.container_id}) "
-                f"per {request.annotation}"
-            )
-            edits.update(copied)
+            edits.update(self._copy_from(request, selection))
         return edits
+
+    def _copy_from(self, request: ids.DeviceRequest, selection: ids.SourceSelection) -> DeviceEdits:
+        where = self.identity or Identity("", "", "")
+        ref = selection.source.resolve(where.namespace, where.pod)
+        wanted = Identity(ref.namespace, ref.pod, ref.container)
+        if wanted == self.identity:
+            raise AnnotationError(request.annotation, str(ref), "a container cannot be its own source")
+        found = find_source(self.bundle, wanted, self.config.index_dir)
+        if found is None:
+            raise AnnotationError(
+                request.annotation, str(ref), "unknown source: no bundle of that container here"
+            )
+        vendors = None
+        if not selection.copies_all:
+            vendors = [self._vendor(request.annotation, str(ref), name)
+                       for name in sorted(selection.resource_names)]
+        copied = edits_from_source(found.spec, vendors, self.config.visible_env)
+        if not copied.devices:
+            raise AnnotationError(request.annotation, str(ref), "source has no devices to copy")
+        paths = ", ".join(str(d.get("path", "?")) for d in copied.devices)
+        self.actions.append(f"{self.target}: copied {paths} from {ref} "
+                            f"(container {found.container_id}) per {request.annotation}")
+        return copied
 
     def _vendor(self, annotation: str, source: str, resource: str) -> VendorResource:
         vendor = self.config.vendors.get(resource)
