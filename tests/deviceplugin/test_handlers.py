@@ -9,7 +9,12 @@ from gpushare_common import ids
 from gpushare_deviceplugin.errors import PluginError
 from gpushare_deviceplugin.handlers.base import PreferredRequest, Signer
 from gpushare_deviceplugin.handlers.capacity import CapacityLogic
-from gpushare_deviceplugin.handlers.share import ShadowPodView, ShareLogic, shadow_view
+from gpushare_deviceplugin.handlers.share import (
+    ShadowPodView,
+    ShareLogic,
+    gpu_container,
+    shadow_view,
+)
 from gpushare_deviceplugin.handlers.spot import SpotLogic
 
 from .conftest import KEY
@@ -211,3 +216,15 @@ def pod(phase: str = "Running", **notes: str) -> dict[str, object]:
 ])
 def test_shadow_view(doc: dict[str, object], view: ShadowPodView | None) -> None:
     assert shadow_view(doc) == view
+
+
+@pytest.mark.parametrize(("containers", "name"), [
+    ([{"name": "main"}], "main"),
+    ([{"name": "sidecar"}, {"name": "main"}], "main"),
+    ([{"name": "sidecar", "resources": {"limits": {"cpu": "1"}}},
+      {"name": "holder", "resources": {"limits": {"nvidia.com/gpu": "1"}}}], "holder"),
+    ([{"name": "only"}], "only"),
+    ([], "main"),
+])
+def test_gpu_container(containers: list[dict[str, object]], name: str) -> None:
+    assert gpu_container(containers) == name  # type: ignore[arg-type]

@@ -148,8 +148,21 @@ def shadow_view(pod: dict[str, Any]) -> ShadowPodView | None:
         namespace, name = ids.parse_pod_key(f"{meta.get('namespace')}/{meta.get('name')}")
     except (ValueError, ids.IdError):
         return None
-    containers = [c.get("name", "") for c in spec.get("containers") or []]
-    container = ids.SHADOW_CONTAINER if ids.SHADOW_CONTAINER in containers or not containers \
-        else containers[0]
     return ShadowPodView(namespace, name, notes.get(ids.ANN_SHARE_KIND, "share"), share_spec,
-                         container, terminating=bool(meta.get("deletionTimestamp")))
+                         gpu_container(spec.get("containers") or []),
+                         terminating=bool(meta.get("deletionTimestamp")))
+
+
+_PLAIN_RESOURCES = frozenset({"cpu", "memory", "ephemeral-storage"})
+
+
+def gpu_container(containers: list[dict[str, Any]]) -> str:
+    """The container holding the card: the first one limiting an extended resource,
+    else ``main``, else the first one."""
+    for container in containers:
+        limits = (container.get("resources") or {}).get("limits") or {}
+        if any(name not in _PLAIN_RESOURCES and not name.startswith("hugepages-")
+               for name in limits):
+            return str(container.get("name") or ids.SHADOW_CONTAINER)
+    names = [str(c.get("name", "")) for c in containers]
+    return ids.SHADOW_CONTAINER if ids.SHADOW_CONTAINER in names or not names else names[0]
