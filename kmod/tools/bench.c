@@ -16,9 +16,9 @@
 
 #include "kmodctl.h"
 
-static struct kmodctl_reply rep;
+static struct kmodctl_reply bench_rep;
 
-static int recv_notice(int rcv, struct gpushare_kmod_notice *n)
+static int bench_notice(int rcv, struct gpushare_kmod_notice *n)
 {
 	static struct kmodctl_reply r;
 
@@ -34,7 +34,7 @@ static int open_pair(int unit, int *ctl, int *rcv)
 	*rcv = nl_open(unit);
 	if (*ctl < 0 || *rcv < 0)
 		return -1;
-	return nl_cmd(*rcv, GPUSHARE_KMOD_CMD_REGISTER, NULL, 0, &rep);
+	return nl_cmd(*rcv, GPUSHARE_KMOD_CMD_REGISTER, NULL, 0, &bench_rep);
 }
 
 int run_unload_check(int unit, const char *module)
@@ -48,9 +48,9 @@ int run_unload_check(int unit, const char *module)
 	if (open_pair(unit, &ctl, &rcv))
 		return 1;
 	owner_start(&o);
-	nl_cmd(ctl, GPUSHARE_KMOD_CMD_DETECT, &o.pidns, 1, &rep);
+	nl_cmd(ctl, GPUSHARE_KMOD_CMD_DETECT, &o.pidns, 1, &bench_rep);
 	owner_go(&o, 0x46, 1);
-	got_notice = recv_notice(rcv, &n);
+	got_notice = bench_notice(rcv, &n);
 	/* user sockets of the protocol pin the module: close them first */
 	close(ctl);
 	close(rcv);
@@ -103,12 +103,12 @@ int run_bench_loop(unsigned int type, long n, int in_map, int unit)
 	pidns = pidns_of(pid);
 	if (in_map) {
 		ctl = nl_open(unit);
-		nl_cmd(ctl, GPUSHARE_KMOD_CMD_ADD, &pidns, 1, &rep);
+		nl_cmd(ctl, GPUSHARE_KMOD_CMD_ADD, &pidns, 1, &bench_rep);
 	}
 	if (write(go[1], &c, 1) != 1 || read(res[0], &ns, sizeof(ns)) != sizeof(ns))
 		return 1;
 	if (ctl >= 0) {
-		nl_cmd(ctl, GPUSHARE_KMOD_CMD_DELETE, &pidns, 1, &rep);
+		nl_cmd(ctl, GPUSHARE_KMOD_CMD_DELETE, &pidns, 1, &bench_rep);
 		close(ctl);
 	}
 	printf("RESULT loop type=%u n=%ld in_map=%d ns_per_call=%.1f\n", type, n,
@@ -144,13 +144,13 @@ int run_bench_release(int unit, int rounds)
 		return 1;
 	owner_start(&o);
 	for (i = 0; i < rounds; i++) {
-		nl_cmd(ctl, GPUSHARE_KMOD_CMD_DETECT, &o.pidns, 1, &rep);
+		nl_cmd(ctl, GPUSHARE_KMOD_CMD_DETECT, &o.pidns, 1, &bench_rep);
 		owner_go(&o, 0x46, 1);
-		if (!recv_notice(rcv, &n))
+		if (!bench_notice(rcv, &n))
 			break;
 		note[ok] = now_ns() - n.ts_ns;
 		t = now_ns();
-		nl_cmd(ctl, GPUSHARE_KMOD_CMD_RELEASE, &o.pidns, 1, &rep);
+		nl_cmd(ctl, GPUSHARE_KMOD_CMD_RELEASE, &o.pidns, 1, &bench_rep);
 		if (!owner_result(&o, &r, 5000))
 			break;
 		lat[ok++] = r.end_ns - t;
@@ -162,7 +162,7 @@ int run_bench_release(int unit, int rounds)
 	       pct(lat, ok, 50) / 1e3, pct(lat, ok, 99) / 1e3,
 	       ok ? lat[ok - 1] / 1e3 : 0.0, pct(note, ok, 50) / 1e3,
 	       pct(note, ok, 99) / 1e3);
-	nl_cmd(ctl, GPUSHARE_KMOD_CMD_DELETE, &o.pidns, 1, &rep);
+	nl_cmd(ctl, GPUSHARE_KMOD_CMD_DELETE, &o.pidns, 1, &bench_rep);
 	owner_stop(&o);
 	free(lat);
 	free(note);

@@ -17,35 +17,36 @@
 #include "kmodctl.h"
 
 #define HOLD_MS 400
-#define TYPE_NV 0x46
-#define TYPE_OTHER 0x47
 
-static struct kmodctl_reply rep;
-static int ctl = -1, rcv = -1;
+struct kmodctl_reply check_rep;
+int check_ctl = -1, check_rcv = -1;
 
-static uint64_t us_since(uint64_t t) { return (now_ns() - t) / 1000; }
-
-static int cmd1(uint16_t cmd, uint64_t id)
+uint64_t us_since(uint64_t t)
 {
-	return nl_cmd(ctl, cmd, &id, 1, &rep);
+	return (now_ns() - t) / 1000;
+}
+
+int cmd1(uint16_t cmd, uint64_t id)
+{
+	return nl_cmd(check_ctl, cmd, &id, 1, &check_rep);
 }
 
 /* Waits for the owner's blocked count to reach want; returns it. */
-static unsigned int wait_blocked(uint64_t pidns, unsigned int want)
+unsigned int wait_blocked(uint64_t pidns, unsigned int want)
 {
 	struct gpushare_kmod_stats s = {};
 	uint64_t t = now_ns();
 
-	while (nl_stats_one(ctl, pidns, &s, NULL) == 1 && s.blocked < want &&
+	while (nl_stats_one(check_ctl, pidns, &s, NULL) == 1 && s.blocked < want &&
 	       now_ns() - t < 5000000000ull)
 		usleep(5000);
 	return s.blocked;
 }
 
-static int recv_notice(struct gpushare_kmod_notice *n)
+int recv_notice(struct gpushare_kmod_notice *n)
 {
 	static struct kmodctl_reply r;
-	int ret = nl_recv(rcv, &r, 5000);
+	int ret = nl_recv(check_rcv, &r, 5000);
 
 	if (ret <= 0 || r.nl_type != GPUSHARE_KMOD_MSG_NOTICE ||
 	    r.hdr.cmd != GPUSHARE_KMOD_CMD_NOTICE || r.hdr.count != 1 ||
@@ -68,8 +69,8 @@ static void check_nodetect(void)
 	got = owner_result(&o, &r, 5000);
 	printf("RESULT nodetect add=%d got=%d ret=%d err=%d elapsed_us=%llu notice_pending=%d",
 	       add, got, r.ret, r.err,
-	       (unsigned long long)(r.end_ns - r.start_ns) / 1000, nl_pending(rcv));
-	nl_stats_one(ctl, o.pidns, &s, NULL);
+	       (unsigned long long)(r.end_ns - r.start_ns) / 1000, nl_pending(check_rcv));
+	nl_stats_one(check_ctl, o.pidns, &s, NULL);
 	printf(" hits=%llu notices=%llu flags=%u\n", (unsigned long long)s.hits,
 	       (unsigned long long)s.notices, s.flags);
 	owner_stop(&o);
@@ -97,8 +98,8 @@ static void check_detect(void)
 	got = owner_result(&o, &r, 5000);
 	owner_go(&o, TYPE_NV, 1);
 	got2 = owner_result(&o, &r2, 5000);
-	extra = nl_pending(rcv);
-	nl_stats_one(ctl, o.pidns, &s, &h);
+	extra = nl_pending(check_rcv);
+	nl_stats_one(check_ctl, o.pidns, &s, &h);
 	printf("RESULT detect detect=%d notice=%d notice_pidns=%llu want_pidns=%llu"
 	       " notice_pid=%u want_pid=%d notice_cmd=%u want_cmd=%u"
 	       " notice_ts=%llu t0=%llu held=%d release=%d got=%d ret=%d err=%d"
@@ -122,42 +123,6 @@ static void check_detect(void)
 	cmd1(GPUSHARE_KMOD_CMD_DELETE, o.pidns);
 }
 
-static int write_timeout(unsigned int ms)
-{
-	FILE *f = fopen("/sys/module/gpushare/parameters/timeout_ms", "w");
-
-	if (!f)
-		return -errno;
-	fprintf(f, "%u\n", ms);
-	return fclose(f) ? -errno : 0;
-}
-
-static void check_timeout(unsigned int ms)
-{
-	struct gpushare_kmod_notice n = {};
-	struct gpushare_kmod_stats s = {};
-	struct owner_result r = {};
-	struct owner o;
-	int set, got_notice, got;
-
-	set = write_timeout(ms);
-	owner_start(&o);
-	cmd1(GPUSHARE_KMOD_CMD_DETECT, o.pidns);
-	owner_go(&o, TYPE_NV, 1);
-	got_notice = recv_notice(&n);
-	got = owner_result(&o, &r, 10000);
-	nl_stats_one(ctl, o.pidns, &s, NULL);
-	printf("RESULT timeout set=%d timeout_ms=%u notice=%d got=%d err=%d"
-	       " blocked_ms=%llu timeouts=%llu releases=%llu flags=%u\n",
-	       set, ms, got_notice, got, r.err,
-	       (unsigned long long)(r.end_ns - r.start_ns) / 1000000,
-	       (unsigned long long)s.timeouts, (unsigned long long)s.releases,
-	       s.flags);
-	write_timeout(3000);
-	owner_stop(&o);
-	cmd1(GPUSHARE_KMOD_CMD_DELETE, o.pidns);
-}
-
 static void check_filter(void)
 {
 	uint64_t self = pidns_of(getpid()), t;
@@ -172,26 +137,26 @@ static void check_filter(void)
 	ioctl_loop(TYPE_NV, 1);
 	init_us = us_since(t);
 	printf("RESULT initns detect=%d elapsed_us=%llu notice_pending=%d\n",
-	       det_init, init_us, nl_pending(rcv));
+	       det_init, init_us, nl_pending(check_rcv));
 	cmd1(GPUSHARE_KMOD_CMD_DELETE, self);
 
 	owner_start(&o);
 	cmd1(GPUSHARE_KMOD_CMD_DETECT, o.pidns);
 	owner_go(&o, TYPE_OTHER, 1);
 	got = owner_result(&o, &r, 5000);
-	nl_stats_one(ctl, o.pidns, &s, NULL);
+	nl_stats_one(check_ctl, o.pidns, &s, NULL);
 	cmd1(GPUSHARE_KMOD_CMD_UNDETECT, o.pidns);
 	flags_after = 0;
 	{
 		struct gpushare_kmod_stats s2 = {};
 
-		nl_stats_one(ctl, o.pidns, &s2, NULL);
+		nl_stats_one(check_ctl, o.pidns, &s2, NULL);
 		flags_after = s2.flags;
 	}
 	printf("RESULT othertype got=%d err=%d elapsed_us=%llu notice_pending=%d"
 	       " hits=%llu flags=%u flags_after_undetect=%d\n",
 	       got, r.err, (unsigned long long)(r.end_ns - r.start_ns) / 1000,
-	       nl_pending(rcv), (unsigned long long)s.hits, s.flags, flags_after);
+	       nl_pending(check_rcv), (unsigned long long)s.hits, s.flags, flags_after);
 	owner_stop(&o);
 	cmd1(GPUSHARE_KMOD_CMD_DELETE, o.pidns);
 }
@@ -211,12 +176,12 @@ static void check_threads(void)
 	owner_go(&o, TYPE_NV, 2);
 	got_notice = recv_notice(&n);
 	blocked = wait_blocked(o.pidns, 2);
-	extra = nl_pending(rcv);
+	extra = nl_pending(check_rcv);
 	trel = now_ns();
 	rel = cmd1(GPUSHARE_KMOD_CMD_RELEASE, o.pidns);
 	for (i = 0; i < 2; i++)
 		got += owner_result(&o, &r[i], 5000);
-	nl_stats_one(ctl, o.pidns, &s, NULL);
+	nl_stats_one(check_ctl, o.pidns, &s, NULL);
 	printf("RESULT threads notice=%d blocked=%u extra_notice=%d release=%d"
 	       " got=%d unblock0_us=%lld unblock1_us=%lld notices=%llu hits=%llu\n",
 	       got_notice, blocked, extra, rel, got,
@@ -227,119 +192,28 @@ static void check_threads(void)
 	cmd1(GPUSHARE_KMOD_CMD_DELETE, o.pidns);
 }
 
-static void check_fatal(void)
-{
-	struct gpushare_kmod_notice n = {};
-	struct gpushare_kmod_stats s = {};
-	struct owner o;
-	int got_notice;
-	uint64_t t;
-
-	owner_start(&o);
-	cmd1(GPUSHARE_KMOD_CMD_DETECT, o.pidns);
-	owner_go(&o, TYPE_NV, 1);
-	got_notice = recv_notice(&n);
-	wait_blocked(o.pidns, 1);
-	t = now_ns();
-	kill(o.pid, SIGKILL);
-	waitpid(o.pid, NULL, 0);
-	printf("RESULT fatal notice=%d reaped_ms=%llu", got_notice,
-	       (unsigned long long)us_since(t) / 1000);
-	nl_stats_one(ctl, o.pidns, &s, NULL);
-	printf(" blocked_after=%u\n", s.blocked);
-	close(o.go_w);
-	close(o.res_r);
-	cmd1(GPUSHARE_KMOD_CMD_DELETE, o.pidns);
-}
-
-static void check_config(void)
-{
-	struct gpushare_kmod_config cfg = {}, now = {};
-	struct gpushare_kmod_notice n = {};
-	struct owner_result r = {};
-	int get, set1, set2, notice1, notice2, bad;
-	struct owner o;
-
-	get = nl_cmd_payload(ctl, GPUSHARE_KMOD_CMD_CONFIG, 0, NULL, 0, &rep);
-	memcpy(&now, rep.items, sizeof(now));
-	cfg = now;
-	cfg.nmajors = 1;
-	cfg.majors[0] = 1;	/* /dev/null is char 1:3 */
-	set1 = nl_cmd_payload(ctl, GPUSHARE_KMOD_CMD_CONFIG, 1, &cfg, sizeof(cfg), &rep);
-	owner_start(&o);
-	cmd1(GPUSHARE_KMOD_CMD_DETECT, o.pidns);
-	owner_go(&o, TYPE_NV, 1);
-	notice1 = recv_notice(&n);
-	cmd1(GPUSHARE_KMOD_CMD_RELEASE, o.pidns);
-	owner_result(&o, &r, 5000);
-	cfg.majors[0] = 195;	/* a GPU's major, not /dev/null's */
-	set2 = nl_cmd_payload(ctl, GPUSHARE_KMOD_CMD_CONFIG, 1, &cfg, sizeof(cfg), &rep);
-	cmd1(GPUSHARE_KMOD_CMD_DETECT, o.pidns);
-	owner_go(&o, TYPE_NV, 1);
-	owner_result(&o, &r, 5000);
-	notice2 = nl_pending(rcv);
-	cfg.nmajors = 99;
-	bad = nl_cmd_payload(ctl, GPUSHARE_KMOD_CMD_CONFIG, 1, &cfg, sizeof(cfg), &rep);
-	nl_cmd_payload(ctl, GPUSHARE_KMOD_CMD_CONFIG, 1, &now, sizeof(now), &rep);
-	printf("RESULT config get=%d ntypes=%u type0=%u nmajors=%u set_major1=%d"
-	       " notice_major1=%d set_major195=%d notice_major195=%d bad=%d\n",
-	       get, now.ntypes, now.types[0], now.nmajors, set1, notice1, set2,
-	       notice2, bad);
-	owner_stop(&o);
-	cmd1(GPUSHARE_KMOD_CMD_DELETE, o.pidns);
-}
-
-
-/* The receiver is gone: the notice is dropped, the owner waits the timeout. */
-static void check_dead_receiver(int unit, unsigned int ms)
-{
-	struct gpushare_kmod_stats_head h0 = {}, h1 = {};
-	struct gpushare_kmod_stats s = {};
-	struct owner_result r = {};
-	int dead = nl_open(unit), reg, got;
-	struct owner o;
-
-	reg = nl_cmd(dead, GPUSHARE_KMOD_CMD_REGISTER, NULL, 0, &rep);
-	close(dead);
-	write_timeout(ms);
-	owner_start(&o);
-	nl_stats_one(ctl, o.pidns, &s, &h0);
-	cmd1(GPUSHARE_KMOD_CMD_DETECT, o.pidns);
-	owner_go(&o, TYPE_NV, 1);
-	got = owner_result(&o, &r, 10000);
-	nl_stats_one(ctl, o.pidns, &s, &h1);
-	printf("RESULT deadrcv register=%d got=%d err=%d timeout_ms=%u blocked_ms=%llu"
-	       " dropped=%llu sent=%llu timeouts=%llu\n", reg, got, r.err, ms,
-	       (unsigned long long)(r.end_ns - r.start_ns) / 1000000,
-	       (unsigned long long)(h1.notices_dropped - h0.notices_dropped),
-	       (unsigned long long)(h1.notices_sent - h0.notices_sent),
-	       (unsigned long long)s.timeouts);
-	write_timeout(3000);
-	owner_stop(&o);
-	cmd1(GPUSHARE_KMOD_CMD_DELETE, o.pidns);
-}
-
 int run_checks(int unit)
 {
-	ctl = nl_open(unit);
-	rcv = nl_open(unit);
-	if (ctl < 0 || rcv < 0) {
-		printf("RESULT open ctl=%d rcv=%d\n", ctl, rcv);
+	check_ctl = nl_open(unit);
+	check_rcv = nl_open(unit);
+	if (check_ctl < 0 || check_rcv < 0) {
+		printf("RESULT open check_ctl=%d check_rcv=%d\n", check_ctl, check_rcv);
 		return 1;
 	}
 	printf("RESULT register status=%d\n",
-	       nl_cmd(rcv, GPUSHARE_KMOD_CMD_REGISTER, NULL, 0, &rep));
+	       nl_cmd(check_rcv, GPUSHARE_KMOD_CMD_REGISTER, NULL, 0, &check_rep));
 	check_nodetect();
 	check_detect();
 	check_filter();
 	check_threads();
 	check_fatal();
 	check_config();
+	check_redetect_and_delete();
 	check_timeout(700);
-	refused_checks(ctl, unit, &rep);
+	refused_checks(check_ctl, unit, &check_rep);
 	check_dead_receiver(unit, 700);
 	fflush(stdout);
-	close(ctl);
-	close(rcv);
+	close(check_ctl);
+	close(check_rcv);
 	return 0;
 }

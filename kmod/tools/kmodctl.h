@@ -69,6 +69,22 @@ long tty_loop(long n);
 
 /* ---- checks and benchmarks ---- */
 
+#define TYPE_NV 0x46		/* NVIDIA's ioctl type: watched by default */
+#define TYPE_OTHER 0x47
+
+/* shared by the checks (checks.c) */
+extern struct kmodctl_reply check_rep;
+extern int check_ctl, check_rcv;
+uint64_t us_since(uint64_t t);
+int cmd1(uint16_t cmd, uint64_t id);
+unsigned int wait_blocked(uint64_t pidns, unsigned int want);
+int recv_notice(struct gpushare_kmod_notice *n);
+void check_timeout(unsigned int ms);
+void check_fatal(void);
+void check_config(void);
+void check_dead_receiver(int unit, unsigned int ms);
+void check_redetect_and_delete(void);
+
 int run_checks(int unit);
 int refused_checks(int fd, int unit, struct kmodctl_reply *r);
 int run_unload_check(int unit, const char *module);

@@ -170,3 +170,13 @@ def test_install_script_is_idempotent(results: dict[str, dict[str, int]]) -> Non
 
 def test_no_kernel_warnings(results: dict[str, dict[str, int]]) -> None:
     assert results["dmesg"]["problems"] == 0
+
+
+def test_detect_during_reclaim_and_delete_wakes(results: dict[str, dict[str, int]]) -> None:
+    r = results["redetect"]
+    assert r["notice1"] == 1 and r["redetect"] == 0
+    assert r["flags"] == 7  # watched, need_notice again, still reclaiming
+    assert r["release"] == 1 and r["got1"] == 1 and r["pending"] == 0
+    assert r["notice2"] == 1
+    assert r["delete"] == 1 and r["got2"] == 1 and r["err"] == errno.ENOTTY
+    assert r["delete_wake_ms"] < SLACK_MS
