@@ -110,6 +110,7 @@ async def test_desired_health_restored_from_key_value(
     saved = events.DeviceHealth(node=NODE, resource="spot-gpu", full=True,
                                 devices={"spot-GPU-1": "Healthy"})
     await store.put(health_key(NODE, "spot-gpu"), saved)
+    await store.put(health_key(NODE, "vcpu"), {"resource": 7})  # garbage: skipped, logged
     svc = Service(common_settings(nats_settings), dp_settings, KEY)
     svc.start_plugins()
     try:

@@ -13,6 +13,7 @@ import contextlib
 import time
 from typing import Any
 
+import msgspec
 from gpushare_common import events
 from gpushare_common.bus import Bus
 from gpushare_common.http import Health, build_app, serve
@@ -81,7 +82,13 @@ class Service:
         store = await self.bus.store(self.settings.health_bucket)
         applied = 0
         for token in self.plugins.logics:
-            saved = await store.get(health_key(self.node, token), events.DeviceHealth)
+            key = health_key(self.node, token)
+            try:
+                saved = await store.get(key, events.DeviceHealth)
+            except msgspec.DecodeError as err:
+                log.warning("undecodable desired health skipped", node=self.node, key=key,
+                            bucket=store.bucket, reason=str(err))
+                continue
             if saved is not None and self.plugins.apply(saved):
                 applied += 1
         return applied
