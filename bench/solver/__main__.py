@@ -33,16 +33,18 @@ PART = "solver"
 OWNER = "dev/owner"
 
 
-async def ctr(node: Node, *args: str) -> None:
+async def ctr(node: Node, *args: str, check: bool = False) -> None:
     command = ["ctr", "--address", str(node.ctrd.address), "-n", NAMESPACE, *args]
     proc = await asyncio.create_subprocess_exec(*command, stdout=asyncio.subprocess.DEVNULL,
-                                                stderr=asyncio.subprocess.DEVNULL)
-    await proc.wait()
+                                                stderr=asyncio.subprocess.PIPE)
+    _, err = await proc.communicate()
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(args[:2])} failed: {err.decode(errors='replace').strip()}")
 
 
 async def run_container(node: Node, container_id: str) -> None:
     await ctr(node, "run", "--rootfs", "--runc-root", str(node.ctrd.base_dir / "runc"), "--fifo-dir",
-              str(node.ctrd.fifo_dir), "-d", str(node.rootfs), container_id, "/bin/sleep", "3600")
+              str(node.ctrd.fifo_dir), "-d", str(node.rootfs), container_id, "/bin/sleep", "3600", check=True)
 
 
 async def remove_container(node: Node, container_id: str) -> None:

@@ -22,7 +22,9 @@ from gpushare_common.tasks import Tasks, wait_first
 from prometheus_client import CollectorRegistry
 
 from .adapters.containerd import Tasks as ContainerdTasks
+from .oversell import PressureWatch
 from .ports import PodApi, TaskApi
+from .pressure import PRESSURE, PressurePolicy
 from .service import Solver
 from .settings import SolverSettings
 
@@ -62,7 +64,8 @@ async def started(common: CommonSettings, settings: SolverSettings, stop: asynci
         await bus.ensure_stream()
         health.set("nats", True)
         if tasks_api is None:
-            client = ContainerdTasks(settings.containerd_address, settings.containerd_namespace)
+            client = ContainerdTasks(settings.containerd_address, settings.containerd_namespace,
+                                     direct=settings.direct_kill)
             tasks_api = await stack.enter_async_context(client)
         solver = Solver(node, settings, bus, pods or Kube(common.kube), tasks_api, registry)
         app = build_app(SERVICE, health, registry, solver.status)
@@ -71,6 +74,11 @@ async def started(common: CommonSettings, settings: SolverSettings, stop: asynci
         await solver.open()
         await solver.recover()
         health.set("state", True, "loaded and reconciled")
+        policy = PressurePolicy(settings.memory_threshold, settings.cpu_threshold,
+                                settings.pressure_cooldown_s)
+        watch = PressureWatch(node, policy, solver.pods,
+                              lambda trigger, pods: solver.evict(trigger, PRESSURE, pods))
+        await bus.subscribe(bus.subjects.node_capacity(node), watch.on_event)
         durable = f"{settings.durable}-{node_token(node)}"
         tasks.spawn("events", bus.consume(bus.subjects.node_events(node), durable, solver.on_event,
                                           ack_policy(settings), stop, batch=1))

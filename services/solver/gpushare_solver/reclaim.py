@@ -85,25 +85,39 @@ class Reclaimer:
             self.known.pop(pod, None)
 
     async def _kill(self, action: Reclaim, progress: ReclaimProgress, received: float, save: Save) -> None:
+        """Kill the containers known ahead at once while the pods are read; kill any container
+        found late. The owner is released when every task known is dead (or at the deadline)."""
         progress.started = progress.started or time.time()
         start = time.perf_counter()
+        all_known = all(pod in self.known for pod in action.pods)
         ahead = [c for pod in action.pods for c in self.known.get(pod, [])]
         kills = [asyncio.ensure_future(self.tasks.kill_all(ahead, self.settings.kill_timeout_s))]
-        found = await asyncio.gather(*(self._containers(pod) for pod in action.pods))
-        for pod, (uid, ids) in zip(action.pods, found, strict=True):
+        reading = asyncio.ensure_future(asyncio.gather(*(self._containers(pod) for pod in action.pods)))
+        if all_known:
+            await self._release_when_dead(kills[0], action, progress, received)
+        for pod, (uid, ids) in zip(action.pods, await reading, strict=True):
             progress.uids[pod] = uid
             progress.containers[pod] = list(dict.fromkeys(self.known.pop(pod, []) + ids))
         late = [c for ids in progress.containers.values() for c in ids if c not in ahead]
+        if late and all_known:
+            log.warning("containers unknown ahead killed after the release", node=self.node,
+                        owner=action.owner, containers=",".join(late))
         kills.append(asyncio.ensure_future(self.tasks.kill_all(late, self.settings.kill_timeout_s)))
         killing = asyncio.ensure_future(asyncio.gather(*kills))
+        await self._release_when_dead(killing, action, progress, received)
+        await self._finish_kill(killing, action, progress, start)
+        await save()
+
+    async def _release_when_dead(self, killing: asyncio.Future[Any], action: Reclaim,
+                                 progress: ReclaimProgress, received: float) -> None:
+        if action.release is None or progress.released:
+            return
         done, _ = await asyncio.wait({killing}, timeout=self.settings.release_deadline_s)
-        if not done and action.release is not None:
+        if not done:
             log.warning("borrowers still running at the release deadline; releasing the owner now",
                         node=self.node, owner=action.owner, pods=",".join(action.pods),
                         deadline_s=self.settings.release_deadline_s)
-            await self._release(action, progress, received)
-        await self._finish_kill(killing, action, progress, start)
-        await save()
+        await self._release(action, progress, received)
 
     async def _finish_kill(self, killing: asyncio.Future[Any], action: Reclaim,
                            progress: ReclaimProgress, start: float) -> None:

@@ -222,6 +222,11 @@ class Solver:
         self.metrics.in_flight.set(len(self.plans))
         self.metrics.borrowers.set(len(self.state.borrowers()))
 
+    async def evict(self, trigger_id: str, reason: str, pods: list[str]) -> None:
+        """Evict pods outside any event of the stream (pressure): a plan of one reclaim."""
+        async with self._lock:
+            await self._run(trigger_id, reason, [Reclaim(reason=reason, pods=tuple(pods))], time.time())
+
     # --- /status --------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 class SolverSettings:
     containerd_address: str = "/run/containerd/containerd.sock"
     containerd_namespace: str = "k8s.io"
+    direct_kill: bool = True  # also SIGKILL the task's init through a pidfd (needs hostPID)
     kill_timeout_s: float = 10.0  # wait this long for killed tasks to exit
     release_deadline_s: float = 2.0  # release the owner at the latest this long after the kill began
     kmod_timeout_s: float = 2.0

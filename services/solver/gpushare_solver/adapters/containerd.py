@@ -12,6 +12,7 @@ already finished), :class:`ContainerdUnavailable` (socket down, timeout) and
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import time
 from dataclasses import dataclass
@@ -27,6 +28,11 @@ from gpushare_common.adapters.kubeletapi import (
 from gpushare_common.adapters.kubeletapi import (
     containerd_tasks_v1_pb2_grpc as tasks_grpc,
 )
+from gpushare_common.logging import get_logger
+
+from .signals import kill_init
+
+log = get_logger("solver.containerd")
 
 
 class ContainerdError(Exception):
@@ -52,6 +58,7 @@ class TaskExit:
     exit_status: int | None
     gone: bool
     elapsed_ms: float
+    direct: bool = False  # the init was signalled directly (containerd's Kill still to sweep)
 
 
 def _translate(err: grpc.aio.AioRpcError, what: str) -> ContainerdError:
@@ -66,8 +73,11 @@ def _translate(err: grpc.aio.AioRpcError, what: str) -> ContainerdError:
 class Tasks:
     """A client of one containerd socket and namespace; use it as an async context manager."""
 
-    def __init__(self, address: str, namespace: str = "k8s.io", call_timeout_s: float = 5.0) -> None:
+    def __init__(self, address: str, namespace: str = "k8s.io", call_timeout_s: float = 5.0,
+                 direct: bool = False) -> None:
         self.address = address
+        self.direct = direct
+        self._background: set[asyncio.Future[None]] = set()
         self.namespace = namespace
         self.call_timeout_s = call_timeout_s
         self._metadata = (("containerd-namespace", namespace),)
@@ -88,6 +98,8 @@ class Tasks:
         self._stub = tasks_grpc.TasksStub(self._channel)
 
     async def close(self) -> None:
+        if self._background:
+            await asyncio.wait(set(self._background), timeout=self.call_timeout_s)
         if self._channel is not None:
             await self._channel.close()
         self._channel, self._stub = None, None
@@ -132,24 +144,65 @@ class Tasks:
             raise _translate(err, f"wait task {container_id}") from None
         return int(reply.exit_status)
 
-    async def kill_and_wait(self, container_id: str, timeout_s: float) -> TaskExit:
-        """SIGKILL every process of the container and wait for the task to exit."""
+    async def pid(self, container_id: str) -> int:
+        try:
+            reply = await self.stub.Get(tasks_pb2.GetRequest(container_id=container_id),
+                                        metadata=self._metadata, timeout=self.call_timeout_s)
+        except grpc.aio.AioRpcError as err:
+            raise _translate(err, f"get task {container_id}") from None
+        return int(reply.process.pid) if reply.process.status == types_pb2.RUNNING else 0
+
+    async def kill_and_wait(self, container_id: str, timeout_s: float, sweep: bool = True) -> TaskExit:
+        """SIGKILL every process of the container and wait for the task to exit.
+
+        With ``direct`` the init process is signalled at once (see :mod:`.signals`) and
+        containerd's Kill (``runc kill --all``) follows once the task has exited, to sweep any
+        process left in a pid namespace shared with the pod; without it, or when the direct
+        signal could not be sent, containerd's Kill goes first.
+        """
         start = time.perf_counter()
         waiter = asyncio.ensure_future(self.wait(container_id, timeout_s))
-        try:
-            await self.kill(container_id)
-        except TaskNotFound:
-            pass  # already finished or no task: the waiter tells which
-        except BaseException:
-            waiter.cancel()
-            raise
+        sent = False
+        if self.direct:
+            with contextlib.suppress(ContainerdError):
+                sent = kill_init(await self.pid(container_id), container_id)
+        killer = None if sent else asyncio.ensure_future(self._kill_quietly(container_id))
         try:
             status: int | None = await waiter
             gone = False
         except TaskNotFound:
             status, gone = None, True
-        return TaskExit(container_id, status, gone, (time.perf_counter() - start) * 1000)
+        except BaseException:
+            if killer is not None:
+                killer.cancel()
+            raise
+        if killer is not None:
+            self._finish_in_background(killer)
+        elif sweep:
+            self.sweep([container_id])
+        return TaskExit(container_id, status, gone, (time.perf_counter() - start) * 1000, direct=sent)
+
+    def sweep(self, container_ids: list[str]) -> None:
+        """containerd's Kill for containers already signalled directly, in the background."""
+        for container_id in container_ids:
+            self._finish_in_background(asyncio.ensure_future(self._kill_quietly(container_id)))
+
+    def _finish_in_background(self, killer: asyncio.Future[None]) -> None:
+        self._background.add(killer)
+        killer.add_done_callback(self._background.discard)
+
+    async def _kill_quietly(self, container_id: str) -> None:
+        try:
+            await self.kill(container_id)
+        except TaskNotFound:
+            pass  # already finished or no task: the waiter tells which
+        except ContainerdError as err:
+            log.warning("containerd kill failed", container=container_id, error=str(err))
 
     async def kill_all(self, container_ids: list[str], timeout_s: float) -> list[TaskExit]:
-        """Kill every container in parallel and wait for all of them (errors propagate)."""
-        return list(await asyncio.gather(*(self.kill_and_wait(c, timeout_s) for c in container_ids)))
+        """Kill every container in parallel and wait for all of them (errors propagate); the
+        sweeps of directly signalled containers start once every task has exited."""
+        exits = list(await asyncio.gather(*(self.kill_and_wait(c, timeout_s, sweep=False)
+                                            for c in container_ids)))
+        self.sweep([e.container_id for e in exits if e.direct])
+        return exits
