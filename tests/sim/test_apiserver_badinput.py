@@ -58,6 +58,18 @@ def test_bad_json(http: Http) -> None:
     status(http("PUT", f"{PODS}/p1", b"\xff\xfe"), 400)
 
 
+@pytest.mark.parametrize("depth", [900, 5000])
+def test_deeply_nested_bodies(http: Http, depth: int) -> None:
+    nested = b'{"a":' * depth + b"1" + b"}" * depth
+    patch = b'{"metadata":{"annotations":' + nested + b"}}"
+    for method, path, body, kind in (
+        ("POST", PODS, nested, "application/json"),
+        ("PATCH", f"{PODS}/p1", patch, "application/merge-patch+json"),
+        ("PATCH", f"{PODS}/p1", patch, "application/strategic-merge-patch+json"),
+    ):
+        status(http(method, path, body, kind), 400)
+
+
 def test_unknown_fields_are_refused_unless_asked(http: Http) -> None:
     body = {**POD, "metadata": {"name": "extra"}, "spec": {**POD["spec"], "nodeNmae": "n1"}}
     message = status(http("POST", PODS, body), 400, "BadRequest")

@@ -91,6 +91,8 @@ class Api:
             return await _handler(route, request.method)(self.ctx, route, request)
         except ApiError as error:
             return error_response(error)
+        except RecursionError:
+            return error_response(ApiError(400, "the request is nested too deeply"))
         except Exception as error:  # a bug: answer as a Status, log with the request
             log.exception("internal error on %s %s", request.method, request.url.path)
             return error_response(ApiError(500, f"internal error: {error!r}"))

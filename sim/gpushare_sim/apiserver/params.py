@@ -68,6 +68,8 @@ def decode_json(body: bytes) -> Any:
         return _decode(body)
     except msgspec.DecodeError as error:
         raise bad_request(f"the request body is not valid JSON: {error}") from None
+    except RecursionError:
+        raise bad_request("the request body is nested too deeply") from None
 
 
 def check_object(
