@@ -81,6 +81,8 @@ class DevicePlugin:
 
     def watch_opened(self, delta: int) -> None:
         self.watchers += delta
+        self._log.info("ListAndWatch opened" if delta > 0 else "ListAndWatch closed",
+                       watchers=self.watchers)
         self._metrics.watchers.labels(self.resource).set(self.watchers)
 
     def devices(self) -> dict[str, str]:
