@@ -192,7 +192,7 @@ static void check_threads(void)
 	cmd1(GPUSHARE_KMOD_CMD_DELETE, o.pidns);
 }
 
-int run_checks(int unit)
+int run_checks(int unit, const char *compat_prog)
 {
 	check_ctl = nl_open(unit);
 	check_rcv = nl_open(unit);
@@ -209,6 +209,8 @@ int run_checks(int unit)
 	check_fatal();
 	check_config();
 	check_redetect_and_delete();
+	if (compat_prog)
+		check_compat(compat_prog);
 	check_timeout(700);
 	refused_checks(check_ctl, unit, &check_rep);
 	check_dead_receiver(unit, 700);

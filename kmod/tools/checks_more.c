@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
+#include <sched.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 
 #include "kmodctl.h"
@@ -175,4 +177,56 @@ void check_redetect_and_delete(void)
 	       notice1, redetect, flags, rel, got1, pending, notice2, del, got2,
 	       r.err, (unsigned long long)(r.end_ns - r.start_ns) / 1000000);
 	owner_stop(&o);
+}
+
+static int exited_within(pid_t pid, int ms, int *status)
+{
+	uint64_t t = now_ns();
+
+	do {
+		if (waitpid(pid, status, WNOHANG) == pid)
+			return 1;
+		usleep(5000);
+	} while (now_ns() - t < (uint64_t)ms * 1000000);
+	return 0;
+}
+
+/* A 32-bit program (prog) in a new pid namespace: the compat hook. */
+void check_compat(const char *prog)
+{
+	struct gpushare_kmod_notice n = {};
+	int go[2], got_notice, held, rel, status = -1, done;
+	uint64_t pidns, t;
+	pid_t pid;
+	char c = 1;
+
+	if (pipe(go) < 0)
+		return;
+	pid = syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, NULL, NULL, NULL, NULL);
+	if (pid == 0) {
+		if (read(go[0], &c, 1) == 1)
+			execl(prog, prog, (char *)NULL);
+		_exit(127);
+	}
+	close(go[0]);
+	pidns = pidns_of(pid);
+	cmd1(GPUSHARE_KMOD_CMD_DETECT, pidns);
+	if (write(go[1], &c, 1) != 1)
+		return;
+	got_notice = recv_notice(&n);
+	held = !exited_within(pid, 400, &status);
+	t = now_ns();
+	rel = cmd1(GPUSHARE_KMOD_CMD_RELEASE, pidns);
+	done = held ? exited_within(pid, 5000, &status) : 1;
+	printf("RESULT compat notice=%d pid_ok=%d cmd=%u held=%d release=%d done=%d"
+	       " exit=%d unblock_ms=%llu\n", got_notice, n.pid == (uint32_t)pid,
+	       n.ioctl_cmd, held, rel, done,
+	       WIFEXITED(status) ? WEXITSTATUS(status) : -1,
+	       (unsigned long long)us_since(t) / 1000);
+	if (!done) {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+	}
+	close(go[1]);
+	cmd1(GPUSHARE_KMOD_CMD_DELETE, pidns);
 }

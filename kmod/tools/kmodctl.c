@@ -2,7 +2,7 @@
 /*
  * gpushare-kmodctl - drive the gpushare module from user space.
  *
- *   gpushare-kmodctl checks [unit]           behaviour checks, RESULT lines
+ *   gpushare-kmodctl checks [unit [ioctl32]]  behaviour checks, RESULT lines
  *   gpushare-kmodctl unload [unit]           rmmod while an owner is blocked
  *   gpushare-kmodctl loop TYPE N MAPPED [unit]  ns per ioctl in a new pidns
  *   gpushare-kmodctl release ROUNDS [unit]   release -> unblock latency
@@ -73,7 +73,8 @@ int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (argc >= 2 && !strcmp(argv[1], "checks"))
-		return run_checks(arg_unit(argc, argv, 2));
+		return run_checks(arg_unit(argc, argv, 2),
+				  argc > 3 ? argv[3] : NULL);
 	if (argc >= 2 && !strcmp(argv[1], "unload"))
 		return run_unload_check(arg_unit(argc, argv, 2), "gpushare");
 	if (argc >= 5 && !strcmp(argv[1], "loop"))

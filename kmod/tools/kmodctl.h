@@ -84,8 +84,9 @@ void check_fatal(void);
 void check_config(void);
 void check_dead_receiver(int unit, unsigned int ms);
 void check_redetect_and_delete(void);
+void check_compat(const char *prog);
 
-int run_checks(int unit);
+int run_checks(int unit, const char *compat_prog);
 int refused_checks(int fd, int unit, struct kmodctl_reply *r);
 int run_unload_check(int unit, const char *module);
 int run_bench_loop(unsigned int type, long n, int in_map, int unit);

@@ -18,6 +18,10 @@ class Built:
     module: Path
     tool: Path
 
+    @property
+    def ioctl32(self) -> Path:
+        return self.tool.with_name("gpushare-ioctl32")
+
 
 def _require_vm_tools() -> vm.GuestKernel:
     missing = [*vm.missing_tools(), *(t for t in ("make", "gcc") if subprocess.run(

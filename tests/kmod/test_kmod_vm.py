@@ -20,7 +20,7 @@ pytestmark = pytest.mark.vm
 GUEST = """
 insmod /gpushare.ko
 echo "RESULT load rc=$? version=$(cat /sys/module/gpushare/version)"
-/kmodctl checks
+/kmodctl checks 31 /ioctl32
 /kmodctl unload
 test -d /sys/module/gpushare; echo "RESULT unloaded present=$((1 - $?))"
 /kmod/install.sh --ko /gpushare.ko timeout_ms=2500 > /tmp/i1 2>&1
@@ -42,6 +42,7 @@ def results(built: Built) -> dict[str, dict[str, int]]:
     files = {
         "/gpushare.ko": built.module,
         "/kmodctl": built.tool,
+        "/ioctl32": built.ioctl32,
         "/kmod/install.sh": KMOD / "install.sh",
         "/kmod/gpushare_internal.h": KMOD / "gpushare_internal.h",
     }
@@ -180,3 +181,11 @@ def test_detect_during_reclaim_and_delete_wakes(results: dict[str, dict[str, int
     assert r["notice2"] == 1
     assert r["delete"] == 1 and r["got2"] == 1 and r["err"] == errno.ENOTTY
     assert r["delete_wake_ms"] < SLACK_MS
+
+
+def test_compat_32bit_ioctl_is_hooked(results: dict[str, dict[str, int]]) -> None:
+    r = results["compat"]
+    assert r["notice"] == 1 and r["pid_ok"] == 1 and r["cmd"] == 0x4601
+    assert r["held"] == 1 and r["release"] == 1 and r["done"] == 1
+    assert r["exit"] == errno.ENOTTY
+    assert r["unblock_ms"] < SLACK_MS

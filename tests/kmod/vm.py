@@ -99,7 +99,10 @@ def find_guest_kernel(boot: Path = Path("/boot"), modroot: Path = Path("/lib/mod
 
 
 def build_kmod(kernel: GuestKernel) -> tuple[Path, Path]:
-    """``make -C kmod`` against the guest kernel's headers: (module, tool)."""
+    """``make -C kmod`` against the guest kernel's headers: (module, tool).
+
+    Also builds ``kmod/tools/gpushare-ioctl32`` (32-bit, for the compat hook).
+    """
     kmod = REPO / "kmod"
     proc = subprocess.run(
         ["make", "-C", str(kmod), f"KDIR={kernel.headers}", "all"], capture_output=True, text=True, check=False
