@@ -102,6 +102,8 @@ async def test_two_gpu_pods_get_different_cards(node: Any) -> None:
     ids = [sim.kubelet.workers[f"u-{n}"].ids["main"] for n in ("p", "q")]
     devices = [config_of(sim, i)["linux"]["devices"][0] for i in ids]
     assert devices[0]["path"] != devices[1]["path"]
+    for container_id in ids:  # one cgroup each: a shared one breaks the device rules
+        assert config_of(sim, container_id)["linux"]["cgroupsPath"] == f"/k8s.io/{container_id}"
     await sim.kubelet.sync([])
     await wait_until(lambda: not sim.kubelet.workers, 20, "pods removed")
     assert not ctr(sim, "task", "ls", "-q").strip()

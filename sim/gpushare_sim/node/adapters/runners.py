@@ -178,6 +178,8 @@ class CtrRunner:
         spec.workdir.mkdir(parents=True, exist_ok=True)
         rootfs = await asyncio.to_thread(container_rootfs, self._base, spec.workdir / "rootfs")
         oci = oci_spec(await self._spec_template(), spec, rootfs)
+        # one cgroup per container, as containerd names them (the template has only /<ns>)
+        oci["linux"]["cgroupsPath"] = f"/{self.describe()['namespace'] or 'default'}/{spec.container_id}"
         config = spec.workdir / "config.json"
         config.write_text(json.dumps(oci, indent=1))
         pid_file = spec.workdir / "pid"
