@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import json
 import os
 from collections.abc import AsyncIterator
@@ -20,7 +21,7 @@ from gpushare_common.settings import (
     NatsSettings,
     NodeSettings,
 )
-from gpushare_deviceplugin.app import Service, health_key
+from gpushare_deviceplugin.app import Service, health_key, run
 from gpushare_deviceplugin.settings import DevicePluginSettings
 
 from tests.support.nats import NatsServer
@@ -193,3 +194,16 @@ async def test_missed_health_is_reread_after_reconnect(
         await writer.drain()
         await svc.stop()
         await asyncio.to_thread(server.cleanup)
+
+
+async def test_run_serves_until_stopped(nats_settings: NatsSettings,
+                                        dp_settings: DevicePluginSettings,
+                                        kubelet: KubeletStub) -> None:
+    stop = asyncio.Event()
+    task = asyncio.create_task(run(common_settings(nats_settings), dp_settings, KEY, stop))
+    await kubelet.wait_for(lambda: len(kubelet.plugins) == 11 and
+                           all(p.lists for p in kubelet.plugins.values()), timeout=10)
+    stop.set()
+    assert await asyncio.wait_for(task, 10) == 0
+    assert [n for n in os.listdir(dp_settings.plugin_dir) if n.startswith("gpushare-")] == []
+    gc.unfreeze()  # run() froze the start-up heap of this whole test process
