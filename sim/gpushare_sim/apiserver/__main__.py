@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 from pathlib import Path
+
+from gpushare_common.logging import get_logger, setup
 
 from .app import ApiSettings
 from .server import ApiServer, ServerSettings, write_kubeconfig
 
-log = logging.getLogger("gpushare_sim.apiserver")
+log = get_logger("apiserver")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -26,14 +27,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    setup("INFO")
     api = ApiSettings(args.history, args.watch_queue, args.bookmark_interval)
     server = ApiServer(ServerSettings(args.host, args.port, api))
     if args.kubeconfig is not None:
         write_kubeconfig(args.kubeconfig, server.url)
-    log.info("serving url=%s kubeconfig=%s", server.url, args.kubeconfig)
+    log.info("serving", url=server.url, kubeconfig=args.kubeconfig)
     asyncio.run(server.serve())
-    log.info("stopped url=%s", server.url)
+    log.info("stopped", url=server.url)
 
 
 if __name__ == "__main__":

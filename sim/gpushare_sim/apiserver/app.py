@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from gpushare_common.logging import get_logger
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
@@ -17,7 +17,7 @@ from .handlers import Context, error_response, json_response
 from .routes import Route, resolve
 from .store import Store
 
-log = logging.getLogger("gpushare_sim.apiserver")
+log = get_logger("apiserver")
 Handler = Callable[[Context, Route, Request], Awaitable[Response]]
 _ALL = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 
@@ -94,7 +94,7 @@ class Api:
         except RecursionError:
             return error_response(ApiError(400, "the request is nested too deeply"))
         except Exception as error:  # a bug: answer as a Status, log with the request
-            log.exception("internal error on %s %s", request.method, request.url.path)
+            log.exception("internal error", method=request.method, path=request.url.path)
             return error_response(ApiError(500, f"internal error: {error!r}"))
 
     async def group(self, request: Request) -> Response:

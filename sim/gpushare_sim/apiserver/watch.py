@@ -7,10 +7,12 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import msgspec
+from gpushare_common.logging import get_logger
 
 from .errors import ApiError
 from .store import Store, Watcher, event_line
 
+log = get_logger("apiserver")
 _encode = msgspec.json.Encoder().encode
 _CHUNK = 512  # event lines per written chunk
 
@@ -20,6 +22,17 @@ class WatchOptions:
     timeout: float | None  # seconds, None = until the client or the server goes away
     bookmarks: bool
     bookmark_interval: float
+
+
+def _log_dropped(watcher: Watcher) -> None:
+    selection = watcher.selection
+    log.warning(
+        "watch dropped, its queue is full",
+        resource=selection.kind.plural,
+        namespace=selection.namespace or "*",
+        labels=",".join(r.render() for r in selection.labels),
+        fields=",".join(t.render() for t in selection.fields),
+    )
 
 
 def error_line(error: ApiError) -> bytes:
@@ -58,6 +71,7 @@ async def stream_events(
                     yield chunk
                 continue
             if watcher.overflowed:
+                _log_dropped(watcher)
                 yield error_line(ApiError(410, "watch queue overflowed; list and watch again"))
                 return
             if watcher.closed:
