@@ -69,9 +69,9 @@ async def test_gpu_pod_runs_in_runc_and_sees_its_card(node: Any) -> None:
     assert "nvidia1" not in (reports / "devs").read_text()
     container_id = sim.kubelet.workers["uid-g"].ids["main"]
     assert container_id in ctr(sim, "task", "ls", "-q")
-    where = sim.status()["containers"]
-    assert where["namespace"] == "k8s.io"
-    assert (sim.settings.node_dir / "containerd.sock").resolve() == Path(where["address"])
+    where = sim.status()["endpoints"]
+    assert where["containerd_namespace"] == "k8s.io"
+    assert (sim.settings.node_dir / "containerd.sock").resolve() == Path(where["containerd_address"])
     annotations = config_of(sim, container_id)["annotations"]
     assert annotations["io.kubernetes.cri.sandbox-namespace"] == "default"
     assert annotations["io.kubernetes.cri.sandbox-name"] == "g"

@@ -85,6 +85,9 @@ def test_node_process_serves_health_status_metrics_and_restarts_kubelet(
     while fetch(f"{base}/status")["kubelet_restarts"] != 2:
         assert time.monotonic() < deadline + 15, "SIGHUP did not restart the kubelet"
         time.sleep(0.05)
+    endpoints = json.loads((sim_dir / "m1" / "endpoints.json").read_text())
+    assert endpoints["exporter"] == f"{metrics}/metrics" and endpoints["http"] == base
+    assert endpoints["containerd_kind"] == "process"
     text = fetch(f"{metrics}/metrics")
     assert text.count("DCGM_FI_DEV_GPU_UTIL{") == 2
     assert (sim_dir / "m1" / "dev" / "nvidia1").exists()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
@@ -70,6 +71,7 @@ class NodeSim:
         self.bad_pods: set[str] = set()
         self.syncs = 0
         self.signing_key: Path | None = None
+        self._urls: dict[str, str] = {}
 
     async def start(self, stack: AsyncExitStack) -> None:
         settings = self.settings
@@ -136,20 +138,34 @@ class NodeSim:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.changed.wait(), NODE_STATUS_RESEND_S)
 
+    def endpoints(self) -> dict[str, str]:
+        """Where to reach this node's kubelet stand-in, exporter and containers."""
+        return {
+            **self._urls,
+            "kubelet_socket": str(self.plugins.kubelet_socket),
+            "pod_resources_socket": str(self.settings.pod_resources_socket),
+            "signing_key": str(self.signing_key or ""),
+            "cdi_dir": str(self.settings.node_dir / "cdi"),
+            **{f"containerd_{k}": v for k, v in self.kubelet.runner.describe().items()},
+        }
+
+    def publish_endpoints(self, urls: dict[str, str]) -> None:
+        """Record the HTTP URLs and write ``<node dir>/endpoints.json`` for orchestrators."""
+        self._urls = dict(urls)
+        path = self.settings.node_dir / "endpoints.json"
+        path.write_text(json.dumps(self.endpoints(), indent=1) + "\n")
+
     def status(self) -> dict[str, Any]:
         return {
             "node": self.settings.name,
             "runner": self.kubelet.runner.kind,
-            "containers": self.kubelet.runner.describe(),
             "plugins": self.plugins.registered(),
             "kubelet_restarts": self.plugins.restarts,
             "devices": self.table.snapshot(),
             "node_status": node_status(self.settings, self.table),
             "pods": self.kubelet.snapshot(),
             "syncs": self.syncs,
-            "signing_key": str(self.signing_key or ""),
-            "pod_resources_socket": str(self.settings.pod_resources_socket),
-            "kubelet_socket": str(self.plugins.kubelet_socket),
+            "endpoints": self.endpoints(),
         }
 
 

@@ -16,7 +16,7 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 
 from fastapi import FastAPI, Response
-from gpushare_common.http import Health, build_app, serve
+from gpushare_common.http import Health, bound_port, build_app, serve
 from gpushare_common.settings import HttpSettings
 from gpushare_common.tasks import Tasks, run_service, wait_first
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
@@ -97,12 +97,15 @@ async def run(settings: NodeSimSettings, stop: asyncio.Event) -> int:
         runner = await build_runner(settings, stack)
         sim = NodeSim(settings, runner, api)
         await sim.start(stack)
-        await stack.enter_async_context(
+        http = await stack.enter_async_context(
             serve(http_app(sim, health), HttpSettings(settings.http_host, settings.http_port))
         )
-        await stack.enter_async_context(
+        exporter = await stack.enter_async_context(
             serve(exporter_app(sim), HttpSettings(settings.http_host, settings.exporter_port))
         )
+        host = settings.http_host
+        sim.publish_endpoints({"http": f"http://{host}:{bound_port(http)}",
+                               "exporter": f"http://{host}:{bound_port(exporter)}/metrics"})  # fmt: skip
         if api is not None:
             tasks.spawn("pod-sync", sim.sync_loop(stop))
             tasks.spawn("node-status", sim.node_status_loop())
