@@ -64,7 +64,7 @@ class DetectorProcess:
 
 
 def start_detector(nats: NatsSettings, kubeconfig: Path, socket: Path, workdir: Path, node: str = "node-1",
-                   **extra: str) -> DetectorProcess:
+                   environ: dict[str, str] | None = None, **extra: str) -> DetectorProcess:
     port = free_port()
     env = {
         **os.environ,
@@ -74,6 +74,7 @@ def start_detector(nats: NatsSettings, kubeconfig: Path, socket: Path, workdir: 
         "GPUSHARE_NATS_KV_PREFIX": nats.kv_prefix, "GPUSHARE_NATS_STREAM_MAX_BYTES": str(64 << 20),
         "GPUSHARE_DETECTOR_POD_RESOURCES_SOCKET": str(socket),
         **{f"GPUSHARE_DETECTOR_{k.upper()}": v for k, v in extra.items()},
+        **(environ or {}),
     }
     log = workdir / "detector.log"
     with log.open("wb") as out:
