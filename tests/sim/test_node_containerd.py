@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from gpushare_common.ids import ANN_DEVICES_FROM, ANN_DEVICES_IDS, ANN_SIGNATURE, load_key, sign
+from gpushare_sim.kernel import KernelStandIn
 from gpushare_sim.node.adapters.backend import containerd_usable, runtime_binary, signing_key
 from gpushare_sim.node.app import NodeSim
 from gpushare_sim.node.model import parse_pod
@@ -192,3 +193,31 @@ async def test_workload_asks_the_kernel_stand_in_from_its_own_pid_namespace(node
         await server.wait_closed()
         await sim.kubelet.sync([])
         await wait_until(lambda: not sim.kubelet.workers, 20, "pod removed")
+
+
+async def test_owner_ioctl_is_held_by_the_kernel_stand_in_until_release(node: Any) -> None:
+    sim, api = node
+    hook = Path(sim.settings.kmod_socket)
+    hook.parent.mkdir(parents=True, exist_ok=True)
+    kernel = KernelStandIn(str(hook.parent / "cmd.sock"), str(hook), timeout_ms=60_000)
+    await kernel.start()
+    try:
+        body = pod_manifest("own", ["gpuload", "--util", "10", "--every-ms", "50"], node="c1",
+                            uid="u-own", resources={GPU: "1"})  # fmt: skip
+        await sim.kubelet.sync([parse_pod(body)])
+        await wait_until(lambda: phase(api, "default/own") == "Running", 30, "owner running")
+        workdir = sim.settings.node_dir / "containers" / sim.kubelet.workers["u-own"].ids["main"][:16]
+        pid = int((await wait_until(lambda: _text(workdir / "pid"), 10, "task pid")).strip())
+        pidns = os.stat(f"/proc/{pid}/ns/pid").st_ino
+        assert kernel.state.add(pidns, detect=True) == 0
+        entry = kernel.state.entries[pidns]
+        await wait_until(lambda: entry.blocked == 1, 10, "the owner's ioctl held")
+        assert entry.notices == 1
+        kernel.state.release(pidns)
+        report = sim.settings.node_dir / "util" / "default" / "own" / "main" / "nvidia0.json"
+        held = await wait_until(lambda: (_read(report) or {}).get("blocked_ms", 0), 10, "resumed")
+        assert held > 0 and entry.blocked == 0
+    finally:
+        await sim.kubelet.sync([])
+        await wait_until(lambda: not sim.kubelet.workers, 20, "pod removed")
+        await kernel.close()
