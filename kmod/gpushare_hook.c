@@ -4,10 +4,11 @@
  * entries (native and 32-bit compat), and the owner-back wait.
  *
  * The ftrace callback runs for every ioctl on the system, so it only checks,
- * without locks: not the initial pid namespace, a watched _IOC_TYPE, and a
- * namespace present in container_map. Only then does it send the call to
- * gpushare_ioctl*(), which may sleep: device-major check, counters, notice,
- * and the wait for release. Everything else returns to the original at once.
+ * without locks: a watched _IOC_TYPE, a task outside the initial pid
+ * namespace, and its namespace present in container_map. Only then does it
+ * send the call to gpushare_ioctl*(), which may sleep: device-major check,
+ * counters, notice, and the wait for release. Everything else returns to the
+ * original at once.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -37,22 +38,29 @@ static bool gpushare_reclaim_over(struct gpushare_entry *e, u64 gen)
 	       READ_ONCE(e->reclaim_gen) != gen || READ_ONCE(gpushare_unloading);
 }
 
+/* Ends a reclaim whose deadline has passed; called with e->lock held. */
+static bool gpushare_reclaim_expire(struct gpushare_entry *e, u64 gen)
+{
+	if (!e->reclaiming || e->reclaim_gen != gen ||
+	    time_before(jiffies, e->deadline))
+		return false;
+	e->reclaiming = false;
+	atomic64_inc(&e->timeouts);
+	return true;
+}
+
+/* Until release, the deadline (shared by all waiters) or a fatal signal. */
 static void gpushare_wait(struct gpushare_entry *e, u64 gen,
 			  unsigned long deadline)
 {
 	long left = (long)(deadline - jiffies);
 
-	if (left > 0)
-		left = wait_event_killable_timeout(e->wq,
-						   gpushare_reclaim_over(e, gen),
-						   left);
-	if (left != 0)
-		return;
+	if (left > 0 &&
+	    wait_event_killable_timeout(e->wq, gpushare_reclaim_over(e, gen),
+					left) != 0)
+		return;	/* released, or a fatal signal */
 	spin_lock(&e->lock);
-	if (e->reclaiming && e->reclaim_gen == gen) {
-		e->reclaiming = false;
-		atomic64_inc(&e->timeouts);
-	}
+	gpushare_reclaim_expire(e, gen);
 	spin_unlock(&e->lock);
 	wake_up_all(&e->wq);
 }
@@ -67,6 +75,8 @@ static void gpushare_hit(struct gpushare_entry *e, unsigned int cmd)
 	atomic64_inc(&e->hits);
 	atomic64_set(&e->last_access_ns, now);
 	spin_lock(&e->lock);
+	/* a reclaim nobody waited out (its owner was killed) ends here */
+	gpushare_reclaim_expire(e, e->reclaim_gen);
 	/* a DETECT during a reclaim waits for the next hit after it ends */
 	if (!e->dead && !e->reclaiming && !READ_ONCE(gpushare_unloading) &&
 	    test_and_clear_bit(GPUSHARE_BIT_NEED_NOTICE, &e->flags)) {

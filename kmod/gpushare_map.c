@@ -13,6 +13,7 @@
 #include <linux/mutex.h>
 #include <linux/rculist.h>
 #include <linux/sched.h>
+#include <linux/jiffies.h>
 
 #include "gpushare_internal.h"
 
@@ -198,7 +199,8 @@ static void gpushare_entry_stats(struct gpushare_entry *e,
 		s->flags |= GPUSHARE_KMOD_F_WATCHED;
 	if (test_bit(GPUSHARE_BIT_NEED_NOTICE, &e->flags))
 		s->flags |= GPUSHARE_KMOD_F_NEED_NOTICE;
-	if (READ_ONCE(e->reclaiming))
+	if (READ_ONCE(e->reclaiming) &&
+	    time_before(jiffies, READ_ONCE(e->deadline)))
 		s->flags |= GPUSHARE_KMOD_F_RECLAIMING;
 }
 
