@@ -146,3 +146,14 @@ def test_lists_by_node_follow_binding_and_deletion(core: client.CoreV1Api) -> No
     core.delete_namespaced_pod("a", "default", grace_period_seconds=0)
     assert names("spec.nodeName=n1") == ["b"]
     assert names("spec.nodeName!=n1") == []
+
+
+def test_watch_from_a_future_version_skips_until_then() -> None:
+    store = Store()
+    watcher, first = store.watch(Selection(PODS), since=store.rv + 1)  # after "a"
+    assert first == []
+    for name in ("a", "b", "c"):
+        objects.create(store, PODS, "default", pod_manifest(name))
+    names = [json.loads(line)["object"]["metadata"]["name"] for line in watcher.lines]
+    assert names == ["b", "c"]
+    store.unwatch(watcher)

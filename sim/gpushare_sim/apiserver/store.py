@@ -95,7 +95,7 @@ class Store:
         """Open a watch; the lines to send first are the current state or the replay."""
         if since is not None and since < self.compacted:
             raise gone(since, self.compacted + 1)
-        watcher = Watcher(selection, self.watch_queue)
+        watcher = Watcher(selection, self.watch_queue, self.rv if since is None else since)
         if since is None:
             first = [event_line("ADDED", entry.raw) for entry in self.select(selection)]
         else:

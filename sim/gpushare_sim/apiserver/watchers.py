@@ -11,16 +11,17 @@ from .records import Change, Selection, node_of
 class Watcher:
     """One open watch: a bounded queue of encoded event lines."""
 
-    def __init__(self, selection: Selection, capacity: int) -> None:
+    def __init__(self, selection: Selection, capacity: int, after: int = 0) -> None:
         self.selection = selection
         self.capacity = capacity
+        self.after = after  # changes up to this resourceVersion are not sent
         self.lines: deque[bytes] = deque()
         self.wake = asyncio.Event()
         self.overflowed = False
         self.closed = False
 
     def offer(self, change: Change) -> None:
-        if self.overflowed or self.closed:
+        if self.overflowed or self.closed or change.rv <= self.after:
             return
         event_type = self._event_type(change)
         if event_type is None:
