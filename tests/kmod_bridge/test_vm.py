@@ -1,0 +1,84 @@
+"""The real path in the kmod VM: the bridge and a nats-server in the guest against the real module.
+
+The guest loads the module, mounts cgroup2 and makes the owner's cgroup, then
+runs ``vm_guest.py`` with the project's environment (the host's root shared
+over 9p, ``chroot /host``). See that script for the rounds it drives.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from tests.kmod import vm
+
+pytestmark = [pytest.mark.vm, pytest.mark.slow, pytest.mark.timeout(900)]
+
+ROUNDS = 3
+CGROUP = "/sys/fs/cgroup/gpushare-vm/team-a_dev-1_main_c0ffee"
+
+
+def guest_script(rounds: int) -> str:
+    repo = vm.REPO
+    return f"""
+insmod /gpushare.ko timeout_ms=20000
+echo "RESULT load rc=$?"
+mount -t cgroup2 none /host/sys/fs/cgroup && mkdir -p /host{CGROUP}
+echo "RESULT cgroup rc=$?"
+chroot /host /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/tmp PYTHONDONTWRITEBYTECODE=1 \\
+    {repo}/.venv/bin/python {repo}/tests/kmod_bridge/vm_guest.py --rounds {rounds} \\
+    --ko {repo}/kmod/gpushare.ko --cgroup {CGROUP}
+echo "RESULT guest rc=$?"
+rmmod gpushare
+echo "RESULT dmesg problems=$(dmesg | grep -cE 'WARNING|BUG:|Oops|Call Trace|general protection')"
+"""
+
+
+def run_bridge_vm(rounds: int, timeout_s: float = 540) -> vm.VMRun:
+    missing = [*vm.missing_tools(), *(t for t in ("make", "gcc") if shutil.which(t) is None)]
+    if missing:
+        pytest.skip(f"missing system binaries: {', '.join(missing)}")
+    try:
+        kernel = vm.find_guest_kernel()
+    except vm.VMError as err:
+        pytest.skip(str(err))
+    if not (kernel.headers / "Makefile").exists():
+        pytest.skip(f"no kernel headers at {kernel.headers} (install linux-headers-amd64)")
+    module, _tool = vm.build_kmod(kernel)
+    options = vm.VMOptions(share_host_root=True, timeout_s=timeout_s, memory_mb=1536)
+    return vm.run_guest(guest_script(rounds), {"/gpushare.ko": module}, options)
+
+
+@pytest.fixture(scope="module")
+def guest() -> vm.VMRun:
+    return run_bridge_vm(ROUNDS)
+
+
+def test_bridge_registers_with_the_real_module(guest: vm.VMRun) -> None:
+    results = guest.results()
+    assert results["load"]["rc"] == "0" and results["cgroup"]["rc"] == "0", guest.output
+    assert results["bridge"]["registered"] == "1", guest.output
+    assert int(results["bridge"]["port"]) > 0
+
+
+def test_ioctl_in_a_detected_namespace_reaches_nats_with_the_pod(guest: vm.VMRun) -> None:
+    owner_back = guest.results().get("ownerback")
+    assert owner_back is not None, guest.output
+    assert owner_back["rounds"] == str(ROUNDS)
+    assert owner_back["pod_ok"] == owner_back["pidns_ok"] == str(ROUNDS)
+    assert owner_back["woken"] == str(ROUNDS)  # each release woke the blocked owner
+    assert int(owner_back["held_max_ms"]) < 20000  # released, not timed out
+
+
+def test_module_reload_is_detected_and_the_watch_set_resent(guest: vm.VMRun) -> None:
+    reload = guest.results().get("reload")
+    assert reload is not None, guest.output
+    assert (reload["rmmod"], reload["down"], reload["insmod"], reload["registered"]) == ("0", "1", "0", "1")
+    assert reload["entries"] == "1"  # the detected namespace came back
+
+
+def test_guest_clean(guest: vm.VMRun) -> None:
+    results = guest.results()
+    assert results["guest"]["rc"] == "0", guest.output
+    assert results["dmesg"]["problems"] == "0", guest.output

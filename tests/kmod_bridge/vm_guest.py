@@ -1,0 +1,191 @@
+"""Run inside the test VM (``chroot /host``, the project's environment over 9p): the real path.
+
+With the gpushare module loaded in the guest it starts a nats-server, runs the
+kmod-bridge service (real netlink transport, cgroup source) in this process,
+and starts an owner: a process in a new pid namespace, inside the cgroup
+``gpushare-vm/team-a_dev-1_main_<id>`` that the guest script created. Each
+round: ``detect`` by pod key over NATS -> the owner's ioctl -> the
+OwnerBackEvent on NATS -> ``release`` over NATS -> the owner resumes. Then the
+module is unloaded and loaded again: the bridge must register again and
+re-send its watch set. Everything measured is printed as ``RESULT`` lines.
+
+    python vm_guest.py --rounds 5 --ko PATH --cgroup DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+from gpushare_common import events
+from gpushare_common import logging as gs_logging
+from gpushare_common.bus import Bus
+from gpushare_common.settings import (
+    CommonSettings,
+    HttpSettings,
+    KubeSettings,
+    LogSettings,
+    NatsSettings,
+    NodeSettings,
+)
+from gpushare_kmod_bridge.app import Service
+from gpushare_kmod_bridge.settings import KmodBridgeSettings
+
+NODE = "vm-node"
+POD = "team-a/dev-1"
+PATTERN = r"gpushare-vm/(?P<namespace>[^_/]+)_(?P<pod>[^_/]+)_(?P<container>[^_/]+)_(?P<container_id>\w+)$"
+OWNER = """
+import fcntl, os, sys, time
+with open(sys.argv[1] + "/cgroup.procs", "w") as f:
+    f.write("0")
+fd = os.open("/dev/null", os.O_RDONLY)
+print("ready", os.getpid(), flush=True)
+for line in sys.stdin:
+    t = time.monotonic()
+    try:
+        fcntl.ioctl(fd, 0x4600)
+    except OSError:
+        pass
+    print("held_ms %.3f" % ((time.monotonic() - t) * 1000), flush=True)
+"""
+
+
+def result(name: str, **values: object) -> None:
+    print(f"RESULT {name} " + " ".join(f"{k}={v}" for k, v in values.items()), flush=True)
+
+
+@contextlib.contextmanager
+def nats_server() -> Iterator[str]:
+    proc = subprocess.Popen(["nats-server", "-a", "127.0.0.1", "-p", "4222", "-js", "-sd", "/tmp/nats"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield "nats://127.0.0.1:4222"
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+@contextlib.asynccontextmanager
+async def owner(cgroup: str) -> AsyncIterator[asyncio.subprocess.Process]:
+    proc = await asyncio.create_subprocess_exec(
+        "unshare", "--pid", "--fork", "--kill-child", sys.executable, "-c", OWNER, cgroup,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        line = await asyncio.wait_for(proc.stdout.readline(), 120)
+        assert line.startswith(b"ready"), line
+        yield proc
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()
+
+
+async def wait_for(predicate, timeout: float) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.05)
+    return True
+
+
+async def one_round(bus: Bus, got: asyncio.Queue[events.AnyEvent], proc: asyncio.subprocess.Process,
+                    want_pidns: int) -> dict[str, float]:
+    assert proc.stdin is not None and proc.stdout is not None
+    detect = await bus.request(bus.subjects.kmod_cmd(NODE), events.KmodCommand(
+        node=NODE, op="detect", pods=(f"{POD}/main",)), timeout=30)
+    assert isinstance(detect, events.KmodReply) and detect.status == 0, detect
+    proc.stdin.write(b"go\n")
+    event = await asyncio.wait_for(got.get(), 60)
+    assert isinstance(event, events.OwnerBackEvent), event
+    start = time.monotonic()
+    release = await bus.request(bus.subjects.kmod_cmd(NODE), events.KmodCommand(
+        node=NODE, op="release", pidns=(event.pidns,)), timeout=30)
+    rtt_ms = (time.monotonic() - start) * 1000
+    held = (await asyncio.wait_for(proc.stdout.readline(), 60)).split()
+    assert isinstance(release, events.KmodReply)
+    return {"latency_ms": event.notice_to_publish_ms, "release_rtt_ms": rtt_ms,
+            "held_ms": float(held[1]), "pod_ok": float(event.pod == POD and event.container == "main"),
+            "pidns_ok": float(event.pidns == want_pidns == detect.pidns[0]),
+            "woken": float(release.status)}
+
+
+def summary(rounds: list[dict[str, float]]) -> dict[str, object]:
+    lat = sorted(r["latency_ms"] for r in rounds)
+    rtt = sorted(r["release_rtt_ms"] for r in rounds)
+    return {"rounds": len(rounds), "pod_ok": int(sum(r["pod_ok"] for r in rounds)),
+            "pidns_ok": int(sum(r["pidns_ok"] for r in rounds)),
+            "woken": int(sum(r["woken"] for r in rounds)),
+            "latency_p50_us": int(statistics.median(lat) * 1000), "latency_max_us": int(lat[-1] * 1000),
+            "rtt_p50_us": int(statistics.median(rtt) * 1000), "rtt_max_us": int(rtt[-1] * 1000),
+            "held_max_ms": int(max(r["held_ms"] for r in rounds))}
+
+
+def exit_code(argv: list[str]) -> int:
+    return subprocess.run(argv, check=False).returncode
+
+
+def child_pidns(pid: int) -> int:
+    """The pid namespace of ``unshare``'s child (the owner)."""
+    child = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()[0]
+    return os.stat(f"/proc/{child}/ns/pid").st_ino
+
+
+async def reload_module(service: Service, ko: str) -> None:
+    before = service.link.registrations
+    rc_rm = await asyncio.to_thread(exit_code, ["rmmod", "gpushare"])
+    down = await wait_for(lambda: not service.link.registered.is_set(), 60)
+    rc_ins = await asyncio.to_thread(exit_code, ["insmod", ko, "timeout_ms=20000"])
+    up = await wait_for(lambda: service.link.registrations > before, 90)
+    stats = await service.link.request(7) if up else None
+    entries = stats.stats_head.entries if stats is not None and stats.stats_head else -1
+    result("reload", rmmod=rc_rm, down=int(down), insmod=rc_ins, registered=int(up), entries=entries)
+
+
+async def main(args: argparse.Namespace) -> int:
+    gs_logging.setup("WARNING")
+    with nats_server() as url:
+        nats = NatsSettings(url=url, prefix="gpushare.v1", reconnect_wait_s=0.2)
+        common = CommonSettings(nats=nats, http=HttpSettings(port=0), log=LogSettings(),
+                                node=NodeSettings(NODE), kube=KubeSettings())
+        settings = KmodBridgeSettings(transport="netlink", sources=("cgroup",), cgroup_pattern=PATTERN,
+                                      reply_timeout_s=10, heartbeat_s=2, refresh_s=30)
+        service = Service(common, settings)
+        await service.start()
+        try:
+            registered = await wait_for(service.link.registered.is_set, 60)
+            result("bridge", registered=int(registered), port=service.link.transport.port_id)
+            bus = Bus(nats, "vm-solver")
+            await bus.connect()
+            got: asyncio.Queue[events.AnyEvent] = asyncio.Queue()
+            await bus.subscribe(bus.subjects.event(NODE, "ownerback"), lambda e: _put(got, e))
+            async with owner(args.cgroup) as proc:
+                pidns = await asyncio.to_thread(child_pidns, proc.pid)
+                rounds = [await one_round(bus, got, proc, pidns) for _ in range(args.rounds)]
+                result("ownerback", **summary(rounds))
+            await reload_module(service, args.ko)
+            await bus.drain()
+        finally:
+            await service.stop()
+    return 0
+
+
+async def _put(queue: asyncio.Queue[events.AnyEvent], event: events.AnyEvent) -> None:
+    queue.put_nowait(event)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--ko", required=True)
+    parser.add_argument("--cgroup", required=True)
+    sys.exit(asyncio.run(main(parser.parse_args())))
