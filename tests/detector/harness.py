@@ -34,7 +34,8 @@ class KmodBridge:
         assert isinstance(event, ev.KmodCommand)
         self.commands.append(event)
         self.changed.set()
-        stats = tuple(ev.NamespaceStats(pidns=i + 1, pod=p, hits=self.hits[p])
+        # like the bridge, statistics name the owner pod ("ns/pod"), one record per pid namespace
+        stats = tuple(ev.NamespaceStats(pidns=i + 1, pod="/".join(p.split("/")[:2]), hits=self.hits[p])
                       for i, p in enumerate(event.pods) if p in self.hits) if event.op == "stats" else ()
         return ev.KmodReply(node=event.node, op=event.op, status=0, stats=stats)
 

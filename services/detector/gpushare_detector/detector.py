@@ -223,8 +223,9 @@ class Detector:
 
 
 def _hits_of(owner: Owner, hits: dict[str, int] | None) -> int | None:
+    """The owner's ioctl hits; statistics are keyed by ``ns/pod`` or ``ns/pod/container``."""
     if hits is None:
         return None
-    found = [hits[c] for c in owner.containers if c in hits]
+    found = [n for key, n in hits.items() if key == owner.key or key.startswith(owner.key + "/")]
     return sum(found) if found else None
 

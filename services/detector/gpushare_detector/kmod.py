@@ -82,16 +82,23 @@ class KmodSync:
             ok = ok and done
         return ok
 
-    async def run(self, stop: asyncio.Event, backoff_s: float = 1.0) -> None:
+    async def run(self, stop: asyncio.Event, backoff_s: float = 1.0, max_backoff_s: float = 30.0) -> None:
+        delay = backoff_s
         while not stop.is_set():
             await wait_either(self.changed, stop)
             self.changed.clear()
-            if not stop.is_set() and not await self.sync_once():
-                await sleep_or_stop(stop, backoff_s)
-                self.changed.set()
+            if stop.is_set() or await self.sync_once():
+                delay = backoff_s
+                continue
+            await sleep_or_stop(stop, delay)  # e.g. a container without a pid namespace yet
+            delay = min(delay * 2, max_backoff_s)
+            self.changed.set()
 
     async def hits(self, containers: tuple[str, ...]) -> dict[str, int] | None:
-        """GPU ioctl hits per ``ns/pod/container`` the bridge knows; None when it did not answer."""
+        """GPU ioctl hits by the pod key the bridge gives (``ns/pod`` or ``ns/pod/container``).
+
+        None when the bridge did not answer.
+        """
         if not containers:
             return {}
         reply = await self.request("stats", containers)
