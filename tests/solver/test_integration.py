@@ -19,6 +19,7 @@ from gpushare_common.events import (
     GenericEvent,
     LowPowerEvent,
     OwnerBackEvent,
+    SpareCapacity,
     SpotEvent,
     event_tag,
 )
@@ -179,3 +180,29 @@ async def test_restart_between_kill_and_delete_finishes_once_and_replays_change_
             assert len(bridge.ops("release")) == 1
         assert await stored_count(world, bus.subjects.eviction(NODE)) == 2
         assert len({r.id for r in records.of(EvictionRecord)}) == 2
+
+
+async def test_pressure_evicts_the_lowest_priority_oversold_pod(
+    nats_settings: NatsSettings, kube_api: KubeApi, kube: Kube, containerd: Containerd, rootfs: Path,
+    bridge: FakeBridge,
+) -> None:
+    gib = 1 << 30
+    async with client_bus(nats_settings) as bus, \
+            solver(nats_settings, kube_api.kubeconfig, solver_settings(containerd), kube):
+        world = World(containerd, rootfs, kube, bus, NODE)
+        records = Recorder()
+        await bus.subscribe(bus.subjects.eviction(NODE), records)
+        vmem = {"gpushare/vmem": "2"}
+        await world.add_pod("batch/low", ["low-main"], requests=vmem, priority=0)
+        await world.add_pod("batch/high", ["high-main"], requests=vmem, priority=100)
+        await world.add_pod("batch/plain", ["plain-main"])
+        sample = SpareCapacity(node=NODE, resource="vmem", devices=0, unit=gib, inputs={
+            "node_cpu_used_m": 100.0, "node_cpu_total_m": 4000.0,
+            "node_memory_used": 12.0 * gib, "node_memory_total": 16.0 * gib})
+        await bus.publish(bus.subjects.capacity(NODE, "vmem"), sample)
+        await wait_for(lambda: len(records.events) == 1, what="one pressure eviction")
+        record = records.of(EvictionRecord)[0]
+        assert (record.pod, record.reason, record.outcome) == ("batch/low", "pressure", "evicted")  # type: ignore[attr-defined]
+        assert world.task_status("low-main") == "STOPPED"
+        assert world.task_status("high-main") == "RUNNING" == world.task_status("plain-main")
+        assert not await world.pod_exists("batch/low") and await world.pod_exists("batch/high")

@@ -37,12 +37,14 @@ def solver_settings(ctrd: Containerd, **overrides: object) -> SolverSettings:
     return SolverSettings(**values)  # type: ignore[arg-type]
 
 
-def pod_body(name: str, node: str, containers: list[str]) -> dict[str, object]:
+def pod_body(name: str, node: str, containers: list[str], requests: dict[str, str] | None = None,
+             priority: int = 0) -> dict[str, object]:
+    resources = {"requests": requests, "limits": requests} if requests else {}
     return {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name},
-        "spec": {"nodeName": node, "containers": [
-            {"name": f"c{i}", "image": "busybox"} for i in range(len(containers))]},
+        "spec": {"nodeName": node, "priority": priority, "containers": [
+            {"name": f"c{i}", "image": "busybox", "resources": resources} for i in range(len(containers))]},
     }
 
 
@@ -60,12 +62,13 @@ class World:
     def start_container(self, container_id: str) -> None:
         self.ctrd.run(self.rootfs, container_id, "/bin/sleep", "3600", detach=True, namespace=NAMESPACE)
 
-    async def add_pod(self, key: str, containers: list[str]) -> None:
+    async def add_pod(self, key: str, containers: list[str], requests: dict[str, str] | None = None,
+                      priority: int = 0) -> None:
         """A pod bound to the node whose containers run (a long sleep) in containerd."""
         namespace, name = key.split("/")
         for container_id in containers:
             self.start_container(container_id)
-        await self.kube.create_pod(namespace, pod_body(name, self.node, containers))
+        await self.kube.create_pod(namespace, pod_body(name, self.node, containers, requests, priority))
         await self.kube.patch_pod_status(namespace, name, container_statuses(containers), strategic=False)
 
     async def pod_exists(self, key: str) -> bool:

@@ -92,9 +92,9 @@ class Reclaimer:
         all_known = all(pod in self.known for pod in action.pods)
         ahead = [c for pod in action.pods for c in self.known.get(pod, [])]
         kills = [asyncio.ensure_future(self.tasks.kill_all(ahead, self.settings.kill_timeout_s))]
-        reading = asyncio.ensure_future(asyncio.gather(*(self._containers(pod) for pod in action.pods)))
-        if all_known:
+        if all_known:  # the pods are read after the release: reading threads would slow both down
             await self._release_when_dead(kills[0], action, progress, received)
+        reading = asyncio.gather(*(self._containers(pod) for pod in action.pods))
         for pod, (uid, ids) in zip(action.pods, await reading, strict=True):
             progress.uids[pod] = uid
             progress.containers[pod] = list(dict.fromkeys(self.known.pop(pod, []) + ids))

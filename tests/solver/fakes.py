@@ -1,0 +1,70 @@
+"""In-memory stand-ins for the Kubernetes API and containerd, for the service wired in memory."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpushare_common.adapters.kube import NotFound
+from gpushare_solver.adapters.containerd import ContainerdUnavailable, TaskExit
+
+Obj = dict[str, Any]
+
+
+@dataclass
+class FakePods:
+    pods: dict[str, Obj] = field(default_factory=dict)
+    deleted: list[str] = field(default_factory=list)
+    patches: list[tuple[str, Obj]] = field(default_factory=list)
+
+    def add(self, key: str, node: str, containers: list[str]) -> None:
+        namespace, name = key.split("/")
+        self.pods[key] = {"metadata": {"namespace": namespace, "name": name, "uid": f"uid-{name}"},
+                          "spec": {"nodeName": node},
+                          "status": {"phase": "Running", "containerStatuses": [
+                              {"name": f"c{i}", "containerID": f"containerd://{c}"}
+                              for i, c in enumerate(containers)]}}
+
+    def _get(self, namespace: str, name: str) -> Obj:
+        pod = self.pods.get(f"{namespace}/{name}")
+        if pod is None:
+            raise NotFound(f"pod {namespace}/{name} not found", 404)
+        return pod
+
+    async def get_pod(self, namespace: str, name: str) -> Obj:
+        return copy.deepcopy(self._get(namespace, name))
+
+    async def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None,
+                         uid: str = "") -> Obj | None:
+        self._get(namespace, name)
+        self.deleted.append(f"{namespace}/{name}")
+        return self.pods.pop(f"{namespace}/{name}")
+
+    async def patch_pod(self, namespace: str, name: str, patch: Obj, strategic: bool = False) -> Obj:
+        self.patches.append((f"{namespace}/{name}", patch))
+        return self._get(namespace, name)
+
+    async def patch_pod_status(self, namespace: str, name: str, patch: Obj, strategic: bool = True) -> Obj:
+        return await self.patch_pod(namespace, name, patch)
+
+    async def list_pods(self, namespace: str | None = None, field_selector: str = "",
+                        label_selector: str = "") -> tuple[list[Obj], str]:
+        return [copy.deepcopy(p) for p in self.pods.values()], "1"
+
+
+@dataclass
+class FakeTasks:
+    running: set[str] = field(default_factory=set)
+    failures: int = 0  # the next calls that fail as if containerd were down
+    calls: int = 0
+
+    async def kill_all(self, container_ids: list[str], timeout_s: float) -> list[TaskExit]:
+        self.calls += 1
+        if self.failures > 0:
+            self.failures -= 1
+            raise ContainerdUnavailable("kill", "socket refused")
+        exits = [TaskExit(c, 137 if c in self.running else None, c not in self.running, 0.1)
+                 for c in container_ids]
+        self.running.difference_update(container_ids)
+        return exits

@@ -1,0 +1,108 @@
+"""The solver wired in memory (real nats-server, in-memory Kubernetes and containerd)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from gpushare_common.bus import Bus
+from gpushare_common.events import (
+    AnyEvent,
+    EvictionRecord,
+    GenericEvent,
+    LowPowerEvent,
+    OwnerBackEvent,
+    ShadowEvent,
+    ShareEvent,
+    SpotEvent,
+    event_tag,
+)
+from gpushare_common.ids import ANN_DEVICE_OWNER, CONDITION_USING
+from gpushare_common.settings import NatsSettings
+from gpushare_solver import app
+from gpushare_solver.settings import SolverSettings
+
+from tests.solver.conftest import NODE, FakeBridge, wait_for
+from tests.solver.fakes import FakePods, FakeTasks
+from tests.solver.world import common_settings
+
+OWNER = "dev/alice"
+
+
+@contextlib.asynccontextmanager
+async def wired(nats: NatsSettings, pods: FakePods, tasks: FakeTasks) -> AsyncIterator[app.Running]:
+    stop = asyncio.Event()
+    settings = SolverSettings(retry_delay_s=0.05, ack_wait_s=2.0)
+    async with app.started(common_settings(nats, Path("unused-kubeconfig"), NODE), settings,
+                           stop, pods=pods, tasks_api=tasks) as running:
+        yield running
+        stop.set()
+
+
+async def publish_all(bus: Bus, events: list[AnyEvent]) -> None:
+    for event in events:
+        await bus.publish_persistent(bus.subjects.event(NODE, event_tag(event)), event)
+
+
+async def test_a_transient_containerd_failure_is_retried_and_finishes_once(
+    nats_settings: NatsSettings, bridge: FakeBridge,
+) -> None:
+    pods, tasks = FakePods(), FakeTasks(running={"b1-c"})
+    pods.add(OWNER, NODE, ["owner-c"])
+    pods.add("spot/b1", NODE, ["b1-c"])
+    bus = Bus(nats_settings, "test")
+    await bus.connect()
+    records: list[AnyEvent] = []
+
+    async def record(event: AnyEvent) -> None:
+        records.append(event)
+
+    await bus.subscribe(bus.subjects.eviction(NODE), record)
+    try:
+        async with wired(nats_settings, pods, tasks) as running:
+            await publish_all(bus, [
+                GenericEvent(node=NODE, pod=OWNER, container="main", vendor_resource="v", state="using",
+                             devices=("GPU-0",)),
+                LowPowerEvent(node=NODE, owner=OWNER, using=False, devices=("GPU-0",)),
+                SpotEvent(node=NODE, pod="spot/b1", container="c0", state="using", devices=("spot-GPU-0",)),
+            ])
+            await wait_for(lambda: running.solver.state.borrowers() == {"spot-GPU-0": "spot/b1"},
+                           what="a borrower")
+            tasks.failures = 1
+            await publish_all(bus, [OwnerBackEvent(node=NODE, pidns=5, pid=1, kernel_ts_ns=1, pod=OWNER)])
+            await wait_for(lambda: len(records) == 1, what="the eviction after a retry")
+            assert tasks.calls >= 2 and pods.deleted == ["spot/b1"]
+            assert isinstance(records[0], EvictionRecord) and records[0].outcome == "evicted"
+            assert len(bridge.ops("release")) == 1
+            await wait_for(lambda: not running.solver.plans, what="the plan forgotten")
+    finally:
+        await bus.drain()
+
+
+async def test_share_using_patches_the_shadowpod_and_sharepod(
+    nats_settings: NatsSettings, bridge: FakeBridge,
+) -> None:
+    pods, tasks = FakePods(), FakeTasks()
+    pods.add("team/shadow", NODE, ["s"])
+    pods.add("apps/infer", NODE, ["i"])
+    bus = Bus(nats_settings, "test")
+    await bus.connect()
+    try:
+        async with wired(nats_settings, pods, tasks):
+            await publish_all(bus, [
+                ShadowEvent(node=NODE, shadow_pod="team/shadow", state="running", resource="share-gpu-2",
+                            share_spec=2),
+                ShareEvent(node=NODE, share_pod="apps/infer", container="c0", resource="share-gpu-2",
+                           state="using", devices=("team/shadow-1",)),
+            ])
+            await wait_for(lambda: len(pods.patches) == 2, what="two patches")
+            (shadow, condition), (share, annotation) = sorted(pods.patches, key=lambda p: p[0] != "team/shadow")
+            cond = condition["status"]["conditions"][0]
+            assert (shadow, cond["type"], cond["status"]) == ("team/shadow", CONDITION_USING, "True")
+            assert cond["message"] == '{"team/shadow-1":"apps/infer"}'
+            assert (share, annotation) == ("apps/infer", {"metadata": {"annotations": {
+                ANN_DEVICE_OWNER: "team/shadow"}}})
+    finally:
+        await bus.drain()
