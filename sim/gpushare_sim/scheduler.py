@@ -23,7 +23,7 @@ from typing import Any
 
 from gpushare_common.tasks import run_service
 
-from gpushare_sim.node.adapters.kube import Conflict, KubeApi, KubeError, NotFound
+from gpushare_sim.node.adapters.kube import Conflict, KubeError, NotFound, SimKube
 from gpushare_sim.node.model import PodDef, PodError, parse_pod, parse_quantity
 
 log = logging.getLogger("gpushare_sim.scheduler")
@@ -104,14 +104,14 @@ def pending_unbound(obj: dict[str, Any]) -> bool:
 
 
 class Scheduler:
-    def __init__(self, api: KubeApi, interval_s: float = 0.2) -> None:
+    def __init__(self, api: SimKube, interval_s: float = 0.2) -> None:
         self.api = api
         self.interval_s = interval_s
         self.bound = 0
 
     async def schedule_once(self) -> int:
         """One pass; returns how many pods were bound."""
-        objs = await self.api.list_pods()
+        objs, _ = await self.api.list_pods()
         nodes = await self.api.list_nodes()
         pods = [p for p in map(_parse, objs) if p is not None]
         bound = 0
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
 
     async def serve(stop: asyncio.Event) -> int:
-        api = KubeApi.from_kubeconfig(args.api)
+        api = SimKube.from_kubeconfig(args.api)
         try:
             await Scheduler(api, args.interval).run(stop)
         finally:

@@ -12,7 +12,7 @@ from typing import Any
 
 import kubernetes
 import pytest
-from gpushare_sim.node.adapters.kube import KubeApi
+from gpushare_sim.node.adapters.kube import SimKube
 from gpushare_sim.node.adapters.runners import ProcessRunner
 from gpushare_sim.node.app import NodeSim
 from gpushare_sim.node.settings import NodeSimSettings
@@ -65,7 +65,7 @@ async def cluster(kube_api: Emulator) -> AsyncIterator[Cluster]:  # noqa: F811
             _node("n1", sim_dir, kube_api) as n1,
             _node("n2", sim_dir, kube_api) as n2,
         ):
-            scheduler = Scheduler(KubeApi.from_kubeconfig(str(kube_api.kubeconfig)), 0.05)
+            scheduler = Scheduler(SimKube.from_kubeconfig(str(kube_api.kubeconfig)), 0.05)
             for sim in (n1, n2):
                 tasks += [asyncio.create_task(sim.sync_loop(stop)),
                           asyncio.create_task(sim.node_status_loop())]  # fmt: skip
@@ -85,7 +85,7 @@ async def cluster(kube_api: Emulator) -> AsyncIterator[Cluster]:  # noqa: F811
 def _node(name: str, sim_dir: Any, emulator: Emulator) -> Any:
     settings = NodeSimSettings(name=name, sim_dir=sim_dir, gpus=1, containerd="none",
                                kubeconfig=str(emulator.kubeconfig), sync_interval_s=0.05)  # fmt: skip
-    return running_node(settings, KubeApi.from_kubeconfig(str(emulator.kubeconfig)),
+    return running_node(settings, SimKube.from_kubeconfig(str(emulator.kubeconfig)),
                         ProcessRunner([TOOLS]))  # fmt: skip
 
 

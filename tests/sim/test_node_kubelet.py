@@ -30,10 +30,10 @@ class RecordingApi:
         self.status: dict[str, dict[str, Any]] = {}
         self.deleted: list[str] = []
 
-    async def patch_pod_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+    async def write_pod_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         self.status[f"{namespace}/{name}"] = status
 
-    async def delete_pod(self, namespace: str, name: str) -> None:
+    async def confirm_pod_deletion(self, namespace: str, name: str) -> None:
         self.deleted.append(f"{namespace}/{name}")
 
 

@@ -35,7 +35,7 @@ NODE_STATUS_RESEND_S = 10.0
 class NodeApi(PodApi, Protocol):
     async def ensure_node(self, name: str, labels: dict[str, str]) -> None: ...
     async def patch_node_status(self, name: str, status: dict[str, Any]) -> None: ...
-    async def list_pods(self, node: str | None = None) -> list[dict[str, Any]]: ...
+    async def list_node_pods(self, node: str) -> list[dict[str, Any]]: ...
     def watch_node_pods(self, node: str, stop: asyncio.Event) -> AsyncIterator[list[dict[str, Any]]]: ...
 
 
@@ -102,7 +102,7 @@ class NodeSim:
     async def sync_once(self) -> None:
         """One full list of this node's pods, then a sync."""
         assert self.api is not None
-        await self._sync(await self.api.list_pods(self.settings.name))
+        await self._sync(await self.api.list_node_pods(self.settings.name))
 
     async def _sync(self, objs: list[dict[str, Any]]) -> None:
         pods: list[PodDef] = []
@@ -176,8 +176,8 @@ def _kmod(settings: NodeSimSettings) -> Path | None:
 class _NoApi:
     """Stands in when the node runs without an API (tests of the kubelet parts)."""
 
-    async def patch_pod_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+    async def write_pod_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         return None
 
-    async def delete_pod(self, namespace: str, name: str) -> None:
+    async def confirm_pod_deletion(self, namespace: str, name: str) -> None:
         return None

@@ -36,8 +36,8 @@ NATIVE_RESOURCES = {"cpu", "memory", "pods", "ephemeral-storage"}
 
 
 class PodApi(Protocol):
-    async def patch_pod_status(self, namespace: str, name: str, status: dict[str, Any]) -> None: ...
-    async def delete_pod(self, namespace: str, name: str) -> None: ...
+    async def write_pod_status(self, namespace: str, name: str, status: dict[str, Any]) -> None: ...
+    async def confirm_pod_deletion(self, namespace: str, name: str) -> None: ...
 
 
 class AdmissionError(Exception):
@@ -104,7 +104,7 @@ class Kubelet:
             elif worker is None and pod.deleting and uid not in self._confirmed:
                 # never ran here (or ran before a restart of this node): nothing to kill
                 self._confirmed.add(uid)
-                await self._safely(self.api.delete_pod(pod.namespace, pod.name), pod.key)
+                await self._safely(self.api.confirm_pod_deletion(pod.namespace, pod.name), pod.key)
         self._confirmed &= set(present)
         for uid in [u for u in self.workers if u not in present]:
             if not self.workers[uid].terminating:
@@ -127,7 +127,7 @@ class Kubelet:
             log.warning("pod admission failed pod=%s: %s", pod.key, err)
             self.table.release_pod(uid)
             failure = admission_failure("UnexpectedAdmissionError", str(err))
-            await self._safely(self.api.patch_pod_status(pod.namespace, pod.name, failure), pod.key)
+            await self._safely(self.api.write_pod_status(pod.namespace, pod.name, failure), pod.key)
             return
         await self._start_containers(worker, allocations)
         await self._report(worker)
@@ -210,7 +210,7 @@ class Kubelet:
     async def _report(self, worker: PodWorker) -> None:
         status = pod_status(worker.pod, worker.containers, self.context.host_ip)
         pod = worker.pod
-        await self._safely(self.api.patch_pod_status(pod.namespace, pod.name, status), pod.key)
+        await self._safely(self.api.write_pod_status(pod.namespace, pod.name, status), pod.key)
 
     @staticmethod
     async def _safely(call: Awaitable[None], pod: str) -> None:
@@ -241,7 +241,7 @@ class Kubelet:
         self.table.release_pod(uid)
         self.workers.pop(uid, None)
         if confirm:
-            await self._safely(self.api.delete_pod(worker.pod.namespace, worker.pod.name), uid)
+            await self._safely(self.api.confirm_pod_deletion(worker.pod.namespace, worker.pod.name), uid)
         log.info("pod removed pod=%s", worker.pod.key)
 
     async def close(self) -> None:

@@ -22,7 +22,7 @@ from gpushare_common.tasks import Tasks, run_service, wait_first
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
 
 from gpushare_sim.node.adapters.backend import build_runner
-from gpushare_sim.node.adapters.kube import KubeApi
+from gpushare_sim.node.adapters.kube import SimKube
 from gpushare_sim.node.app import NodeSim
 from gpushare_sim.node.settings import NodeSimSettings
 from gpushare_sim.scheduler import Scheduler
@@ -91,7 +91,7 @@ async def run(settings: NodeSimSettings, stop: asyncio.Event) -> int:
     health = Health("kubelet")
     tasks = Tasks("sim-node")
     async with AsyncExitStack() as stack:
-        api = KubeApi.from_kubeconfig(settings.kubeconfig) if settings.kubeconfig else None
+        api = SimKube.from_kubeconfig(settings.kubeconfig) if settings.kubeconfig else None
         if api is not None:
             stack.callback(api.close)
         runner = await build_runner(settings, stack)

@@ -1,128 +1,80 @@
-"""Kubernetes API access for the node simulator and the scheduler, through the
-official client (synchronous, so every call runs in a thread).
+"""Kubernetes API access for the node simulator and the scheduler.
 
-Objects travel as their JSON form (plain dicts).  Errors: :class:`NotFound`,
-:class:`Conflict`, :class:`Retryable` (all :class:`KubeError`); nothing from
-the client escapes.
+Built on the project's Kubernetes adapter (``gpushare_common.adapters.kube``:
+raw JSON objects, calls in threads, list + watch, its error tree
+:class:`KubeError` / :class:`NotFound` / :class:`Conflict` / ...), adding what
+only a kubelet and a scheduler do: register the Node and write its status,
+write pod status, confirm deletions, bind pods.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-from collections.abc import AsyncIterator, Callable
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator
+from typing import Any
 
-import urllib3
-from gpushare_common.adapters.kube import Kube
+from gpushare_common.adapters.kube import Conflict, Kube, KubeError, NotFound, load_api_client
 from gpushare_common.settings import KubeSettings
-from kubernetes import client, config
-from kubernetes.client.exceptions import ApiException
 
-T = TypeVar("T")
-MERGE_PATCH = "application/merge-patch+json"
-REQUEST_TIMEOUT = 10.0
+__all__ = ["Conflict", "KubeError", "NotFound", "SimKube"]
+
+Obj = dict[str, Any]
+MERGE = "application/merge-patch+json"
 
 
-def _key(pod: dict[str, Any]) -> str:
+def _key(pod: Obj) -> str:
     meta = pod.get("metadata") or {}
     return str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
 
 
-class KubeError(Exception):
-    def __init__(self, action: str, status: int, reason: str) -> None:
-        self.action = action
-        self.status = status
-        super().__init__(f"{action}: {status} {reason}".strip())
-
-
-class NotFound(KubeError):
-    pass
-
-
-class Conflict(KubeError):
-    pass
-
-
-class Retryable(KubeError):
-    pass
-
-
-def _error(action: str, err: Exception) -> KubeError:
-    if isinstance(err, ApiException):
-        status = int(err.status or 0)
-        reason = str(err.reason or "")
-        if status == 404:
-            return NotFound(action, status, reason)
-        if status == 409:
-            return Conflict(action, status, reason)
-        return Retryable(action, status, f"{reason} {str(err.body or '')[:300]}")
-    return Retryable(action, 0, repr(err))
-
-
-class KubeApi:
-    def __init__(self, api_client: Any) -> None:
-        self._core = client.CoreV1Api(api_client)
-        self._client = api_client
-        self._watcher = Kube(KubeSettings(), api_client)
-
+class SimKube(Kube):
     @classmethod
-    def from_kubeconfig(cls, path: str) -> KubeApi:
-        return cls(config.new_client_from_config(config_file=path))
+    def from_kubeconfig(cls, path: str) -> SimKube:
+        settings = KubeSettings(kubeconfig=path)
+        return cls(settings, load_api_client(settings))
 
     def close(self) -> None:
-        self._client.close()
+        self.api.close()
 
-    async def _call(self, action: str, fn: Callable[[], T]) -> T:
-        try:
-            return await asyncio.to_thread(fn)
-        except (ApiException, urllib3.exceptions.HTTPError, OSError) as err:
-            raise _error(action, err) from None
-
-    async def _json(self, action: str, fn: Callable[[], Any]) -> Any:
-        response = await self._call(action, fn)
-        return json.loads(response.data) if response.data else {}
-
-    # --- nodes ---------------------------------------------------------------
+    # --- the kubelet's writes ------------------------------------------------------
 
     async def ensure_node(self, name: str, labels: dict[str, str]) -> None:
         body: Any = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}}
         try:
-            await self._call(f"create node {name}", lambda: self._core.create_node(
-                body, _preload_content=False, _request_timeout=REQUEST_TIMEOUT))  # fmt: skip
+            await self._call(f"create node {name}", self.core.create_node, body)
         except Conflict:
             patch = {"metadata": {"labels": labels}}
-            await self._call(f"label node {name}", lambda: self._core.patch_node(
-                name, patch, _content_type=MERGE_PATCH, _preload_content=False,
-                _request_timeout=REQUEST_TIMEOUT))  # fmt: skip
+            await self._call(f"label node {name}", self.core.patch_node, name, patch,
+                             _content_type=MERGE)  # fmt: skip
 
-    async def patch_node_status(self, name: str, status: dict[str, Any]) -> None:
-        await self._call(f"patch node status {name}", lambda: self._core.patch_node_status(
-            name, {"status": status}, _content_type=MERGE_PATCH, _preload_content=False,
-            _request_timeout=REQUEST_TIMEOUT))  # fmt: skip
+    async def patch_node_status(self, name: str, status: Obj) -> None:
+        await self._call(f"patch node status {name}", self.core.patch_node_status, name,
+                         {"status": status}, _content_type=MERGE)  # fmt: skip
 
-    async def list_nodes(self) -> list[dict[str, Any]]:
-        body = await self._json("list nodes", lambda: self._core.list_node(
-            _preload_content=False, _request_timeout=REQUEST_TIMEOUT))  # fmt: skip
-        return list(body.get("items") or [])
+    async def write_pod_status(self, namespace: str, name: str, status: Obj) -> None:
+        await self.patch_pod_status(namespace, name, {"status": status}, strategic=False)
 
-    # --- pods ----------------------------------------------------------------
+    async def confirm_pod_deletion(self, namespace: str, name: str) -> None:
+        """Delete with grace 0, as the kubelet does once the containers are gone."""
+        try:
+            await self.delete_pod(namespace, name, grace_seconds=0)
+        except NotFound:
+            pass
 
-    async def list_pods(self, node: str | None = None) -> list[dict[str, Any]]:
-        selector = f"spec.nodeName={node}" if node is not None else None
-        kwargs: dict[str, Any] = {"field_selector": selector} if selector else {}
-        body = await self._json("list pods", lambda: self._core.list_pod_for_all_namespaces(
-            _preload_content=False, _request_timeout=REQUEST_TIMEOUT, **kwargs))  # fmt: skip
-        items = list(body.get("items") or [])
-        if node is None:
-            return items
-        return [p for p in items if (p.get("spec") or {}).get("nodeName") == node]
+    # --- reads ---------------------------------------------------------------------
 
-    async def watch_node_pods(self, node: str, stop: asyncio.Event) -> AsyncIterator[list[dict[str, Any]]]:
+    async def list_node_pods(self, node: str) -> list[Obj]:
+        pods, _ = await self.list_pods(field_selector=f"spec.nodeName={node}")
+        return [p for p in pods if (p.get("spec") or {}).get("nodeName") == node]
+
+    async def list_nodes(self) -> list[Obj]:
+        doc = await self._call("list nodes", self.core.list_node)
+        return list((doc or {}).get("items") or [])
+
+    async def watch_node_pods(self, node: str, stop: asyncio.Event) -> AsyncIterator[list[Obj]]:
         """The full set of pods bound to ``node``, again after every change (list + watch)."""
-        pods: dict[str, dict[str, Any]] = {}
-        selector = f"spec.nodeName={node}"
-        async for change in self._watcher.watch_pods(stop, field_selector=selector):
+        pods: dict[str, Obj] = {}
+        async for change in self.watch_pods(stop, field_selector=f"spec.nodeName={node}"):
             if change.kind == "SYNC":
                 pods = {_key(p): p for p in change.pods}
             elif change.pod is not None and change.kind == "DELETED":
@@ -131,21 +83,7 @@ class KubeApi:
                 pods[_key(change.pod)] = change.pod
             yield [p for p in pods.values() if (p.get("spec") or {}).get("nodeName") == node]
 
-    async def patch_pod_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        await self._call(f"patch pod status {namespace}/{name}",
-                         lambda: self._core.patch_namespaced_pod_status(
-            name, namespace, {"status": status}, _content_type=MERGE_PATCH,
-            _preload_content=False, _request_timeout=REQUEST_TIMEOUT))  # fmt: skip
-
-    async def delete_pod(self, namespace: str, name: str) -> None:
-        """Delete with grace 0 (the kubelet's confirmation); a missing pod is fine."""
-        try:
-            await self._call(f"delete pod {namespace}/{name}",
-                             lambda: self._core.delete_namespaced_pod(
-                name, namespace, grace_period_seconds=0, _preload_content=False,
-                _request_timeout=REQUEST_TIMEOUT))  # fmt: skip
-        except NotFound:
-            pass
+    # --- the scheduler's write -----------------------------------------------------
 
     async def bind_pod(self, namespace: str, name: str, node: str) -> None:
         body: Any = {
@@ -154,6 +92,4 @@ class KubeApi:
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }  # fmt: skip
         await self._call(f"bind pod {namespace}/{name} to {node}",
-                         lambda: self._core.create_namespaced_pod_binding(
-            name, namespace, body, _preload_content=False,
-            _request_timeout=REQUEST_TIMEOUT))  # fmt: skip
+                         self.core.create_namespaced_pod_binding, name, namespace, body)  # fmt: skip
