@@ -72,32 +72,28 @@ def bad_request(message: str) -> ApiError:
     return ApiError(400, message)
 
 
-def not_found(plural: str, name: str, group: str = "") -> ApiError:
+def _about(code: int, text: str, plural: str, name: str, group: str, reason: str | None) -> ApiError:
+    """An error about one named object; `text` may use {resource} and {name}."""
     resource = f"{plural}.{group}" if group else plural
     return ApiError(
-        404,
-        f'{resource} "{name}" not found',
+        code,
+        text.format(resource=resource, name=f'"{name}"'),
+        reason=reason,
         details={"name": name, "group": group, "kind": plural},
     )
+
+
+def not_found(plural: str, name: str, group: str = "") -> ApiError:
+    return _about(404, "{resource} {name} not found", plural, name, group, None)
 
 
 def already_exists(plural: str, name: str, group: str = "") -> ApiError:
-    resource = f"{plural}.{group}" if group else plural
-    return ApiError(
-        409,
-        f'{resource} "{name}" already exists',
-        reason="AlreadyExists",
-        details={"name": name, "group": group, "kind": plural},
-    )
+    return _about(409, "{resource} {name} already exists", plural, name, group, "AlreadyExists")
 
 
 def conflict(plural: str, name: str, why: str, group: str = "") -> ApiError:
-    resource = f"{plural}.{group}" if group else plural
-    return ApiError(
-        409,
-        f'Operation cannot be fulfilled on {resource} "{name}": {why}',
-        details={"name": name, "group": group, "kind": plural},
-    )
+    text = "Operation cannot be fulfilled on {resource} {name}: " + why.replace("{", "{{").replace("}", "}}")
+    return _about(409, text, plural, name, group, None)
 
 
 def stale(plural: str, name: str, group: str = "") -> ApiError:

@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from . import objects, params
-from .errors import ApiError, bad_request, success
+from .errors import ApiError, bad_request, not_found, success
 from .kinds import PODS, Kind
 from .objects import Target
 from .patch import APPLY_PATCH, JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH
@@ -132,8 +132,7 @@ async def get(ctx: Context, route: Route, request: Request) -> Response:
     target = _target(route)
     entry = ctx.store.get(target.kind, target.key)
     if entry is None:
-        raise ApiError(404, f'{target.kind.plural} "{target.name}" not found',
-                       details={"name": target.name, "kind": target.kind.plural})
+        raise not_found(target.kind.plural, target.name, target.kind.group)
     return json_response(entry.raw)
 
 
