@@ -112,9 +112,7 @@ async def test_resync_and_a_restarted_detector_publish_nothing_new(world: World,
 
     # a second detector starting from scratch converges on the same ids
     fresh = build(world.bus, str(world.podres.socket))
-    pods = await asyncio.to_thread(world.core.list_namespaced_pod, "ns")
-    raw = [world.api.client.sanitize_for_serialization(p) for p in pods.items]  # type: ignore[no-untyped-call]
-    await fresh.on_change(PodChange("SYNC", pods=raw))
+    await fresh.on_change(PodChange("SYNC", pods=await _pods(world)))
     assert {e.id for e in fresh.tracker.current()} == {e.id for e in running.tracker.current()}
     assert await stream_messages(world.bus) == stored
     await fresh.devices.close()  # type: ignore[attr-defined]
@@ -135,3 +133,31 @@ async def _until(condition: object, timeout: float = 5.0) -> None:
         while not condition():  # type: ignore[operator]
             await asyncio.sleep(0.01)
     await asyncio.wait_for(poll(), timeout)
+
+
+async def test_a_restarted_detector_clears_pods_deleted_while_it_was_down(world: World) -> None:
+    store = await world.bus.store("detector-node-1")
+    world.podres.table["ns/dev"] = {"main": {"nvidia.com/gpu": ("G1",)}}
+    world.podres.table["ns/job"] = {"job": {"gpushare/spot-gpu": ("spot-G3",)}}
+    await world.create(pf.reserved("dev"))
+    await world.create(pf.spot("job"))
+    first = build(world.bus, str(world.podres.socket))
+    await first.on_change(PodChange("SYNC", pods=await _pods(world)))
+    assert await first.save_facts(store) == 2
+    await first.devices.close()  # type: ignore[attr-defined]
+
+    await world.delete("dev")  # while no detector runs
+    del world.podres.table["ns/dev"]
+    second = build(world.bus, str(world.podres.socket))
+    assert second.tracker.restore(await store.items(list[ev.AnyEvent])) == 2
+    await second.on_change(PodChange("SYNC", pods=await _pods(world)))
+    gone = await world.seen.wait_for(is_(ev.GenericEvent, pod="ns/dev", state="cleared"))
+    assert gone.devices == ("G1",)  # type: ignore[union-attr]
+    assert await second.save_facts(store) == 1
+    assert await store.keys() == ["ns/job"]
+    await second.devices.close()  # type: ignore[attr-defined]
+
+
+async def _pods(world: World) -> list[dict[str, object]]:
+    pods = await asyncio.to_thread(world.core.list_namespaced_pod, "ns")
+    return [world.api.client.sanitize_for_serialization(p) for p in pods.items]  # type: ignore[no-untyped-call]

@@ -10,8 +10,10 @@ from typing import Any
 
 from gpushare_common.adapters.kube import Kube
 from gpushare_common.bus import Bus
+from gpushare_common.events import AnyEvent
 from gpushare_common.http import Health, build_app, serve
 from gpushare_common.logging import get_logger
+from gpushare_common.subjects import node_token
 from gpushare_common.tasks import Tasks, wait_first
 from prometheus_client import CollectorRegistry
 
@@ -74,6 +76,9 @@ async def run(settings: Settings, stop: asyncio.Event) -> int:
         devices = PodResources(config.pod_resources_socket, config.pod_resources_timeout_s)
         stack.push_async_callback(devices.close)
         detector = build_detector(node, config, bus, devices, metrics)
+        facts = await bus.store(f"detector-{node_token(node)}")
+        restored = detector.tracker.restore(await facts.items(list[AnyEvent]))
+        log.info("restored published facts", node=node, pods=restored)
         capacity = CapacityService.build(node, config, bus, detector.tracker, metrics)
         kube = Kube(settings.common.kube)
 
@@ -88,11 +93,13 @@ async def run(settings: Settings, stop: asyncio.Event) -> int:
         tasks.spawn("watch", detector.watch(changes))
         tasks.spawn("resync", detector.resync_loop(until_cancelled, config.resync_s))
         tasks.spawn("kmod", detector.kmod.run(until_cancelled))
+        tasks.spawn("save", detector.save_loop(facts, until_cancelled))
         tasks.spawn("owners", detector.owners_loop(until_cancelled, config.scrape_s))
         tasks.spawn("capacity", capacity.loop(until_cancelled))
         tasks.spawn("ready", _ready_when_synced(detector, health), critical=False)
         await wait_first(stop, tasks)
         await tasks.cancel_all()
+        await detector.save_facts(facts)
         stack.callback(kube.api.close)
     return 1 if tasks.failure is not None else 0
 

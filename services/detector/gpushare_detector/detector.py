@@ -35,6 +35,14 @@ class Publisher(Protocol):
     async def publish_persistent(self, subject: str, event: ev.Event) -> int: ...
 
 
+class FactStore(Protocol):
+    """Where the published facts survive a restart (a JetStream key-value bucket)."""
+
+    async def put(self, key: str, value: Any) -> int: ...
+
+    async def delete(self, key: str) -> None: ...
+
+
 class DeviceSource(Protocol):
     async def list(self) -> NodeDevices: ...
 
@@ -157,6 +165,26 @@ class Detector:
             await sleep_or_stop(stop, every_s)
             if not stop.is_set():
                 await self.resync()
+
+    # --- persistence ------------------------------------------------------------
+
+    async def save_facts(self, store: FactStore) -> int:
+        """Write the facts of the pods that changed; a failure keeps them for the next try."""
+        dirty, self.tracker.dirty = self.tracker.dirty, set()
+        for key in sorted(dirty):
+            facts = self.tracker.published.get(key)
+            try:
+                await (store.put(key, list(facts.values())) if facts else store.delete(key))
+            except Exception as err:  # any bus failure: keep it dirty
+                self.tracker.dirty.add(key)
+                self.metrics.errors.labels("kv", "unwritable").inc()
+                log.warning("published facts not saved", node=self.node, pod=key, error=repr(err))
+        return len(dirty)
+
+    async def save_loop(self, store: FactStore, stop: asyncio.Event, every_s: float = 0.5) -> None:
+        while not stop.is_set():
+            await sleep_or_stop(stop, every_s)
+            await self.save_facts(store)
 
     # --- owners: away/back ------------------------------------------------------
 

@@ -38,6 +38,20 @@ def kind_of(event: ev.Event) -> str:
     return KIND_OF[type(event)]
 
 
+def fact_key(event: ev.Event) -> FactKey:
+    """(kind, pod, container, resource) of a pod fact, read back from the event itself."""
+    match event:
+        case ev.ShadowEvent():
+            return ("shadow", event.shadow_pod, event.container, event.vendor_resource)
+        case ev.ShareEvent():
+            return ("share", event.share_pod, event.container, event.resource)
+        case ev.SpotEvent():
+            return ("spot", event.pod, event.container, "")
+        case ev.GenericEvent():
+            return ("generic", event.pod, event.container, event.vendor_resource)
+    raise ValueError(f"not a pod fact: {kind_of(event)}")
+
+
 def _vendor_devices(rules: Rules, devices: Mapping[str, tuple[str, ...]]) -> tuple[str, tuple[str, ...]]:
     for resource in rules.vendor_resources:
         if devices.get(resource):
@@ -45,16 +59,16 @@ def _vendor_devices(rules: Rules, devices: Mapping[str, tuple[str, ...]]) -> tup
     return "", ()
 
 
-def _shadow(view: PodView, rules: Rules, node: str, devices: DevicesOf) -> Facts:
+def _shadow(view: PodView, rules: Rules, node: str, devices: DevicesOf) -> list[ev.Event]:
     vendor, real = _vendor_devices(rules, devices.get("main", {}))
     if view.phase != "Running" or not real or view.share is None:
-        return {}
+        return []
     event = ev.ShadowEvent(
         node=node, shadow_pod=view.key, state="running", resource=view.share.resource,
         share_kind=view.share.kind, share_spec=view.share.count, container="main",
         vendor_resource=vendor, devices=real, terminating=view.terminating,
     )
-    return {("shadow", view.key, "main", vendor): event}
+    return [event]
 
 
 def _per_container(view: PodView, devices: DevicesOf, wanted: object
@@ -67,32 +81,29 @@ def _per_container(view: PodView, devices: DevicesOf, wanted: object
                 yield container, resource, allocated
 
 
-def _share(view: PodView, rules: Rules, node: str, devices: DevicesOf) -> Facts:
-    return {
-        ("share", view.key, container, resource): ev.ShareEvent(
-            node=node, share_pod=view.key, container=container, state="using",
-            resource=resource_token(resource, rules.domain), devices=ids)
+def _share(view: PodView, rules: Rules, node: str, devices: DevicesOf) -> list[ev.Event]:
+    return [
+        ev.ShareEvent(node=node, share_pod=view.key, container=container, state="using",
+                      resource=resource_token(resource, rules.domain), devices=ids)
         for container, resource, ids in _per_container(view, devices, rules.is_share)
-    }
+    ]
 
 
-def _spot(view: PodView, rules: Rules, node: str, devices: DevicesOf) -> Facts:
-    return {
-        ("spot", view.key, container, resource): ev.SpotEvent(
-            node=node, pod=view.key, container=container, state="using", devices=ids,
-            priority=view.priority)
-        for container, resource, ids in _per_container(view, devices, rules.spot_resource.__eq__)
-    }
+def _spot(view: PodView, rules: Rules, node: str, devices: DevicesOf) -> list[ev.Event]:
+    return [
+        ev.SpotEvent(node=node, pod=view.key, container=container, state="using", devices=ids,
+                     priority=view.priority)
+        for container, _, ids in _per_container(view, devices, rules.spot_resource.__eq__)
+    ]
 
 
-def _generic(view: PodView, rules: Rules, node: str, devices: DevicesOf) -> Facts:
+def _generic(view: PodView, rules: Rules, node: str, devices: DevicesOf) -> list[ev.Event]:
     vendor = set(rules.vendor_resources)
-    return {
-        ("generic", view.key, container, resource): ev.GenericEvent(
-            node=node, pod=view.key, container=container, vendor_resource=resource,
-            state="using", devices=ids, lendable=view.lendable)
+    return [
+        ev.GenericEvent(node=node, pod=view.key, container=container, vendor_resource=resource,
+                        state="using", devices=ids, lendable=view.lendable)
         for container, resource, ids in _per_container(view, devices, vendor.__contains__)
-    }
+    ]
 
 
 _BUILDERS = {
@@ -106,8 +117,8 @@ def pod_facts(view: PodView, rules: Rules, node: str, devices: DevicesOf) -> Fac
     builder = _BUILDERS.get(view.cls)
     if builder is None or view.finished:
         return {}
-    facts = builder(view, rules, node, devices)
-    return {key: with_stable_id(event, view.uid) for key, event in facts.items()}
+    events = (with_stable_id(event, view.uid) for event in builder(view, rules, node, devices))
+    return {fact_key(event): event for event in events}
 
 
 def cleared(event: ev.Event) -> ev.Event | None:

@@ -11,10 +11,11 @@ from gpushare_common import events as ev
 from gpushare_common.logging import get_logger
 
 from .classify import ClassifyError, PodClass, PodView, Rules, classify
-from .handlers import Facts, plan, pod_facts
+from .handlers import Facts, fact_key, plan, pod_facts
 from .model import DevicesOf, NodeDevices, NodeDevicesIn
 
 log = get_logger("detector.pods")
+POD_FACTS = (ev.ShadowEvent, ev.ShareEvent, ev.SpotEvent, ev.GenericEvent)
 NEEDS_DEVICES = frozenset({PodClass.SHADOW, PodClass.SHARE, PodClass.SPOT, PodClass.RESERVED})
 
 
@@ -36,6 +37,7 @@ class PodTracker:
         self.views: dict[str, PodView] = {}
         self.devices: NodeDevices = {}
         self.published: dict[str, Facts] = {}
+        self.dirty: set[str] = set()  # pods whose published facts changed since the last save
         self.errors: Counter[str] = Counter()
 
     def read(self, pod: Mapping[str, Any]) -> PodView | None:
@@ -50,6 +52,8 @@ class PodTracker:
         view = self.views.get(key)
         desired = pod_facts(view, self.rules, self.node, self.devices.get(key, {})) if view else {}
         events = plan(self.published.get(key, {}), desired)
+        if events:
+            self.dirty.add(key)
         if desired:
             self.published[key] = desired
         else:
@@ -81,6 +85,14 @@ class PodTracker:
         for key in sorted(set(self.views) | set(self.published)):
             events.extend(self._refresh(key))
         return events
+
+    def restore(self, saved: Mapping[str, list[ev.AnyEvent]]) -> int:
+        """Facts published before a restart, so the first list clears pods deleted meanwhile."""
+        for key, events in saved.items():
+            facts: Facts = {fact_key(e): e for e in events if isinstance(e, POD_FACTS)}
+            if facts:
+                self.published[key] = facts
+        return len(self.published)
 
     def current(self) -> list[ev.Event]:
         """Every fact published and still true (what a resync republishes)."""
