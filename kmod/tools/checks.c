@@ -209,6 +209,7 @@ int run_checks(int unit, const char *compat_prog)
 	check_fatal();
 	check_config();
 	check_redetect_and_delete();
+	check_churn(100000);
 	if (compat_prog)
 		check_compat(compat_prog);
 	check_timeout(700);

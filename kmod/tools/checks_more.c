@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <sched.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 
@@ -229,4 +230,38 @@ void check_compat(const char *prog)
 	}
 	close(go[1]);
 	cmd1(GPUSHARE_KMOD_CMD_DELETE, pidns);
+}
+
+/*
+ * Churn: an owner loops over watched ioctls while the namespace is added,
+ * put in detect mode, released and deleted over and over; the module must
+ * neither crash nor leave the owner blocked past the loop.
+ */
+void check_churn(long calls)
+{
+	uint64_t ids[1], t = now_ns();
+	int status = -1, cycles = 0, done;
+	pid_t pid;
+
+	pid = syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, NULL, NULL, NULL, NULL);
+	if (pid == 0)
+		_exit(ioctl_loop(TYPE_NV, calls) == calls ? 0 : 1);
+	ids[0] = pidns_of(pid);
+	do {
+		cmd1(GPUSHARE_KMOD_CMD_ADD, ids[0]);
+		cmd1(GPUSHARE_KMOD_CMD_DETECT, ids[0]);
+		cmd1(GPUSHARE_KMOD_CMD_RELEASE, ids[0]);
+		cmd1(GPUSHARE_KMOD_CMD_DELETE, ids[0]);
+		cycles++;
+		done = waitpid(pid, &status, WNOHANG) == pid;
+	} while (!done && now_ns() - t < 20000000000ull);
+	if (!done) {
+		kill(pid, SIGKILL);
+		waitpid(pid, &status, 0);
+	}
+	while (nl_pending(check_rcv))
+		recv(check_rcv, &check_rep, sizeof(check_rep), 0);
+	printf("RESULT churn calls=%ld cycles=%d done=%d exit=%d ms=%llu\n", calls,
+	       cycles, done, WIFEXITED(status) ? WEXITSTATUS(status) : -1,
+	       (unsigned long long)us_since(t) / 1000);
 }

@@ -85,6 +85,7 @@ void check_config(void);
 void check_dead_receiver(int unit, unsigned int ms);
 void check_redetect_and_delete(void);
 void check_compat(const char *prog);
+void check_churn(long calls);
 
 int run_checks(int unit, const char *compat_prog);
 int refused_checks(int fd, int unit, struct kmodctl_reply *r);

@@ -189,3 +189,9 @@ def test_compat_32bit_ioctl_is_hooked(results: dict[str, dict[str, int]]) -> Non
     assert r["held"] == 1 and r["release"] == 1 and r["done"] == 1
     assert r["exit"] == errno.ENOTTY
     assert r["unblock_ms"] < SLACK_MS
+
+
+def test_churn_of_commands_during_ioctls(results: dict[str, dict[str, int]]) -> None:
+    r = results["churn"]
+    assert r["done"] == 1 and r["exit"] == 0, r
+    assert r["cycles"] >= 1
