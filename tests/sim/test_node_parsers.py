@@ -17,8 +17,10 @@ from gpushare_sim.fakegpu.cards import (
     parse_card_index,
 )
 from gpushare_sim.fakegpu.exporter import Report, parse_report, render
+from gpushare_sim.node.app import node_status
 from gpushare_sim.node.devices import ContainerKey, DeviceConflict, DeviceTable
 from gpushare_sim.node.model import PodError, parse_pod, parse_quantity
+from gpushare_sim.node.settings import NodeSimSettings
 from gpushare_sim.node.testing import pod_manifest
 from gpushare_sim.scheduler import choose_node, fits
 from hypothesis import given
@@ -197,3 +199,13 @@ def test_fits_is_monotone(requests: dict[str, int], free: dict[str, int]) -> Non
     have = {k: Decimal(v) for k, v in free.items()}
     if fits(req, have):
         assert fits(req, {k: v + 1 for k, v in have.items()})
+
+
+def test_node_status_reports_vanished_resources_as_zero(tmp_path: Path) -> None:
+    table = DeviceTable()
+    table.set_devices(GPU, {"g0": True, "g1": False})
+    settings = NodeSimSettings(name="n1", sim_dir=tmp_path)
+    status = node_status(settings, table, frozenset({"gpushare/spot-gpu"}))
+    assert status["capacity"][GPU] == "2" and status["allocatable"][GPU] == "1"
+    assert status["capacity"]["gpushare/spot-gpu"] == "0"
+    assert status["allocatable"]["cpu"] == "16"

@@ -39,8 +39,11 @@ class NodeApi(PodApi, Protocol):
     def watch_node_pods(self, node: str, stop: asyncio.Event) -> AsyncIterator[list[dict[str, Any]]]: ...
 
 
-def node_status(settings: NodeSimSettings, table: DeviceTable) -> dict[str, Any]:
-    base = {"cpu": settings.cpu, "memory": settings.memory, "pods": "110"}
+def node_status(
+    settings: NodeSimSettings, table: DeviceTable, gone: frozenset[str] = frozenset()
+) -> dict[str, Any]:
+    """The Node's status; resources in ``gone`` (no plugin any more) are reported as 0."""
+    base = {"cpu": settings.cpu, "memory": settings.memory, "pods": "110", **dict.fromkeys(gone, "0")}
     capacity = {**base, **{r: str(n) for r, n in table.capacity().items()}}
     allocatable = {**base, **{r: str(n) for r, n in table.allocatable().items()}}
     return {
@@ -128,11 +131,14 @@ class NodeSim:
 
     async def node_status_loop(self) -> None:
         assert self.api is not None
+        reported: set[str] = set()
         while True:
             self.changed.clear()
+            gone = frozenset(reported - set(self.table.resources))
+            reported |= set(self.table.resources)
             try:
                 await self.api.patch_node_status(self.settings.name,
-                                                 node_status(self.settings, self.table))  # fmt: skip
+                                                 node_status(self.settings, self.table, gone))  # fmt: skip
             except KubeError as err:
                 log.warning("node status update failed node=%s: %s", self.settings.name, err)
             with contextlib.suppress(TimeoutError):
