@@ -91,6 +91,10 @@ async def build_runner(settings: NodeSimSettings, stack: AsyncExitStack) -> Runn
     tool_dirs = [settings.tools_dir]
     if mode == "none" or (mode == "auto" and not containerd_usable()):
         log.info("containers run as plain processes node=%s", settings.name)
+        try:
+            await asyncio.to_thread(ensure_gpuload, settings.tools_dir)
+        except BackendError as err:
+            log.warning("workload program unavailable node=%s: %s", settings.name, err)
         return ProcessRunner(tool_dirs)
     gpuload = await asyncio.to_thread(ensure_gpuload, settings.tools_dir)
     base = settings.node_dir / "rootfs-base"
