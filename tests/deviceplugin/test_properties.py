@@ -16,11 +16,12 @@ from typing import Any
 
 import grpc
 import pytest
+from gpushare_common import ids
 from gpushare_common.adapters.kubeletapi import deviceplugin_v1beta1_pb2 as pb
 from gpushare_common.adapters.kubeletapi import deviceplugin_v1beta1_pb2_grpc as pbg
 from gpushare_deviceplugin.errors import PluginError
 from gpushare_deviceplugin.handlers.base import PluginLogic, PreferredRequest, Signer
-from gpushare_deviceplugin.handlers.share import ShadowPodView, ShareLogic
+from gpushare_deviceplugin.handlers.share import ShadowPodView, ShareLogic, shadow_view
 from gpushare_deviceplugin.handlers.spot import SpotLogic
 from gpushare_deviceplugin.plugins.metrics import PluginMetrics
 from gpushare_deviceplugin.plugins.plugin import DevicePlugin
@@ -137,3 +138,42 @@ def test_grpc_never_crashes(stubs: list[Any], containers: list[list[str]],
             except grpc.RpcError as err:
                 assert err.code() in REFUSALS, err
                 assert err.details()
+
+
+json_value = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=12), inner,
+                                                                max_size=3),
+    max_leaves=12,
+)
+pod_like = st.fixed_dictionaries({}, optional={
+    "metadata": st.fixed_dictionaries({}, optional={
+        "namespace": st.sampled_from(["ns", "", "Bad_NS"]) | st.text(max_size=8),
+        "name": st.sampled_from(["shadow-a", "-x"]) | json_value,
+        "labels": st.just({ids.LABEL_POD_DESCRIPTION: ids.SHADOW_POD_LABEL_VALUE}) | json_value,
+        "annotations": st.dictionaries(st.sampled_from([ids.ANN_SHARE_SPEC, ids.ANN_SHARE_KIND]),
+                                       st.text(max_size=6)) | json_value,
+        "deletionTimestamp": json_value,
+    }),
+    "spec": st.fixed_dictionaries({}, optional={"containers": st.lists(
+        st.dictionaries(st.sampled_from(["name", "resources"]), json_value), max_size=3)}),
+    "status": st.just({"phase": "Running"}) | json_value,
+})
+
+
+@settings(max_examples=300, deadline=None)
+@given(pod_like)
+def test_shadow_view_never_raises(pod: dict[str, Any]) -> None:
+    view = shadow_view(pod)
+    if view is not None:
+        assert isinstance(view.spec, int) and isinstance(view.container, str)
+        assert view.key == f"{view.namespace}/{view.name}"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.text(max_size=20), st.sampled_from(["Healthy", "Unhealthy"]),
+                       max_size=5), st.booleans())
+def test_any_desired_health_is_accepted(devices: dict[str, Any], full: bool) -> None:
+    for logic in logics():
+        logic.apply_health(devices, full)
+        assert set(logic.board.devices().values()) <= {"Healthy", "Unhealthy"}

@@ -137,20 +137,27 @@ def shadow_view(pod: dict[str, Any]) -> ShadowPodView | None:
 
     ``pod`` is the API's JSON form (``metadata``/``spec``/``status``).
     """
-    meta, spec, status = (pod.get(k) or {} for k in ("metadata", "spec", "status"))
-    labels, notes = meta.get("labels") or {}, meta.get("annotations") or {}
+    meta, spec, status = (_object(pod, k) for k in ("metadata", "spec", "status"))
+    labels, notes = _object(meta, "labels"), _object(meta, "annotations")
     if labels.get(ids.LABEL_POD_DESCRIPTION) != ids.SHADOW_POD_LABEL_VALUE:
         return None
     if status.get("phase") != "Running":
         return None
     try:
-        share_spec = int(notes.get(ids.ANN_SHARE_SPEC, ""))
+        share_spec = int(str(notes.get(ids.ANN_SHARE_SPEC, "")))
         namespace, name = ids.parse_pod_key(f"{meta.get('namespace')}/{meta.get('name')}")
     except (ValueError, ids.IdError):
         return None
-    return ShadowPodView(namespace, name, notes.get(ids.ANN_SHARE_KIND, "share"), share_spec,
-                         gpu_container(spec.get("containers") or []),
+    containers = spec.get("containers")
+    return ShadowPodView(namespace, name, str(notes.get(ids.ANN_SHARE_KIND, "share")), share_spec,
+                         gpu_container(containers if isinstance(containers, list) else []),
                          terminating=bool(meta.get("deletionTimestamp")))
+
+
+def _object(doc: object, key: str) -> dict[str, Any]:
+    """``doc[key]`` when both are JSON objects, else an empty one."""
+    value = doc.get(key) if isinstance(doc, dict) else None
+    return value if isinstance(value, dict) else {}
 
 
 _PLAIN_RESOURCES = frozenset({"cpu", "memory", "ephemeral-storage"})
@@ -159,9 +166,10 @@ _PLAIN_RESOURCES = frozenset({"cpu", "memory", "ephemeral-storage"})
 def gpu_container(containers: list[dict[str, Any]]) -> str:
     """The container holding the card: the first one limiting an extended resource,
     else ``main``, else the first one."""
+    containers = [c for c in containers if isinstance(c, dict)]
     for container in containers:
-        limits = (container.get("resources") or {}).get("limits") or {}
-        if any(name not in _PLAIN_RESOURCES and not name.startswith("hugepages-")
+        limits = _object(_object(container, "resources"), "limits")
+        if any(str(name) not in _PLAIN_RESOURCES and not str(name).startswith("hugepages-")
                for name in limits):
             return str(container.get("name") or ids.SHADOW_CONTAINER)
     names = [str(c.get("name", "")) for c in containers]
