@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import time
+import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -157,3 +158,11 @@ def test_watch_from_a_future_version_skips_until_then() -> None:
     names = [json.loads(line)["object"]["metadata"]["name"] for line in watcher.lines]
     assert names == ["b", "c"]
     store.unwatch(watcher)
+
+
+def test_status_endpoint(kube_api: KubeApi) -> None:
+    kube_api.seed("pods", "default", [pod_manifest("p1"), pod_manifest("p2")])
+    with urllib.request.urlopen(f"{kube_api.url}/status", timeout=LIMIT) as answer:
+        status = json.loads(answer.read())
+    assert status["objects"] == {"pods": 2}
+    assert status["resourceVersion"] == 3 and status["history"] == 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -165,3 +166,18 @@ async def test_closing_watchers_ends_streams() -> None:
     options = WatchOptions(timeout=None, bookmarks=False, bookmark_interval=1.0)
     store.close_watchers()
     assert [chunk async for chunk in stream_events(store, watcher, first, options)] == []
+
+
+def test_a_client_that_goes_away_leaves_no_watcher(kube_api: KubeApi, core: client.CoreV1Api) -> None:
+    core.create_namespaced_pod("default", pod_manifest("p1"))
+    stream = watch.Watch().stream(core.list_namespaced_pod, "default", timeout_seconds=LIMIT)
+    assert take(stream, 1) == [("ADDED", "p1")]
+    stream.close()  # closes the response: the server sees the connection go
+
+    def open_watches() -> int:
+        return kube_api.server.call(lambda: sum(len(w) for w in kube_api.store.watchers.values()))
+
+    deadline = time.monotonic() + LIMIT
+    while open_watches() and time.monotonic() < deadline:
+        time.sleep(0.01)  # polling the server's state: there is no event to wait on
+    assert open_watches() == 0

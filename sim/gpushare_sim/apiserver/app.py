@@ -125,10 +125,14 @@ def build_app(store: Store, settings: ApiSettings, address: Callable[[], str]) -
     async def version(request: Request) -> Response:
         return json_response(discovery.VERSION_INFO)
 
+    async def status(request: Request) -> Response:
+        return json_response(store.status())
+
     routes = [
         PathRoute("/healthz", _ok),
         PathRoute("/readyz", _ok),
         PathRoute("/livez", _ok),
+        PathRoute("/status", status),
         PathRoute("/version", version),
         PathRoute("/version/", version),
         PathRoute("/api", core_versions),

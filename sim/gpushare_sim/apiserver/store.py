@@ -118,5 +118,15 @@ class Store:
         watcher.closed = True
         self._watchers.discard(watcher)
 
+    def status(self) -> dict[str, object]:
+        """What the store holds, for /status."""
+        return {
+            "resourceVersion": self.rv,
+            "oldestWatchableVersion": self.compacted,
+            "history": len(self.history),
+            "objects": {plural: len(table) for plural, table in self.objects.items()},
+            "watchers": {plural: len(open_) for plural, open_ in self.watchers.items()},
+        }
+
     def close_watchers(self) -> None:
         self._watchers.close_all()
