@@ -190,6 +190,7 @@ class VendorPlugin:
 
     async def _watch_kubelet(self) -> None:
         kubelet = self.plugin_dir / KUBELET_SOCKET
+        failing = False
         while True:
             await asyncio.sleep(self._watch_interval)
             identity = socket_identity(kubelet)
@@ -197,8 +198,11 @@ class VendorPlugin:
                 continue
             try:
                 await self.register()
+                failing = False
             except (OSError, grpc.RpcError) as err:
-                log.warning("vendor plugin registration failed: %s", err)
+                if not failing:  # one line per outage, not one per retry
+                    log.warning("vendor plugin registration failed: %s", err)
+                failing = True
 
 
 def socket_identity(path: Path) -> tuple[int, int] | None:
