@@ -36,7 +36,11 @@ $(STAMP): $(UV) uv.lock pyproject.toml libs/common/pyproject.toml $(wildcard ser
 uv.lock: | $(UV)
 	$(UV) lock
 
-venv: $(STAMP) protos
+RUNTIME_BIN := $(VENV)/bin/gpushare-runtime
+$(RUNTIME_BIN): $(STAMP) runtime/install/install.sh runtime/install/launcher.sh.in
+	runtime/install/install.sh $(VENV)/bin $(abspath $(PY))
+
+venv: $(STAMP) protos $(RUNTIME_BIN)
 
 # gRPC stubs are generated from the .proto files at build time, never committed.
 PROTOS := $(wildcard libs/common/proto/*.proto)

@@ -7,12 +7,10 @@ raises :class:`IdError` (a ``ValueError``); no other exception escapes.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import json
-import re
-from collections.abc import Mapping
-from dataclasses import dataclass
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the runtime ~20 ms
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
 
 DOMAIN = "gpushare.k8s.io"
 ANN_DEVICES_FROM = f"{DOMAIN}/container-devices-from."
@@ -33,12 +31,74 @@ SAME_AS_TARGET = "_"
 ALL_RESOURCES = "*"
 SPOT_PREFIX = "spot-"
 
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?\Z")
-_RESOURCE = re.compile(r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?\Z")
-_REAL_ID = re.compile(r"[A-Za-z0-9][-A-Za-z0-9_.:/]{0,251}\Z")
-_INDEX = re.compile(r"(0|[1-9][0-9]{0,5})\Z")
 MAX_ANNOTATION_BYTES = 64 * 1024
+
+# Validators are plain character-set checks: no ``re`` import on the runtime's create path.
+_LOWER_ALNUM = frozenset("abcdefghijklmnopqrstuvwxyz0123456789")
+_ALNUM = _LOWER_ALNUM | frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+_DIGITS = frozenset("0123456789")
+
+
+def _shaped(value: str, edge: frozenset[str], inner: frozenset[str], max_len: int) -> bool:
+    """Non-empty, at most ``max_len``, ends in ``edge`` characters, the rest in ``inner``."""
+    return (0 < len(value) <= max_len and value[0] in edge and value[-1] in edge
+            and all(c in inner for c in value))
+
+
+def _is_dns_label(value: str) -> bool:
+    return _shaped(value, _LOWER_ALNUM, _LOWER_ALNUM | {"-"}, 63)
+
+
+def _is_dns_subdomain(value: str) -> bool:
+    return _shaped(value, _LOWER_ALNUM, _LOWER_ALNUM | {"-", "."}, 253)
+
+
+def _is_resource(value: str) -> bool:
+    domain, slash, name = value.rpartition("/")
+    if slash and not _shaped(domain, _LOWER_ALNUM, _LOWER_ALNUM | {"-", "."}, 253):
+        return False
+    return _shaped(name, _ALNUM, _ALNUM | {"-", "_", "."}, 253)
+
+
+def _is_real_id(value: str) -> bool:
+    return (0 < len(value) <= 252 and value[0] in _ALNUM
+            and all(c in _ALNUM or c in "-_.:/" for c in value))
+
+
+def _is_index(value: str) -> bool:
+    return (0 < len(value) <= 6 and all(c in _DIGITS for c in value)
+            and (value == "0" or value[0] != "0"))
+
+
+class _Record:
+    """A small immutable value type (what a frozen, slotted dataclass gives, without importing
+    ``dataclasses``): positional or keyword construction, equality, hashing, repr."""
+
+    __slots__: tuple[str, ...] = ()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        names = self.__slots__
+        defaults = getattr(type(self), "_defaults", {})
+        values = dict(zip(names, args, strict=False))
+        values.update(kwargs)
+        for name in names:
+            object.__setattr__(self, name, values[name] if name in values else defaults[name])
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable")
+
+    def _values(self) -> tuple[object, ...]:
+        return tuple(getattr(self, n) for n in self.__slots__)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and self._values() == other._values()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, self._values()))
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__slots__)
+        return f"{type(self).__name__}({fields})"
 
 
 class IdError(ValueError):
@@ -52,32 +112,32 @@ class IdError(ValueError):
         super().__init__(f"invalid {what} {shown!r}: {reason}")
 
 
-def _check(pattern: re.Pattern[str], what: str, value: object) -> str:
+def _check(valid: Any, what: str, value: object) -> str:
     if not isinstance(value, str):
         raise IdError(what, value, f"expected a string, got {type(value).__name__}")
-    if not pattern.match(value):
+    if not valid(value):
         raise IdError(what, value, f"not a valid {what}")
     return value
 
 
 def check_namespace(value: object) -> str:
-    return _check(_DNS_LABEL, "namespace", value)
+    return _check(_is_dns_label, "namespace", value)
 
 
 def check_pod_name(value: object) -> str:
-    return _check(_DNS_SUBDOMAIN, "pod name", value)
+    return _check(_is_dns_subdomain, "pod name", value)
 
 
 def check_container_name(value: object) -> str:
-    return _check(_DNS_LABEL, "container name", value)
+    return _check(_is_dns_label, "container name", value)
 
 
 def check_resource_name(value: object) -> str:
-    return _check(_RESOURCE, "resource name", value)
+    return _check(_is_resource, "resource name", value)
 
 
 def check_real_device_id(value: object) -> str:
-    return _check(_REAL_ID, "device id", value)
+    return _check(_is_real_id, "device id", value)
 
 
 # --- pod and container keys -------------------------------------------------
@@ -97,10 +157,10 @@ def parse_pod_key(key: object) -> tuple[str, str]:
 # --- share virtual devices --------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class ShareDeviceId:
+class ShareDeviceId(_Record):
     """``<namespace>/<shadowpod-name>-<index>``: one of the N virtual devices of a ShadowPod."""
 
+    __slots__ = ("namespace", "shadow_pod", "index")
     namespace: str
     shadow_pod: str
     index: int
@@ -124,7 +184,7 @@ def parse_share_device_id(value: object) -> ShareDeviceId:
     name, dash, index = rest.rpartition("-")
     if not slash or not dash:
         raise IdError("share device id", value, "expected <namespace>/<shadowpod>-<index>")
-    if not _INDEX.match(index):
+    if not _is_index(index):
         raise IdError("share device id", value, "index must be a non-negative integer")
     try:
         return ShareDeviceId(check_namespace(namespace), check_pod_name(name), int(index))
@@ -152,10 +212,10 @@ def parse_spot_device_id(value: object) -> str:
 # --- source references ------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class SourceRef:
+class SourceRef(_Record):
     """``ns/pod/container``; ``_`` in namespace or pod means "same as the target"."""
 
+    __slots__ = ("namespace", "pod", "container")
     namespace: str
     pod: str
     container: str
@@ -200,12 +260,13 @@ def parse_source_ref(value: object) -> SourceRef:
 # --- runtime annotations ----------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class SourceSelection:
+class SourceSelection(_Record):
     """Which devices to copy from one source: ``{"*": [...]}`` or per resource name."""
 
+    __slots__ = ("source", "resources")
+    _defaults = {"resources": ((ALL_RESOURCES, ()),)}
     source: SourceRef
-    resources: tuple[tuple[str, tuple[str, ...]], ...] = ((ALL_RESOURCES, ()),)
+    resources: tuple[tuple[str, tuple[str, ...]], ...]
 
     @property
     def copies_all(self) -> bool:
@@ -216,10 +277,10 @@ class SourceSelection:
         return frozenset(name for name, _ in self.resources if name != ALL_RESOURCES)
 
 
-@dataclass(frozen=True, slots=True)
-class DevicesFrom:
+class DevicesFrom(_Record):
     """``container-devices-from.<target>``."""
 
+    __slots__ = ("target", "sources")
     target: str
     sources: tuple[SourceSelection, ...]
 
@@ -227,10 +288,10 @@ class DevicesFrom:
         return any(s.source.leaves_pod(namespace, pod) for s in self.sources)
 
 
-@dataclass(frozen=True, slots=True)
-class DevicesIds:
+class DevicesIds(_Record):
     """``container-devices-ids.<target>``: real devices per vendor resource."""
 
+    __slots__ = ("target", "devices")
     target: str
     devices: tuple[tuple[str, tuple[str, ...]], ...]
 
@@ -247,6 +308,8 @@ def _check_target(target: str, annotation: str) -> str:
 def _load_json(annotation: str, value: str) -> object:
     if len(value) > MAX_ANNOTATION_BYTES:
         raise IdError("annotation", annotation, f"value longer than {MAX_ANNOTATION_BYTES} bytes")
+    import json
+
     try:
         return json.loads(value)
     except (ValueError, RecursionError) as err:
@@ -313,17 +376,21 @@ def parse_devices_ids(target: str, value: str) -> DevicesIds:
 
 def format_devices_from(sources: Mapping[str, Mapping[str, list[str]]]) -> str:
     """JSON multi-source form, keys sorted so that signatures are stable."""
+    import json
+
     return json.dumps(sources, sort_keys=True, separators=(",", ":"))
 
 
 def format_devices_ids(devices: Mapping[str, list[str]]) -> str:
+    import json
+
     return json.dumps(devices, sort_keys=True, separators=(",", ":"))
 
 
-@dataclass(frozen=True, slots=True)
-class DeviceRequest:
+class DeviceRequest(_Record):
     """One runtime annotation found on a container, with its signature if any."""
 
+    __slots__ = ("target", "annotation", "value", "request", "signature")
     target: str
     annotation: str
     value: str
@@ -353,12 +420,17 @@ def device_requests(annotations: Mapping[str, str]) -> list[DeviceRequest]:
 
 def sign(key: bytes, target: str, value: str) -> str:
     """Hex HMAC-SHA256 over ``<target>\\n<value>`` with the node key."""
+    import hashlib
+    import hmac
+
     return hmac.new(key, f"{target}\n{value}".encode(), hashlib.sha256).hexdigest()
 
 
 def verify(key: bytes, target: str, value: str, signature: str | None) -> bool:
     if not signature or not isinstance(signature, str):
         return False
+    import hmac
+
     return hmac.compare_digest(sign(key, target, value), signature.strip().lower())
 
 

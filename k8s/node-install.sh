@@ -1,0 +1,65 @@
+#!/bin/sh
+# Prepare a node for gpushare (run by the gpushare-node-installer DaemonSet, or by hand as root):
+#   k8s/node-install.sh HOST_ROOT        (HOST_ROOT=/ when run on the node itself)
+# - copies gpushare-runtime (standard-library Python) to HOST_ROOT/opt/gpushare/runtime and
+#   writes the launcher HOST_ROOT/usr/local/bin/gpushare-runtime (needs python3 >= 3.11 on the node);
+# - writes /etc/gpushare/runtime.json and the containerd drop-in /etc/containerd/conf.d/gpushare.toml
+#   (from /etc/gpushare-config when mounted, else the repository's defaults);
+# - creates the node signing key /etc/gpushare/signing.key (0600, root) when missing;
+# - restarts containerd only when GPUSHARE_RESTART_CONTAINERD=true.
+# Idempotent: running it twice changes nothing the second time.
+set -eu
+host=${1:?usage: node-install.sh HOST_ROOT}
+src=$(cd "$(dirname "$0")/.." && pwd)
+config=${GPUSHARE_CONFIG_DIR:-/etc/gpushare-config}
+step() { echo "gpushare-node-install: $*"; }
+fail() { echo "gpushare-node-install: error: $*" >&2; exit 1; }
+
+python=""
+for candidate in python3.13 python3.12 python3.11 python3; do
+  for dir in /usr/bin /usr/local/bin; do
+    p="$host$dir/$candidate"
+    if [ -x "$p" ]; then python="$dir/$candidate"; break 2; fi
+  done
+done
+[ -n "$python" ] || fail "no python3 on the node (looked in /usr/bin and /usr/local/bin): install python3 >= 3.11"
+if [ "$host" = "/" ]; then
+  "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || fail "$python is older than 3.11"
+fi
+
+step "runtime -> $host/opt/gpushare/runtime (interpreter $python)"
+dest="$host/opt/gpushare/runtime"
+mkdir -p "$dest/runtime" "$dest/common/gpushare_common"
+cp -R "$src/runtime/gpushare_runtime" "$dest/runtime/"
+cp "$src/libs/common/gpushare_common/__init__.py" "$src/libs/common/gpushare_common/ids.py" \
+   "$dest/common/gpushare_common/"
+mkdir -p "$host/usr/local/bin"
+sed -e "s|@PYTHON@|$python|g" -e "s|@RUNTIME_DIR@|/opt/gpushare/runtime/runtime|g" \
+    -e "s|@COMMON_DIR@|/opt/gpushare/runtime/common|g" "$src/runtime/install/launcher.sh.in" \
+    > "$host/usr/local/bin/gpushare-runtime.new"
+chmod 0755 "$host/usr/local/bin/gpushare-runtime.new"
+mv -f "$host/usr/local/bin/gpushare-runtime.new" "$host/usr/local/bin/gpushare-runtime"
+
+step "configuration -> $host/etc/gpushare/runtime.json, containerd drop-in"
+mkdir -p "$host/etc/gpushare" "$host/etc/containerd/conf.d"
+chmod 0700 "$host/etc/gpushare"
+runtime_json="$config/runtime.json"; [ -f "$runtime_json" ] || runtime_json="$src/runtime/install/runtime.json.example"
+dropin="$config/containerd-gpushare.toml"; [ -f "$dropin" ] || dropin="$src/runtime/install/containerd-gpushare.toml"
+cp "$runtime_json" "$host/etc/gpushare/runtime.json"
+cp "$dropin" "$host/etc/containerd/conf.d/gpushare.toml"
+if ! grep -qs 'conf.d' "$host/etc/containerd/config.toml"; then
+  step "note: $host/etc/containerd/config.toml does not import conf.d; add: imports = [\"/etc/containerd/conf.d/*.toml\"]"
+fi
+
+key="$host/etc/gpushare/signing.key"
+if [ ! -s "$key" ]; then
+  step "creating the node signing key $key"
+  (umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$key.new" && mv "$key.new" "$key")
+fi
+chmod 0600 "$key"
+
+if [ "${GPUSHARE_RESTART_CONTAINERD:-false}" = true ] && [ "$host" != "/" ]; then
+  step "restarting containerd"
+  chroot "$host" systemctl restart containerd || fail "could not restart containerd"
+fi
+step "done"
