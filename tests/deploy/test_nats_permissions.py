@@ -12,11 +12,11 @@ from pathlib import Path
 
 import nats
 import pytest
-from prometheus_client import CollectorRegistry
-
 from gpushare_common import events
 from gpushare_common.bus import Bus
 from gpushare_common.settings import NatsSettings
+from prometheus_client import CollectorRegistry
+
 from tests.support import procs
 from tests.support.nats import free_port
 
