@@ -40,12 +40,16 @@ def record_id(trigger_id: str, pod: str) -> str:
 
 
 def container_ids(pod: Obj) -> list[str]:
-    status = pod.get("status") or {}
+    """The runtime ids of every container of the pod (``containerd://<id>``); odd shapes are skipped."""
+    status = pod.get("status")
     found: list[str] = []
+    if not isinstance(status, dict):
+        return found
     for key in ("initContainerStatuses", "containerStatuses", "ephemeralContainerStatuses"):
-        for item in status.get(key) or []:
-            runtime_id = str(item.get("containerID") or "")
-            if "://" in runtime_id:
+        items = status.get(key)
+        for item in items if isinstance(items, list) else []:
+            runtime_id = item.get("containerID") if isinstance(item, dict) else None
+            if isinstance(runtime_id, str) and "://" in runtime_id and runtime_id.split("://", 1)[1]:
                 found.append(runtime_id.split("://", 1)[1])
     return found
 

@@ -1,0 +1,78 @@
+"""Property tests: container ids from pod statuses, and random event sequences against the handlers."""
+
+from __future__ import annotations
+
+from gpushare_common.events import GenericEvent, LowPowerEvent, OwnerBackEvent, SpotEvent
+from gpushare_common.ids import parse_spot_device_id
+from gpushare_solver.actions import Reclaim
+from gpushare_solver.handlers import handle
+from gpushare_solver.reclaim import container_ids, record_id
+from gpushare_solver.state import RESERVED, HandlerError, SolverState
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+NODE = "n1"
+IDS = st.text(alphabet="abcdef0123456789", min_size=1, max_size=64)
+
+
+@given(st.lists(IDS, max_size=5), st.lists(IDS, max_size=3))
+def test_container_ids_are_read_from_every_status_list(main: list[str], init: list[str]) -> None:
+    pod = {"status": {"containerStatuses": [{"containerID": f"containerd://{c}"} for c in main],
+                      "initContainerStatuses": [{"containerID": f"containerd://{c}"} for c in init]}}
+    assert sorted(container_ids(pod)) == sorted(main + init)
+
+
+@given(st.recursive(st.none() | st.text(max_size=12) | st.integers(),
+                    lambda children: st.lists(children, max_size=3) | st.dictionaries(
+                        st.sampled_from(["containerStatuses", "initContainerStatuses", "containerID"]),
+                        children, max_size=3),
+                    max_leaves=12))
+def test_container_ids_of_any_status_shape_are_strings_taken_from_it(status: object) -> None:
+    found = container_ids({"status": status})
+    assert all(isinstance(c, str) and c and any(t.endswith("://" + c) for t in _strings(status)) for c in found)
+
+
+def _strings(value: object) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+@given(st.text(max_size=20), st.text(max_size=20))
+def test_record_ids_are_deterministic_and_distinct(trigger: str, pod: str) -> None:
+    assert record_id(trigger, pod) == record_id(trigger, pod)
+    assert record_id(trigger, pod) != record_id(trigger, pod + "x")
+
+
+OWNERS = st.sampled_from(["dev/a", "dev/b"])
+CARDS = st.lists(st.sampled_from(["GPU-0", "GPU-1", "GPU-2"]), min_size=1, max_size=2, unique=True)
+EVENTS = st.one_of(
+    st.builds(lambda o, d, s: GenericEvent(node=NODE, pod=o, container="c", vendor_resource="v", state=s,
+                                           devices=tuple(d)), OWNERS, CARDS, st.sampled_from(["using", "cleared"])),
+    st.builds(lambda o, d, u: LowPowerEvent(node=NODE, owner=o, using=u, devices=tuple(d)), OWNERS, CARDS,
+              st.booleans()),
+    st.builds(lambda o: OwnerBackEvent(node=NODE, pidns=1, pid=1, kernel_ts_ns=1, pod=o), OWNERS),
+    st.builds(lambda p, d, s: SpotEvent(node=NODE, pod=p, container="c", state=s,
+                                        devices=tuple(f"spot-{x}" for x in d)),
+              st.sampled_from(["spot/x", "spot/y"]), CARDS, st.sampled_from(["using", "cleared"])),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(EVENTS, max_size=25))
+def test_no_borrower_stays_on_a_card_held_by_an_active_owner(events: list[object]) -> None:
+    state = SolverState()
+    evicted: set[str] = set()
+    for event in events:
+        try:
+            actions = handle(event, state)  # type: ignore[arg-type]
+        except HandlerError:
+            continue
+        evicted.update(p for a in actions if isinstance(a, Reclaim) for p in a.pods)
+        for device, borrower in state.borrowers().items():
+            holder = state.cache.owner_of(parse_spot_device_id(device))
+            assert not (holder and state.kind_of(holder) == RESERVED), (device, borrower)
