@@ -67,11 +67,13 @@ async def list_or_watch(ctx: Context, route: Route, request: Request) -> Respons
     meta: dict[str, Any] = {"resourceVersion": str(ctx.store.rv)}
     if limit > 0 or query.get("continue"):
         entries = _page(entries, limit, query.get("continue", ""), meta)
-    head = _encode({"kind": route.kind.list_kind, "apiVersion": route.kind.api_version})
-    body = b"".join(
-        (head[:-1], b',"metadata":', _encode(meta), b',"items":[')
-    ) + b",".join(entry.raw for entry in entries) + b"]}"
-    return json_response(body)
+    return json_response(_list_body(route.kind, meta, [entry.raw for entry in entries]))
+
+
+def _list_body(kind: Kind, meta: dict[str, Any], items: list[bytes]) -> bytes:
+    """A <Kind>List from already encoded items (no decoding, no re-encoding)."""
+    head = _encode({"kind": kind.list_kind, "apiVersion": kind.api_version, "metadata": meta})
+    return head[:-1] + b',"items":[' + b",".join(items) + b"]}"
 
 
 def _page(entries: list[Entry], limit: int, token: str, meta: dict[str, Any]) -> list[Entry]:
@@ -193,11 +195,7 @@ async def delete_collection(ctx: Context, route: Route, request: Request) -> Res
         meta = entry.obj["metadata"]
         target = Target(route.kind, meta.get("namespace", ""), meta["name"])
         deleted.append(objects.delete(ctx.store, target, options)[0].raw)
-    head = _encode({"kind": route.kind.list_kind, "apiVersion": route.kind.api_version})
-    meta_raw = _encode({"resourceVersion": str(ctx.store.rv)})
-    return json_response(
-        head[:-1] + b',"metadata":' + meta_raw + b',"items":[' + b",".join(deleted) + b"]}"
-    )
+    return json_response(_list_body(route.kind, {"resourceVersion": str(ctx.store.rv)}, deleted))
 
 
 async def bind(ctx: Context, route: Route, request: Request) -> Response:
