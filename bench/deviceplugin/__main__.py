@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import os
 import signal
 import subprocess
@@ -95,7 +96,12 @@ def all_listed(kubelet: KubeletStub) -> bool:
 
 async def toggles(kubelet: KubeletStub, bus: Bus, count: int) -> list[float]:
     subject = bus.subjects.health(NODE, "spot-gpu")
-    plugin = kubelet.plugins[SPOT]
+    with collector_paused():
+        return await _toggles(kubelet, bus, count, subject, kubelet.plugins[SPOT])
+
+
+async def _toggles(kubelet: KubeletStub, bus: Bus, count: int, subject: str, plugin: Any
+                   ) -> list[float]:
     latencies = []
     for i in range(count):
         health: events.Health = "Unhealthy" if i % 2 == 0 else "Healthy"
@@ -114,11 +120,23 @@ async def toggles(kubelet: KubeletStub, bus: Bus, count: int) -> list[float]:
 async def allocations(kubelet: KubeletStub, resource: str, device: str, count: int
                       ) -> list[float]:
     latencies = []
-    for _ in range(count):
-        started = time.perf_counter()
-        await kubelet.allocate(resource, [device])
-        latencies.append(time.perf_counter() - started)
+    with collector_paused():
+        for _ in range(count):
+            started = time.perf_counter()
+            await kubelet.allocate(resource, [device])
+            latencies.append(time.perf_counter() - started)
     return latencies
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Like ``timeit``: no collection of *this* (client) process inside a timed loop."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 async def rss_without_api_watch(kubelet: KubeletStub, env: dict[str, str], work: Path) -> Row:
