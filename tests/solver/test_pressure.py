@@ -99,7 +99,7 @@ def test_usage_inputs_never_raise_anything_but_the_typed_error(inputs: dict[str,
 
 @given(st.lists(st.builds(pod, key=st.text(min_size=1, max_size=5), priority=st.integers(-5, 5),
                           created=st.floats(0, 1e9), vcpu=st.integers(0, 4), vmem=st.integers(0, 4)),
-                max_size=12),
+                max_size=12, unique_by=lambda p: p.key),
        st.floats(0, 20), st.floats(0, 8000))
 def test_victims_always_help_and_respect_order(pods: list[OversoldPod], memory_gib: float, cpu_m: float) -> None:
     node = usage(memory_gib, cpu_m)
@@ -108,3 +108,6 @@ def test_victims_always_help_and_respect_order(pods: list[OversoldPod], memory_g
         assert victims == []
     chosen = [p for p in pods if p.key in victims]
     assert all(p.vcpu or p.vmem for p in chosen)
+    ranks = [(p.priority, -p.created, p.key) for p in chosen]
+    assert [(p.priority, -p.created, p.key) for p in sorted(chosen, key=lambda p: victims.index(p.key))] \
+        == sorted(ranks)

@@ -34,7 +34,7 @@ OWNER = "dev/alice"
 @contextlib.asynccontextmanager
 async def wired(nats: NatsSettings, pods: FakePods, tasks: FakeTasks) -> AsyncIterator[app.Running]:
     stop = asyncio.Event()
-    settings = SolverSettings(retry_delay_s=0.05, ack_wait_s=2.0)
+    settings = SolverSettings(retry_delay_s=0.05, ack_wait_s=2.0, kmod_timeout_s=0.3)
     async with app.started(common_settings(nats, Path("unused-kubeconfig"), NODE), settings,
                            stop, pods=pods, tasks_api=tasks) as running:
         yield running
@@ -104,5 +104,28 @@ async def test_share_using_patches_the_shadowpod_and_sharepod(
             assert cond["message"] == '{"team/shadow-1":"apps/infer"}'
             assert (share, annotation) == ("apps/infer", {"metadata": {"annotations": {
                 ANN_DEVICE_OWNER: "team/shadow"}}})
+    finally:
+        await bus.drain()
+
+
+async def test_without_a_kmod_bridge_borrowers_are_still_evicted(nats_settings: NatsSettings) -> None:
+    pods, tasks = FakePods(), FakeTasks(running={"b1-c"})
+    pods.add(OWNER, NODE, ["owner-c"])
+    pods.add("spot/b1", NODE, ["b1-c"])
+    bus = Bus(nats_settings, "test")
+    await bus.connect()
+    try:
+        async with wired(nats_settings, pods, tasks) as running:
+            await publish_all(bus, [
+                GenericEvent(node=NODE, pod=OWNER, container="main", vendor_resource="v", state="using",
+                             devices=("GPU-0",)),
+                LowPowerEvent(node=NODE, owner=OWNER, using=False, devices=("GPU-0",)),
+                SpotEvent(node=NODE, pod="spot/b1", container="c0", state="using", devices=("spot-GPU-0",)),
+                LowPowerEvent(node=NODE, owner=OWNER, using=True, devices=("GPU-0",)),
+            ])
+            await wait_for(lambda: pods.deleted == ["spot/b1"], what="the borrower deleted")
+            await wait_for(lambda: not running.solver.plans, what="no plan left")
+            assert running.solver.state.health == {"spot-GPU-0": "Unhealthy"}
+            assert "b1-c" not in tasks.running
     finally:
         await bus.drain()

@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
 from gpushare_common.adapters.kube import NotFound
+from gpushare_common.bus import BusError
 from gpushare_common.events import DeviceHealth, Health, KmodCommand
 from gpushare_common.ids import ANN_DEVICE_OWNER, CONDITION_USING, parse_pod_key
 from gpushare_common.logging import get_logger
@@ -87,7 +88,12 @@ class Executor:
     async def _kmod(self, action: Kmod) -> None:
         command = KmodCommand(node=self.node, op=action.op, pods=action.pods, pidns=action.pidns,
                               reason=action.reason)
-        reply = await self.outbox.kmod(command)
+        try:
+            reply = await self.outbox.kmod(command)
+        except BusError as err:  # best effort: without detect the owner's return is seen by utilisation
+            log.warning("kmod command not delivered", node=self.node, op=action.op,
+                        pods=",".join(action.pods), error=str(err))
+            return
         if reply.status != 0:
             log.warning("kernel refused command", node=self.node, op=action.op,
                         pods=",".join(action.pods), status=reply.status, message=reply.message)

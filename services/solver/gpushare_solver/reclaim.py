@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from gpushare_common.adapters.kube import NotFound
+from gpushare_common.bus import BusError
 from gpushare_common.events import EvictionRecord, KmodCommand
 from gpushare_common.ids import parse_pod_key
 from gpushare_common.logging import get_logger
@@ -146,8 +147,13 @@ class Reclaimer:
         assert action.release is not None
         command = KmodCommand(node=self.node, op="release", pods=action.release.pods,
                               pidns=action.release.pidns, reason=action.reason)
-        reply = await self.outbox.kmod(command)
-        progress.released = True
+        progress.released = True  # one attempt: failing that, the kernel's own timeout frees the owner
+        try:
+            reply = await self.outbox.kmod(command)
+        except BusError as err:
+            log.error("release not delivered; the owner waits for the kernel's timeout", node=self.node,
+                      owner=action.owner, error=str(err))
+            return
         self.metrics.release_seconds.observe(max(0.0, time.time() - received))
         if reply.status != 0:
             log.warning("kernel refused release", node=self.node, owner=action.owner,

@@ -28,6 +28,7 @@ from gpushare_common.bus import Bus, BusError, Retryable
 from gpushare_common.events import (
     AnyEvent,
     DeviceHealth,
+    Health,
     SpotEvent,
     event_tag,
 )
@@ -75,6 +76,7 @@ class Solver:
         self.executor = Executor(node, bus.subjects, pods, self.reclaimer.outbox, self.reclaimer)
         self._stores: dict[str, Store] = {}
         self.mapping: PersistentMapping | None = None
+        self._saved_health: dict[str, Health] = {}
         self._lock = asyncio.Lock()
 
     # --- start-up -------------------------------------------------------------
@@ -88,6 +90,7 @@ class Solver:
         spot = await self._stores["health"].get(health_key(self.node, self.settings.spot_resource),
                                                    DeviceHealth)
         self.state.health = dict(spot.devices) if spot else {}
+        self._saved_health = dict(self.state.health)
         journal = await self._stores["journal"].get("journal", JournalDoc) or JournalDoc()
         self.seen.load(journal.seen)
         self.state.terminating = set(journal.terminating)
@@ -178,7 +181,8 @@ class Solver:
         if plan is not None:
             writes.append(self._stores["plans"].put(plan.trigger_id, plan))
             writes += [self._save_device_list(a) for a in plan.actions if isinstance(a, DeviceList)]
-        if self.state.health:
+        if self.state.health and self.state.health != self._saved_health:
+            self._saved_health = dict(self.state.health)
             spot = DeviceHealth(node=self.node, resource=self.settings.spot_resource,
                                 devices=dict(self.state.health), full=True)
             key = health_key(self.node, self.settings.spot_resource)
