@@ -97,6 +97,7 @@ class ApiServer:
         app = build_app(self.store, settings.api, lambda: self.address)
         config = uvicorn.Config(
             app,
+            log_config=None,  # logging is the process's to configure
             log_level="warning",
             access_log=False,
             lifespan="off",
