@@ -8,7 +8,7 @@ UV        := $(BOOT)/bin/uv
 VENV      := .venv
 PY        := $(VENV)/bin/python
 STAMP     := $(VENV)/.synced
-APT_PKGS  := nats-server runc containerd qemu-system-x86 linux-image-amd64 linux-headers-amd64 busybox-static cpio kmod gcc make libelf-dev
+APT_PKGS  := nats-server runc containerd qemu-system-x86 linux-image-amd64 linux-headers-amd64 busybox-static cpio kmod gcc make libc6-dev libelf-dev
 SCENARIO  ?= all
 PYTEST_ARGS ?=
 
@@ -16,7 +16,7 @@ export UV_PYTHON := $(PYTHON311)
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 export UV_LINK_MODE := copy
 
-.PHONY: help run test lint bench deps venv protos system clean kmod
+.PHONY: help run test lint bench deps venv protos system clean tools kmod
 
 help:
 	@echo "make run   - start the local cluster, every service and the scenarios (SCENARIO=name, ARGS=--keep)"
@@ -58,7 +58,15 @@ system:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
 
-deps: system venv
+# Native helpers: the simulated GPU workload (static, runs inside busybox containers).
+tools: system
+	@$(MAKE) -s -C sim/tools
+
+# The owner-back kernel module, built against the Debian kernel the VM tests boot.
+kmod: system
+	$(MAKE) -C kmod
+
+deps: system venv tools
 
 test: deps
 	$(PY) -m pytest $(PYTEST_ARGS)

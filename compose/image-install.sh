@@ -6,7 +6,7 @@
 #   compose/image-install.sh SERVICE PREFIX
 #   SERVICE: detector | solver | deviceplugin | kmod-bridge | shadow-controller | sim
 #   PREFIX:  directory of the new virtual environment (e.g. /opt/gpushare)
-#   PIP:     installer command (default "PREFIX/bin/python -m pip"; CI may use "uv pip")
+#   UV:      path of a uv binary to install with (faster; CI uses it); default: pip
 set -euo pipefail
 
 service=${1:?usage: image-install.sh SERVICE PREFIX}
@@ -22,14 +22,18 @@ esac
 
 echo "==> [1/4] virtual environment in $prefix"
 "$python" -m venv "$prefix"
-pip=${PIP:-"$prefix/bin/python -m pip"}
+install() { # target-python packages...
+  local target=$1; shift
+  if [ -n "${UV:-}" ]; then "$UV" pip install --quiet --no-sources --python "$target" "$@"
+  else "$target" -m pip install --quiet --disable-pip-version-check "$@"; fi
+}
 
 echo "==> [2/4] generating gRPC stubs from libs/common/proto"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cp -r "$src/libs/common" "$work/common"
 "$python" -m venv "$work/tools"
-"$work/tools/bin/python" -m pip install --quiet --disable-pip-version-check 'grpcio-tools>=1.66'
+install "$work/tools/bin/python" 'grpcio-tools>=1.66'
 out="$work/common/gpushare_common/adapters/kubeletapi"
 mkdir -p "$out"
 "$work/tools/bin/python" -m grpc_tools.protoc -I"$work/common/proto" --python_out="$out" \
@@ -37,8 +41,7 @@ mkdir -p "$out"
 sed -i -E 's/^import (\w+_pb2)/from . import \1/' "$out"/*_pb2*.py
 
 echo "==> [3/4] installing gpushare-common and $service"
-# shellcheck disable=SC2086
-$pip install --quiet ${PIP_PYTHON_FLAG:-} "$work/common" "$pkg"
+install "$prefix/bin/python" "$work/common" "$pkg"
 
 echo "==> [4/4] checking the entry point"
 "$prefix/bin/python" - "$service" <<'PY'

@@ -14,24 +14,30 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-import nats
-from nats.aio.client import Client
-from nats.aio.msg import Msg
-from nats.aio.subscription import Subscription
-from nats.js import api
-from nats.js.client import JetStreamContext
-from nats.js.errors import NotFoundError
-from prometheus_client import CollectorRegistry, Counter
+# gpushare speaks NATS over TCP only. nats-py imports aiohttp for its websocket transport
+# whenever it is installed (the kubernetes client depends on it), which costs every service
+# about 16 MB of memory; nats-py handles its absence, so keep it out of our processes.
+sys.modules.setdefault("aiohttp", None)  # type: ignore[arg-type]
 
-from .events import AnyEvent, Event, EventDecodeError, decode, encode, event_tag
-from .kvstore import Store
-from .logging import get_logger
-from .settings import NatsSettings
-from .subjects import Subjects
+import nats  # noqa: E402
+from nats.aio.client import Client  # noqa: E402
+from nats.aio.msg import Msg  # noqa: E402
+from nats.aio.subscription import Subscription  # noqa: E402
+from nats.js import api  # noqa: E402
+from nats.js.client import JetStreamContext  # noqa: E402
+from nats.js.errors import NotFoundError  # noqa: E402
+from prometheus_client import CollectorRegistry, Counter  # noqa: E402
+
+from .events import AnyEvent, Event, EventDecodeError, decode, encode, event_tag  # noqa: E402
+from .kvstore import Store  # noqa: E402
+from .logging import get_logger  # noqa: E402
+from .settings import NatsSettings  # noqa: E402
+from .subjects import Subjects  # noqa: E402
 
 log = get_logger("bus")
 

@@ -266,6 +266,8 @@ class Kube:
             response = holder.get("response")
             if response is not None:
                 with contextlib.suppress(Exception):
+                    response.shutdown()  # unblocks the reader thread's socket read (urllib3 >= 2.3)
+                with contextlib.suppress(Exception):
                     response.close()
 
 
