@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import pytest
+from gpushare_sim.apiserver import Store, objects
+from gpushare_sim.apiserver.errors import ApiError
+from gpushare_sim.apiserver.kinds import PODS
 from gpushare_sim.apiserver.patch import (
     PatchError,
     apply_patch,
@@ -22,8 +26,11 @@ from gpushare_sim.apiserver.selectors import (
     parse_field_selector,
     parse_label_selector,
 )
+from gpushare_sim.apiserver.store import Selection
 from hypothesis import given
 from hypothesis import strategies as st
+
+from tests.support.kubeapi import pod_manifest
 
 # --- label selectors -------------------------------------------------------------
 
@@ -268,3 +275,55 @@ def test_schema_finds_unknown_fields_and_prunes_them() -> None:
 def test_schema_rejects_wrong_types(pod: dict[str, Any]) -> None:
     with pytest.raises(SchemaError):
         check("V1Pod", pod)
+
+
+# --- store: versions and replay ----------------------------------------------------
+
+operations = st.lists(
+    st.tuples(st.sampled_from(["create", "label", "delete"]), st.sampled_from(["a", "b", "c"])),
+    max_size=25,
+)
+
+
+def _apply(store: Store, op: str, name: str) -> bool:
+    target = objects.Target(PODS, "default", name)
+    try:
+        if op == "create":
+            objects.create(store, PODS, "default", pod_manifest(name))
+        elif op == "label":
+            patch = {"metadata": {"labels": {"n": str(store.rv)}}}
+            objects.patch(store, target, "application/merge-patch+json", patch)
+        else:
+            objects.delete(store, target, objects.DeleteOptions())
+    except ApiError:
+        return False
+    return True
+
+
+@given(operations, st.integers(0, 30), st.integers(1, 40))
+def test_watch_replay_is_exactly_what_followed(
+    ops: list[tuple[str, str]], since_offset: int, history: int
+) -> None:
+    store = Store(history=history)
+    log: list[tuple[int, str, str]] = []  # (version, type, name) of every accepted write
+    model: dict[str, int] = {}
+    for op, name in ops:
+        if _apply(store, op, name):
+            kind = {"create": "ADDED", "label": "MODIFIED", "delete": "DELETED"}[op]
+            log.append((store.rv, kind, name))
+            if op == "delete":
+                del model[name]
+            else:
+                model[name] = store.rv
+    assert {e.obj["metadata"]["name"]: e.rv for e in store.select(Selection(PODS))} == model
+    since = 1 + since_offset
+    try:
+        watcher, first = store.watch(Selection(PODS), since)
+    except ApiError as error:
+        assert error.code == 410 and since < store.compacted
+        return
+    replay = [json.loads(line) for line in first]
+    got = [(int(e["object"]["metadata"]["resourceVersion"]), e["type"], e["object"]["metadata"]["name"])
+           for e in replay]
+    assert got == [entry for entry in log if entry[0] > since]
+    store.unwatch(watcher)
