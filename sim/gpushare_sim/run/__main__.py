@@ -1,0 +1,5 @@
+import sys
+
+from gpushare_sim.run.main import main
+
+sys.exit(main())

@@ -1,0 +1,226 @@
+"""The local cluster: nats-server, the API emulator, simulated nodes with their
+kernel stand-in, and every gpushare service, each as its own process.
+
+``async with Cluster(settings, timeline) as cluster:`` starts everything in
+order, waits until each part answers, and on exit (also on an error or a
+cancellation) stops everything in reverse order and removes the run
+directory. Each process logs to ``<run dir>/logs/<name>.log``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from gpushare_sim.run.narrate import Timeline
+from gpushare_sim.run.procs import Child, ChildError, free_port, wait_path, wait_port
+from gpushare_sim.run.services import ServiceSettings, node_services, shadow_controller
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSettings:
+    nodes: int = 1
+    gpus: int = 4
+    containerd: str = "auto"  # the node simulator's --containerd
+    run_dir: Path | None = None  # None: a fresh directory under /tmp (socket paths are short there)
+    keep_dir: bool = False  # leave the run directory (logs) behind after the stop
+    services: ServiceSettings = field(default_factory=ServiceSettings)
+    kernel_timeout_ms: int = 10_000
+    log_level: str = "INFO"
+
+
+@dataclass
+class Node:
+    name: str
+    dir: Path
+    kernel: Child
+    sim: Child
+    cmd_socket: Path
+    hook_socket: Path
+    endpoints: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def containerd(self) -> bool:
+        return self.endpoints.get("containerd_kind", "process") != "process"
+
+
+class Cluster:
+    def __init__(self, settings: ClusterSettings, timeline: Timeline | None = None) -> None:
+        self.settings = settings
+        self.timeline = timeline or Timeline(out=None)
+        self.run_dir = settings.run_dir or Path(tempfile.mkdtemp(prefix="gsr-", dir="/tmp"))
+        self.logs = self.run_dir / "logs"
+        self.kubeconfig = self.run_dir / "kubeconfig"
+        self.nats_port = free_port()
+        self.nodes: list[Node] = []
+        self.children: dict[str, Child] = {}  # start order
+
+    @property
+    def nats_url(self) -> str:
+        return f"nats://127.0.0.1:{self.nats_port}"
+
+    def env(self, **extra: str) -> dict[str, str]:
+        return {**os.environ, "PYTHONUNBUFFERED": "1", "GPUSHARE_LOG_LEVEL": self.settings.log_level,
+                **extra}  # fmt: skip
+
+    def _child(self, name: str, argv: list[str], env: dict[str, str] | None = None, http: str = "") -> Child:
+        child = Child(name, argv, env or self.env(), self.logs / f"{name}.log", http)
+        self.children[name] = child
+        return child.start()
+
+    # --- start ------------------------------------------------------------
+
+    async def __aenter__(self) -> Cluster:
+        try:
+            await self.start()
+        except BaseException:
+            await self.stop()
+            raise
+        return self
+
+    async def __aexit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                        tb: TracebackType | None) -> None:  # fmt: skip
+        await self.stop()
+
+    async def start(self) -> None:
+        say = self.timeline.step
+        self.logs.mkdir(parents=True, exist_ok=True)
+        say("run directory", path=self.run_dir, logs=self.logs)
+        await self._start_nats()
+        say("nats-server -js up", url=self.nats_url)
+        await self._start_apiserver()
+        say("Kubernetes API emulator up", kubeconfig=self.kubeconfig)
+        for index in range(1, self.settings.nodes + 1):
+            node = await self._start_node(f"gpu-node-{index}", schedule=index == 1)
+            mode = "real containers (private containerd + runc + gpushare-runtime)" if node.containerd \
+                else "plain processes (no root or no containerd here)"
+            say(f"node {node.name} up: {self.settings.gpus} fake cards, kernel stand-in, containers as {mode}")
+        waits = [self._start_shadow_controller()]
+        waits += [wait for node in self.nodes for wait in self._start_services(node)]
+        await asyncio.gather(*waits)
+        say("every service ready", processes=len(self.children))
+
+    async def _start_nats(self) -> None:
+        binary = shutil.which("nats-server")
+        if binary is None:
+            raise ChildError("nats-server", "not installed (make deps installs it)")
+        store = self.run_dir / "nats"
+        argv = [binary, "-a", "127.0.0.1", "-p", str(self.nats_port), "-js", "-sd", str(store)]
+        await wait_port(self.nats_port, self._child("nats-server", argv))
+
+    async def _start_apiserver(self) -> None:
+        port = free_port()
+        argv = [sys.executable, "-m", "gpushare_sim.apiserver", "--port", str(port),
+                "--kubeconfig", str(self.kubeconfig)]  # fmt: skip
+        await wait_port(port, self._child("apiserver", argv))
+
+    async def _start_node(self, name: str, schedule: bool) -> Node:
+        kdir = self.run_dir / f"k{len(self.nodes) + 1}"
+        (kdir / "hook").mkdir(parents=True)
+        cmd, hook = kdir / "cmd.sock", kdir / "hook" / "hook.sock"
+        kernel = self._child(f"kernel@{name}", [sys.executable, "-m", "gpushare_sim.kernel", "--socket",
+                             str(cmd), "--hook-socket", str(hook),
+                             "--timeout-ms", str(self.settings.kernel_timeout_ms)])  # fmt: skip
+        await wait_path(hook, kernel)
+        port = free_port()
+        argv = [sys.executable, "-m", "gpushare_sim.node", "--name", name, "--api", str(self.kubeconfig),
+                "--dir", str(self.run_dir), "--gpus", str(self.settings.gpus), "--port", str(port),
+                "--exporter-port", str(free_port()), "--containerd", self.settings.containerd,
+                "--kmod-socket", str(hook), *(["--schedule"] if schedule else [])]  # fmt: skip
+        sim = self._child(f"node@{name}", argv, http=f"http://127.0.0.1:{port}")
+        node = Node(name, self.run_dir / name, kernel, sim, cmd, hook)
+        await wait_path(node.dir / "endpoints.json", sim, timeout=120)
+        await sim.wait_ready()
+        node.endpoints = json.loads((node.dir / "endpoints.json").read_text())
+        self.nodes.append(node)
+        return node
+
+    def _start_services(self, node: Node) -> list[Awaitable[None]]:
+        """Start the node's services at once (they wait for each other); one readiness wait each."""
+        waits = []
+        for service, module, extra in node_services(self, node):
+            port = free_port()
+            env = self.env(GPUSHARE_NODE_NAME=node.name, GPUSHARE_HTTP_HOST="127.0.0.1",
+                           GPUSHARE_HTTP_PORT=str(port), GPUSHARE_NATS_URL=self.nats_url,
+                           GPUSHARE_NATS_STREAM_MAX_BYTES=str(256 << 20),
+                           GPUSHARE_KUBE_KUBECONFIG=str(self.kubeconfig), **extra)  # fmt: skip
+            child = self._child(f"{service}@{node.name}", [sys.executable, "-m", module], env,
+                                f"http://127.0.0.1:{port}")  # fmt: skip
+            waits.append(self._ready(child, f"{service} ready on {node.name}"))
+        return waits
+
+    async def _ready(self, child: Child, text: str, path: str = "/readyz") -> None:
+        await child.wait_ready(path, timeout=120)
+        self.timeline.step(text, status=f"{child.http}/status")
+
+    async def _start_shadow_controller(self) -> None:
+        port = free_port()
+        env = self.env(GPUSHARE_HTTP_HOST="127.0.0.1", GPUSHARE_HTTP_PORT=str(port),
+                       GPUSHARE_KUBE_KUBECONFIG=str(self.kubeconfig), **shadow_controller(self))  # fmt: skip
+        child = self._child("shadow-controller", [sys.executable, "-m", "gpushare_shadow_controller"],
+                            env, f"http://127.0.0.1:{port}")  # fmt: skip
+        idle = self.settings.services.idle_timeout_s
+        await self._ready(child, f"shadow-controller ready (ShadowPod idle timeout {idle}s)", "/healthz")
+
+    # --- use --------------------------------------------------------------
+
+    def child(self, name: str) -> Child:
+        return self.children[name]
+
+    def service(self, service: str, node: str = "") -> Child:
+        return self.children[f"{service}@{node or self.nodes[0].name}"]
+
+    def check(self) -> None:
+        """Raise :class:`ChildError` when any part has died."""
+        for child in self.children.values():
+            child.check_running()
+
+    def status_endpoints(self) -> dict[str, str]:
+        return {name: f"{c.http}/status" for name, c in self.children.items() if c.http}
+
+    async def restart(self, name: str) -> None:
+        """Stop and start one part again (same port, settings and, for NATS, store)."""
+        child = self.children[name]
+        await asyncio.to_thread(child.restart)
+        if name == "nats-server":
+            await wait_port(self.nats_port, child)
+        elif child.http:
+            await child.wait_ready("/healthz" if name == "shadow-controller" else "/readyz")
+
+    # --- stop -------------------------------------------------------------
+
+    async def stop(self) -> None:
+        """Stop every part in reverse order (nodes stop their containers and containerd)."""
+        for name in reversed(list(self.children)):
+            child = self.children[name]
+            if child.proc is not None:
+                await asyncio.to_thread(child.stop, 30.0 if name.startswith("node@") else 10.0)
+        if self.children:
+            self.timeline.step("everything stopped", processes=len(self.children))
+        self.children.clear()
+        if not self.settings.keep_dir:
+            await asyncio.to_thread(_remove_tree, self.run_dir)
+
+
+def _remove_tree(path: Path) -> None:
+    """Remove the run directory, unmounting anything a crashed part left mounted under it."""
+    with contextlib.suppress(OSError):
+        mounts = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()]
+        for mount in sorted((m for m in mounts if m.startswith(str(path) + "/")), reverse=True):
+            subprocess.run(["umount", "-l", mount], capture_output=True, check=False)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def describe(obj: Any) -> str:
+    return json.dumps(obj, indent=1, default=str)

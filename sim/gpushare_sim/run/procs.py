@@ -1,0 +1,159 @@
+"""Child processes of the local cluster: one process group and one log file each.
+
+A :class:`Child` is started in its own session (so a signal to its group
+reaches whatever it started, e.g. ``ctr`` helpers) with stdout and stderr in
+``<logs>/<name>.log``. ``stop()`` sends SIGTERM to the group, waits, then
+SIGKILLs what is left; it is safe to call twice. ``restart()`` stops and
+starts it again with the same command and environment (fault injection).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class ChildError(RuntimeError):
+    """A child exited or did not become ready; carries the tail of its log."""
+
+    def __init__(self, name: str, reason: str, log_tail: str = "") -> None:
+        self.name = name
+        self.reason = reason
+        self.log_tail = log_tail
+        super().__init__(f"{name}: {reason}" + (f"\n--- {name} log tail ---\n{log_tail}" if log_tail else ""))
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def http_json(url: str, timeout: float = 2.0, method: str = "GET") -> Any:
+    """GET (or POST) ``url`` and decode a JSON body; OSError when unreachable."""
+    request = urllib.request.Request(url, method=method)
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        body = response.read().decode()
+    return json.loads(body) if body[:1] in "{[" else body
+
+
+@dataclass
+class Child:
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    log_path: Path
+    http: str = ""  # base URL of its /healthz, /readyz, /status ("" when it has none)
+    proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    starts: int = 0
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid if self.proc is not None else 0
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self) -> Child:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as out:
+            out.write(f"--- start {time.strftime('%H:%M:%S')} {' '.join(self.argv)}\n".encode())
+            out.flush()
+            self.proc = subprocess.Popen(self.argv, env=self.env, stdout=out, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+        self.starts += 1
+        return self
+
+    def tail(self, lines: int = 25) -> str:
+        with contextlib.suppress(OSError):
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        return ""
+
+    def check_running(self) -> None:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise ChildError(self.name, f"exited with status {self.proc.returncode}", self.tail())
+
+    def stop(self, timeout: float = 10.0) -> int | None:
+        proc = self.proc
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            _signal_group(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                _signal_group(proc.pid, signal.SIGKILL)
+                proc.wait(5)
+        _signal_group(proc.pid, signal.SIGKILL)  # helpers it left in its group
+        self.proc = None
+        return proc.returncode
+
+    def restart(self, timeout: float = 10.0) -> None:
+        self.stop(timeout)
+        self.start()
+
+    async def wait_ready(self, path: str = "/readyz", timeout: float = 60.0) -> None:
+        """Wait until ``<http><path>`` answers 200 (or, without HTTP, until ``probe`` holds)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.check_running()
+            if await asyncio.to_thread(_answers, self.http + path):
+                return
+            if time.monotonic() > deadline:
+                raise ChildError(self.name, f"{self.http}{path} not ready within {timeout:.0f}s", self.tail())
+            await asyncio.sleep(0.1)
+
+    def rss_bytes(self) -> int:
+        """Resident memory of the process (0 when it is not running)."""
+        if not self.alive():
+            return 0
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        return 0
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1.0) as response:
+            return int(response.status) == 200
+    except (OSError, urllib.error.HTTPError):
+        return False
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+async def wait_path(path: Path, child: Child, timeout: float = 60.0) -> None:
+    """Wait until ``path`` exists while ``child`` keeps running."""
+    deadline = time.monotonic() + timeout
+    while not await asyncio.to_thread(path.exists):
+        child.check_running()
+        if time.monotonic() > deadline:
+            raise ChildError(child.name, f"{path} did not appear within {timeout:.0f}s", child.tail())
+        await asyncio.sleep(0.05)
+
+
+async def wait_port(port: int, child: Child, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        child.check_running()
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+            return
+        if time.monotonic() > deadline:
+            raise ChildError(child.name, f"port {port} not listening within {timeout:.0f}s", child.tail())
+        await asyncio.sleep(0.05)
