@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import socket
 import threading
@@ -42,8 +43,11 @@ def kubeconfig(url: str, name: str = "gpushare-sim") -> dict[str, object]:
 
 
 def write_kubeconfig(path: Path, url: str) -> Path:
+    """Write atomically: whoever waits for the file never reads half of it."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(kubeconfig(url), sort_keys=False))
+    partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    partial.write_text(yaml.safe_dump(kubeconfig(url), sort_keys=False))
+    partial.replace(path)
     return path
 
 
