@@ -5,16 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 
 import pytest
+from gpushare_common.adapters.kube import Kube
 from gpushare_common.bus import Bus
 from gpushare_common.events import AnyEvent, KmodCommand, KmodReply
-from gpushare_common.settings import NatsSettings
+from gpushare_common.settings import KubeSettings, NatsSettings
 
 from tests.runtime.conftest import containerd, rootfs  # noqa: F401  (fixtures)
-from tests.support.kubeapi import kube_api  # noqa: F401  (fixture)
+from tests.support.kubeapi import KubeApi, kube_api  # noqa: F401  (fixture)
 
 NODE = "node-a"
 
@@ -35,6 +36,13 @@ class FakeBridge:
 
     def ops(self, op: str) -> list[KmodCommand]:
         return [c for _, c in self.commands if c.op == op]
+
+
+@pytest.fixture
+def kube(kube_api: KubeApi) -> Iterator[Kube]:  # noqa: F811
+    client = Kube(KubeSettings(kubeconfig=str(kube_api.kubeconfig)))
+    yield client
+    client.api.close()
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import json
 import urllib.request
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -23,7 +23,7 @@ from gpushare_common.events import (
     SpotEvent,
     event_tag,
 )
-from gpushare_common.settings import KubeSettings, NatsSettings
+from gpushare_common.settings import NatsSettings
 from gpushare_sim.containerd import Containerd
 from gpushare_solver import app
 from gpushare_solver.settings import SolverSettings
@@ -35,13 +35,6 @@ from tests.support.kubeapi import KubeApi
 pytestmark = pytest.mark.containerd
 OWNER = "dev/alice"
 BORROWERS = {"spot/b1": ["b1-main", "b1-side"], "spot/b2": ["b2-main"]}
-
-
-@pytest.fixture
-def kube(kube_api: KubeApi) -> Iterator[Kube]:
-    client = Kube(KubeSettings(kubeconfig=str(kube_api.kubeconfig)))
-    yield client
-    client.api.close()
 
 
 @contextlib.asynccontextmanager

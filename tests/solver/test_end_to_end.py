@@ -1,0 +1,84 @@
+"""Owner back end to end: the owner's GPU call blocks in the kernel stand-in, the real kmod-bridge
+publishes the owner-back event, the solver kills and evicts the borrowers (real containerd, API
+emulator) and releases the owner, whose call then returns."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from gpushare_common.adapters.kube import Kube
+from gpushare_common.events import EvictionRecord, GenericEvent, LowPowerEvent, SpotEvent
+from gpushare_common.settings import NatsSettings
+from gpushare_kmod_bridge.app import Service as BridgeService
+from gpushare_kmod_bridge.resolver import ContainerProcs
+from gpushare_sim.containerd import Containerd
+from gpushare_sim.kernel import KernelStandIn
+from gpushare_solver import app
+from gpushare_solver.adapters.containerd import Tasks
+
+from tests.kmod_bridge.conftest import ioctl, kernel, sock_dir  # noqa: F401  (fixtures)
+from tests.kmod_bridge.test_service import FixedSource, bridge_settings
+from tests.solver.conftest import NODE, wait_for
+from tests.solver.test_integration import Recorder
+from tests.solver.world import NAMESPACE, World, client_bus, common_settings, solver_settings
+from tests.support.kubeapi import KubeApi
+
+pytestmark = [pytest.mark.containerd, pytest.mark.slow]
+OWNER = "dev/alice"
+
+
+@contextlib.asynccontextmanager
+async def kmod_bridge(nats: NatsSettings, kubeconfig: Path, stand_in: KernelStandIn,
+                      owner: ContainerProcs) -> AsyncIterator[BridgeService]:
+    service = BridgeService(common_settings(nats, kubeconfig, NODE), bridge_settings(stand_in),
+                            sources=[FixedSource(owner)])
+    try:
+        await service.start()
+        await asyncio.wait_for(service.link.registered.wait(), 5)
+        yield service
+    finally:
+        await service.stop()
+
+
+async def test_owner_call_blocks_until_borrowers_are_gone(
+    nats_settings: NatsSettings, kube_api: KubeApi, kube: Kube, containerd: Containerd, rootfs: Path,
+    kernel: KernelStandIn,  # noqa: F811
+) -> None:
+    async with client_bus(nats_settings) as bus:
+        world = World(containerd, rootfs, kube, bus, NODE)
+        await world.add_pod(OWNER, ["alice-main"])
+        await world.add_pod("spot/b1", ["b1-main"])
+        async with Tasks(str(containerd.address), NAMESPACE) as tasks:
+            owner_pid = await tasks.pid("alice-main")
+        pidns = os.stat(f"/proc/{owner_pid}/ns/pid").st_ino
+        owner = ContainerProcs("alice-main", (owner_pid,), OWNER, "c0")
+        records = Recorder()
+        await bus.subscribe(bus.subjects.eviction(NODE), records)
+        stop = asyncio.Event()
+        async with kmod_bridge(nats_settings, kube_api.kubeconfig, kernel, owner), \
+                app.started(common_settings(nats_settings, kube_api.kubeconfig, NODE),
+                            solver_settings(containerd), stop, pods=kube) as running:
+            for event in (
+                GenericEvent(node=NODE, pod=OWNER, container="c0", vendor_resource="nvidia.com/gpu",
+                             state="using", devices=("GPU-0",), lendable=True),
+                LowPowerEvent(node=NODE, owner=OWNER, using=False, devices=("GPU-0",)),
+                SpotEvent(node=NODE, pod="spot/b1", container="c0", state="using", devices=("spot-GPU-0",)),
+            ):
+                await world.publish(type(event).__struct_config__.tag, event)  # type: ignore[attr-defined]
+            await wait_for(lambda: running.solver.state.borrowers() == {"spot-GPU-0": "spot/b1"},
+                           what="the card lent")
+            blocked_ms = await asyncio.wait_for(ioctl(kernel.hook_path, pidns, pid=owner_pid), 10)
+            assert blocked_ms < 2000, "the owner must be released well before the kernel's timeout"
+            assert world.task_status("b1-main") == "STOPPED"
+            assert world.task_status("alice-main") == "RUNNING"
+            await wait_for(lambda: len(records.events) == 1, what="the eviction record")
+            record = records.of(EvictionRecord)[0]
+            assert (record.pod, record.reason, record.owner) == ("spot/b1", "owner-back", OWNER)  # type: ignore[attr-defined]
+            assert not await world.pod_exists("spot/b1")
+            assert running.solver.state.health == {"spot-GPU-0": "Unhealthy"}
+            stop.set()
