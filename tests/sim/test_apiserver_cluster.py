@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -166,3 +167,35 @@ def test_status_endpoint(kube_api: KubeApi) -> None:
         status = json.loads(answer.read())
     assert status["objects"] == {"pods": 2}
     assert status["resourceVersion"] == 3 and status["history"] == 2
+
+
+def test_openapi_tells_kubectl_the_server_validates_fields(kube_api: KubeApi) -> None:
+    with urllib.request.urlopen(f"{kube_api.url}/openapi/v3", timeout=LIMIT) as answer:
+        index = json.loads(answer.read())
+    url = index["paths"]["api/v1"]["serverRelativeURL"]
+    with urllib.request.urlopen(f"{kube_api.url}{url}", timeout=LIMIT) as answer:
+        document = json.loads(answer.read())
+    patch = document["paths"]["/api/v1/namespaces/{namespace}/pods/{name}"]["patch"]
+    assert patch["x-kubernetes-group-version-kind"] == {"group": "", "version": "v1", "kind": "Pod"}
+    assert {"name": "fieldValidation", "in": "query", "schema": {"type": "string"}} in patch["parameters"]
+    assert "apis/coordination.k8s.io/v1" in index["paths"]
+
+
+def test_kubectl_apply_get_and_strict_fields(kube_api: KubeApi) -> None:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is not installed (optional: only this compatibility check uses it)")
+    manifest = ("apiVersion: v1\nkind: Pod\nmetadata: {name: p1, labels: {app: web}}\n"
+                "spec: {containers: [{name: main, image: busybox}]}\n")
+
+    def run(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+        return subprocess.run([kubectl, "--kubeconfig", str(kube_api.kubeconfig), *args],
+                              input=stdin, capture_output=True, text=True, timeout=60, check=False)
+
+    assert run("apply", "-f", "-", stdin=manifest).returncode == 0
+    assert run("apply", "-f", "-", stdin=manifest.replace("web", "api")).returncode == 0
+    labels = run("get", "pod", "p1", "-o", "jsonpath={.metadata.labels.app}")
+    assert labels.stdout == "api"
+    typo = run("create", "-f", "-", stdin=manifest.replace("p1", "p2").replace("image:", "imag:"))
+    assert typo.returncode != 0 and 'unknown field "spec.containers[0].imag"' in typo.stderr
+    assert run("delete", "pod", "p1", "--wait=false").returncode == 0

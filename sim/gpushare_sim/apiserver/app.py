@@ -125,6 +125,15 @@ def build_app(store: Store, settings: ApiSettings, address: Callable[[], str]) -
     async def version(request: Request) -> Response:
         return json_response(discovery.VERSION_INFO)
 
+    async def openapi_index(request: Request) -> Response:
+        return json_response(discovery.openapi_index())
+
+    async def openapi_document(request: Request) -> Response:
+        found = discovery.openapi_document(request.path_params["path"].strip("/"))
+        if found is None:
+            return error_response(ApiError(404, "no OpenAPI document for that group version"))
+        return json_response(found)
+
     async def status(request: Request) -> Response:
         return json_response(store.status())
 
@@ -133,6 +142,8 @@ def build_app(store: Store, settings: ApiSettings, address: Callable[[], str]) -
         PathRoute("/readyz", _ok),
         PathRoute("/livez", _ok),
         PathRoute("/status", status),
+        PathRoute("/openapi/v3", openapi_index),
+        PathRoute("/openapi/v3/{path:path}", openapi_document),
         PathRoute("/version", version),
         PathRoute("/version/", version),
         PathRoute("/api", core_versions),

@@ -83,3 +83,43 @@ def group(name: str) -> dict[str, Any] | None:
     if not any(k.group == name for k in KINDS):
         return None
     return {"kind": "APIGroup", "apiVersion": "v1", **_group(name)}
+
+
+def _gvk(kind: Kind) -> dict[str, str]:
+    return {"group": kind.group, "version": kind.version, "kind": kind.kind}
+
+
+def _gv_path(group: str, version: str) -> str:
+    return f"apis/{group}/{version}" if group else f"api/{version}"
+
+
+def openapi_index() -> dict[str, Any]:
+    """/openapi/v3: one document per group version."""
+    versions = sorted({(k.group, k.version) for k in KINDS})
+    return {
+        "paths": {
+            _gv_path(g, v): {"serverRelativeURL": f"/openapi/v3/{_gv_path(g, v)}"} for g, v in versions
+        }
+    }
+
+
+def openapi_document(path: str) -> dict[str, Any] | None:
+    """A minimal OpenAPI v3 document for a group version: each object path with the
+    GVK of its PATCH operation and the `fieldValidation` parameter, which tells kubectl
+    that the server validates fields itself (it then needs no schemas)."""
+    kinds = [k for k in KINDS if _gv_path(k.group, k.version) == path]
+    if not kinds:
+        return None
+    parameter = {"name": "fieldValidation", "in": "query", "schema": {"type": "string"}}
+    paths = {}
+    for kind in kinds:
+        prefix = f"/{path}/namespaces/{{namespace}}" if kind.namespaced else f"/{path}"
+        operation = {"x-kubernetes-group-version-kind": _gvk(kind), "parameters": [parameter]}
+        paths[f"{prefix}/{kind.plural}/{{name}}"] = {"patch": operation, "put": operation}
+        paths[f"{prefix}/{kind.plural}"] = {"post": operation}
+    return {
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes", "version": VERSION_INFO["gitVersion"]},
+        "paths": paths,
+        "components": {"schemas": {}},
+    }
