@@ -1,0 +1,12 @@
+"""The end-to-end scenarios, as async functions of a running cluster (``make run`` and tests/e2e).
+
+Importing this package registers every scenario in :data:`SCENARIOS`, in the
+order ``make run`` plays them.
+"""
+
+from __future__ import annotations
+
+from gpushare_sim.scenarios import dind, sharegpu  # noqa: F401  (registers, in play order)
+from gpushare_sim.scenarios.kit import SCENARIOS, Scenario, ScenarioError, play
+
+__all__ = ["SCENARIOS", "Scenario", "ScenarioError", "play"]

@@ -1,0 +1,246 @@
+"""What every scenario uses: the API client, the bus, pod bodies, waits, narration.
+
+A scenario is ``async def scenario(s: Scenario) -> str`` (the returned text is
+its one-line summary); it raises :class:`ScenarioError` (or a timeout) when
+the system does not do what it should. Each scenario works in its own
+namespace; :func:`play` deletes what is left there afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from gpushare_common import events
+from gpushare_common.adapters.kube import Kube, KubeError, NotFound
+from gpushare_common.bus import Bus
+from gpushare_common.settings import KubeSettings, NatsSettings
+
+from gpushare_sim.run.cluster import Cluster
+from gpushare_sim.run.narrate import Timeline
+
+T = TypeVar("T")
+Obj = dict[str, Any]
+GPU = "nvidia.com/gpu"
+SHADOW_SELECTOR = "gpushare.k8s.io/pod-description=shadow-pod"
+# every container lists its device nodes (name major,minor) into its report directory, then waits
+LIST_DEVICES = ["sh", "-c", "ls -l /dev > /run/gpuload/devs; exec sleep 3600"]
+
+
+class ScenarioError(AssertionError):
+    """The system did not do what the scenario expects; the message says what and where."""
+
+
+@dataclass
+class Scenario:
+    name: str
+    cluster: Cluster
+    timeline: Timeline
+    kube: Kube
+    bus: Bus
+    evictions: list[events.EvictionRecord] = field(default_factory=list)
+    seen: set[str] = field(default_factory=set)  # ShadowPods seen
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def namespace(self) -> str:
+        return self.name
+
+    def say(self, text: str, **keys: object) -> None:
+        self.timeline.step(f"[{self.name}] {text}", **keys)
+
+    def warn(self, text: str, **keys: object) -> None:
+        """Something worth knowing that does not fail the scenario (listed in the summary)."""
+        self.warnings.append(text)
+        self.say(f"WARNING: {text}", **keys)
+
+    def hop(self, name: str, seconds: float) -> None:
+        self.timeline.hop(self.name, name, seconds)
+
+    # --- pods -------------------------------------------------------------
+
+    async def create(self, body: Obj) -> Obj:
+        return await self.kube.create_pod(self.namespace, body)
+
+    async def pod(self, name: str) -> Obj | None:
+        try:
+            return await self.kube.get_pod(self.namespace, name)
+        except NotFound:
+            return None
+
+    async def pods(self, label_selector: str = "") -> list[Obj]:
+        items, _ = await self.kube.list_pods(self.namespace, label_selector=label_selector)
+        return items
+
+    async def shadow_pods(self, alive: bool = True) -> list[Obj]:
+        found = await self.pods(SHADOW_SELECTOR)
+        return [p for p in found if not alive or not p["metadata"].get("deletionTimestamp")]
+
+    async def delete(self, name: str) -> None:
+        try:
+            await self.kube.delete_pod(self.namespace, name, grace_seconds=0)
+        except NotFound:
+            return
+
+    async def wait_running(self, name: str, timeout: float = 60.0) -> Obj:
+        async def probe() -> Obj | None:
+            pod = await self.pod(name)
+            if pod is not None and phase(pod) == "Failed":
+                raise ScenarioError(f"pod {self.namespace}/{name} failed: {pod.get('status')}")
+            return pod if pod is not None and phase(pod) == "Running" else None
+
+        return await wait_until(probe, timeout, f"pod {self.namespace}/{name} Running", self.cluster)
+
+    async def wait_gone(self, name: str, timeout: float = 60.0) -> None:
+        async def probe() -> bool:
+            return await self.pod(name) is None
+
+        await wait_until(probe, timeout, f"pod {self.namespace}/{name} gone", self.cluster)
+
+    def node_dir(self, pod: Obj) -> Path:
+        return self.cluster.run_dir / str(pod["spec"].get("nodeName", ""))
+
+    async def devices_seen(self, name: str, container: str = "main", timeout: float = 30.0) -> list[str]:
+        """The GPU device nodes inside a running container: ``nvidiaN=major,minor`` each."""
+        pod = await self.wait_running(name, timeout)
+        path = self.node_dir(pod) / "util" / self.namespace / name / container / "devs"
+        text = await wait_until(lambda: _read(path), timeout, f"{name}/{container} device list", self.cluster)
+        return gpu_devices(text)
+
+
+def phase(pod: Obj | None) -> str:
+    return str(((pod or {}).get("status") or {}).get("phase", ""))
+
+
+def gpu_devices(ls_output: str) -> list[str]:
+    """``nvidiaN=major,minor`` for each GPU device node in ``ls -l /dev`` output."""
+    found = []
+    for line in ls_output.splitlines():
+        parts = line.replace(",", " , ").split()
+        if not parts or not parts[0].startswith("c") or not parts[-1].startswith("nvidia"):
+            continue
+        if parts[-1] in ("nvidiactl", "nvidia-uvm"):
+            continue
+        comma = parts.index(",")
+        found.append(f"{parts[-1]}={parts[comma - 1]},{parts[comma + 1]}")
+    return sorted(found)
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text() or None
+    except OSError:
+        return None
+
+
+def container(name: str, command: list[str] | None = None, limits: dict[str, str] | None = None) -> Obj:
+    body: Obj = {"name": name, "image": "busybox", "resources": {"limits": dict(limits or {})}}
+    if command:
+        body["command"] = command
+    return body
+
+
+def pod_body(name: str, containers: list[Obj], annotations: dict[str, str] | None = None,
+             labels: dict[str, str] | None = None) -> Obj:  # fmt: skip
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "annotations": dict(annotations or {}), "labels": dict(labels or {})},
+        "spec": {"containers": containers, "restartPolicy": "Never", "terminationGracePeriodSeconds": 0},
+    }  # fmt: skip
+
+
+async def wait_until(probe: Callable[[], T | None] | Callable[[], Awaitable[T | None]], timeout: float,
+                     what: str, cluster: Cluster | None = None, interval: float = 0.05) -> T:  # fmt: skip
+    """Poll ``probe`` until it returns something truthy; a clear TimeoutError naming ``what``.
+    Fails at once when a part of ``cluster`` died meanwhile."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return value  # type: ignore[return-value]
+        if cluster is not None:
+            cluster.check()
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        await asyncio.sleep(interval)
+
+
+# --- running scenarios -----------------------------------------------------------
+
+SCENARIOS: dict[str, Callable[[Scenario], Awaitable[str]]] = {}
+
+
+def scenario(name: str) -> Callable[[Callable[[Scenario], Awaitable[str]]], Callable[[Scenario], Awaitable[str]]]:
+    def register(fn: Callable[[Scenario], Awaitable[str]]) -> Callable[[Scenario], Awaitable[str]]:
+        SCENARIOS[name] = fn
+        return fn
+
+    return register
+
+
+async def open_clients(cluster: Cluster, stack: AsyncExitStack) -> tuple[Kube, Bus]:
+    kube = Kube(KubeSettings(kubeconfig=str(cluster.kubeconfig)))
+    stack.callback(kube.api.close)
+    bus = Bus(NatsSettings(url=cluster.nats_url, reconnect_wait_s=0.2), "sim-run")
+    await bus.connect()
+    stack.push_async_callback(bus.drain)
+    return kube, bus
+
+
+async def play_one(name: str, cluster: Cluster, timeline: Timeline, kube: Kube, bus: Bus) -> bool:
+    s = Scenario(name, cluster, timeline, kube, bus)
+    subs = [await bus.subscribe(bus.subjects.eviction(n.name), _collect(s)) for n in cluster.nodes]
+    started = time.monotonic()
+    timeline.step(f"=== scenario {name}")
+    try:
+        detail = await SCENARIOS[name](s)
+    except Exception as err:  # a failed scenario is reported; the others still run
+        timeline.result(name, False, time.monotonic() - started, f"{type(err).__name__}: {err}")
+        return False
+    else:
+        warned = "; ".join(f"WARNING: {w}" for w in s.warnings)
+        timeline.result(name, True, time.monotonic() - started, f"{detail}; {warned}" if warned else detail)
+        return True
+    finally:
+        for sub in subs:
+            await sub.unsubscribe()
+        await clean_namespace(s)
+
+
+def _collect(s: Scenario) -> Callable[[events.AnyEvent], Awaitable[None]]:
+    async def on_eviction(event: events.AnyEvent) -> None:
+        if isinstance(event, events.EvictionRecord):
+            s.evictions.append(event)
+
+    return on_eviction
+
+
+async def clean_namespace(s: Scenario) -> None:
+    """Delete every pod left in the scenario's namespace and wait until they are gone."""
+    try:
+        for pod in await s.pods():
+            await s.delete(pod["metadata"]["name"])
+        await wait_until(lambda: _none_left(s), 60, f"namespace {s.namespace} empty")
+    except (KubeError, TimeoutError) as err:
+        s.say(f"clean-up incomplete: {err}")
+
+
+async def _none_left(s: Scenario) -> bool:
+    return not await s.pods()
+
+
+async def play(cluster: Cluster, timeline: Timeline, names: list[str]) -> bool:
+    """Play ``names`` in order on a running cluster; True when every one passed."""
+    if not names:
+        return True
+    async with AsyncExitStack() as stack:
+        kube, bus = await open_clients(cluster, stack)
+        results = [await play_one(name, cluster, timeline, kube, bus) for name in names]
+    return all(results)
