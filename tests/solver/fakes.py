@@ -59,7 +59,11 @@ class FakeTasks:
     failures: int = 0  # the next calls that fail as if containerd were down
     calls: int = 0
 
-    async def kill_all(self, container_ids: list[str], timeout_s: float) -> list[TaskExit]:
+    async def pids(self, container_ids: list[str]) -> dict[str, int]:
+        return {}
+
+    async def kill_all(self, container_ids: list[str], timeout_s: float,
+                       pids: dict[str, int] | None = None) -> list[TaskExit]:
         self.calls += 1
         if self.failures > 0:
             self.failures -= 1

@@ -31,7 +31,10 @@ class PodApi(Protocol):
 
 
 class TaskApi(Protocol):
-    async def kill_all(self, container_ids: list[str], timeout_s: float) -> list[TaskExit]: ...
+    async def kill_all(self, container_ids: list[str], timeout_s: float,
+                       pids: dict[str, int] | None = None) -> list[TaskExit]: ...
+
+    async def pids(self, container_ids: list[str]) -> dict[str, int]: ...
 
 
 class Outbox(Protocol):

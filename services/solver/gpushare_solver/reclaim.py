@@ -15,6 +15,7 @@ solver resumes at the step it stopped):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import time
 from collections.abc import Awaitable, Callable
@@ -66,6 +67,7 @@ class Reclaimer:
         self.subject = eviction_subject
         self.metrics = metrics
         self.known: dict[str, list[str]] = {}  # borrower pod -> container ids seen earlier
+        self.pids: dict[str, int] = {}  # container id -> init pid seen earlier (checked before use)
         self.after_kill: Callable[[], Awaitable[None]] | None = None  # a test's hook
 
     async def run(self, action: Reclaim, progress: ReclaimProgress, trigger_id: str,
@@ -86,8 +88,14 @@ class Reclaimer:
         uid, ids = await self._containers(pod)
         if ids:
             self.known[pod] = ids
+            with contextlib.suppress(ContainerdError):
+                self.pids.update(await self.tasks.pids(ids))
         elif not uid:
             self.known.pop(pod, None)
+
+    def forget(self, pod: str) -> None:
+        for container_id in self.known.pop(pod, []):
+            self.pids.pop(container_id, None)
 
     async def _kill(self, action: Reclaim, progress: ReclaimProgress, received: float, save: Save) -> None:
         """Kill the containers known ahead at once while the pods are read; kill any container
@@ -96,7 +104,8 @@ class Reclaimer:
         start = time.perf_counter()
         all_known = all(pod in self.known for pod in action.pods)
         ahead = [c for pod in action.pods for c in self.known.get(pod, [])]
-        kills = [asyncio.ensure_future(self.tasks.kill_all(ahead, self.settings.kill_timeout_s))]
+        pids = {c: self.pids.pop(c) for c in ahead if c in self.pids}
+        kills = [asyncio.ensure_future(self.tasks.kill_all(ahead, self.settings.kill_timeout_s, pids))]
         if all_known:  # the pods are read after the release: reading threads would slow both down
             await self._release_when_dead(kills[0], action, progress, received)
         reading = asyncio.gather(*(self._containers(pod) for pod in action.pods))

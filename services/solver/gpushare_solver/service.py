@@ -151,6 +151,8 @@ class Solver:
             self.metrics.events.labels(tag, "applied").inc()
             if isinstance(event, SpotEvent) and event.state == "using" and not actions:
                 await self._learn(event.pod)
+            elif isinstance(event, SpotEvent) and event.state == "cleared":
+                self.reclaimer.forget(event.pod)
 
     async def _learn(self, pod: str) -> None:
         try:

@@ -152,7 +152,18 @@ class Tasks:
             raise _translate(err, f"get task {container_id}") from None
         return int(reply.process.pid) if reply.process.status == types_pb2.RUNNING else 0
 
-    async def kill_and_wait(self, container_id: str, timeout_s: float, sweep: bool = True) -> TaskExit:
+    async def pids(self, container_ids: list[str]) -> dict[str, int]:
+        """The init pid of each running task (tasks not found or not running are left out)."""
+        async def one(container_id: str) -> int:
+            with contextlib.suppress(ContainerdError):
+                return await self.pid(container_id)
+            return 0
+
+        found = await asyncio.gather(*(one(c) for c in container_ids))
+        return {c: pid for c, pid in zip(container_ids, found, strict=True) if pid > 0}
+
+    async def kill_and_wait(self, container_id: str, timeout_s: float, sweep: bool = True,
+                            pid: int = 0) -> TaskExit:
         """SIGKILL every process of the container and wait for the task to exit.
 
         With ``direct`` the init process is signalled at once (see :mod:`.signals`) and
@@ -163,9 +174,11 @@ class Tasks:
         start = time.perf_counter()
         waiter = asyncio.ensure_future(self.wait(container_id, timeout_s))
         sent = False
-        if self.direct:
-            with contextlib.suppress(ContainerdError):
-                sent = kill_init(await self.pid(container_id), container_id)
+        if self.direct:  # a pid learnt earlier is checked against the cgroup before the signal
+            sent = kill_init(pid, container_id)
+            if not sent:
+                with contextlib.suppress(ContainerdError):
+                    sent = kill_init(await self.pid(container_id), container_id)
         killer = None if sent else asyncio.ensure_future(self._kill_quietly(container_id))
         try:
             status: int | None = await waiter
@@ -199,10 +212,12 @@ class Tasks:
         except ContainerdError as err:
             log.warning("containerd kill failed", container=container_id, error=str(err))
 
-    async def kill_all(self, container_ids: list[str], timeout_s: float) -> list[TaskExit]:
+    async def kill_all(self, container_ids: list[str], timeout_s: float,
+                       pids: dict[str, int] | None = None) -> list[TaskExit]:
         """Kill every container in parallel and wait for all of them (errors propagate); the
         sweeps of directly signalled containers start once every task has exited."""
-        exits = list(await asyncio.gather(*(self.kill_and_wait(c, timeout_s, sweep=False)
+        known = pids or {}
+        exits = list(await asyncio.gather(*(self.kill_and_wait(c, timeout_s, False, known.get(c, 0))
                                             for c in container_ids)))
         self.sweep([e.container_id for e in exits if e.direct])
         return exits
