@@ -106,7 +106,7 @@ class Cluster:
             mode = "real containers (private containerd + runc + gpushare-runtime)" if node.containerd \
                 else "plain processes (no root or no containerd here)"
             say(f"node {node.name} up: {self.settings.gpus} fake cards, kernel stand-in, containers as {mode}")
-        waits = [self._start_shadow_controller()]
+        waits: list[Awaitable[None]] = [self._start_shadow_controller()]
         waits += [wait for node in self.nodes for wait in self._start_services(node)]
         await asyncio.gather(*waits)
         say("every service ready", processes=len(self.children))
@@ -148,7 +148,7 @@ class Cluster:
 
     def _start_services(self, node: Node) -> list[Awaitable[None]]:
         """Start the node's services at once (they wait for each other); one readiness wait each."""
-        waits = []
+        waits: list[Awaitable[None]] = []
         for service, module, extra in node_services(self, node):
             port = free_port()
             env = self.env(GPUSHARE_NODE_NAME=node.name, GPUSHARE_HTTP_HOST="127.0.0.1",

@@ -9,12 +9,13 @@ namespace; :func:`play` deletes what is left there afterwards.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 from gpushare_common import events
 from gpushare_common.adapters.kube import Kube, KubeError, NotFound
@@ -44,6 +45,7 @@ class Scenario:
     kube: Kube
     bus: Bus
     evictions: list[events.EvictionRecord] = field(default_factory=list)
+    owner_backs: list[events.OwnerBackEvent] = field(default_factory=list)
     seen: set[str] = field(default_factory=set)  # ShadowPods seen
     warnings: list[str] = field(default_factory=list)
 
@@ -154,17 +156,23 @@ def pod_body(name: str, containers: list[Obj], annotations: dict[str, str] | Non
     }  # fmt: skip
 
 
-async def wait_until(probe: Callable[[], T | None] | Callable[[], Awaitable[T | None]], timeout: float,
-                     what: str, cluster: Cluster | None = None, interval: float = 0.05) -> T:  # fmt: skip
-    """Poll ``probe`` until it returns something truthy; a clear TimeoutError naming ``what``.
-    Fails at once when a part of ``cluster`` died meanwhile."""
+@overload
+async def wait_until(probe: Callable[[], Awaitable[T | None]], timeout: float, what: str,
+                     cluster: Cluster | None = None, interval: float = 0.05) -> T: ...  # fmt: skip
+@overload
+async def wait_until(probe: Callable[[], T | None], timeout: float, what: str,
+                     cluster: Cluster | None = None, interval: float = 0.05) -> T: ...  # fmt: skip
+async def wait_until(probe: Callable[[], Any], timeout: float, what: str,
+                     cluster: Cluster | None = None, interval: float = 0.05) -> Any:  # fmt: skip
+    """Poll ``probe`` (sync or async) until it returns something truthy; a clear TimeoutError
+    naming ``what``. Fails at once when a part of ``cluster`` died meanwhile."""
     deadline = time.monotonic() + timeout
     while True:
-        value = probe()
-        if asyncio.iscoroutine(value):
+        value: Any = probe()
+        if inspect.isawaitable(value):
             value = await value
         if value:
-            return value  # type: ignore[return-value]
+            return value
         if cluster is not None:
             cluster.check()
         if time.monotonic() > deadline:
@@ -197,6 +205,7 @@ async def open_clients(cluster: Cluster, stack: AsyncExitStack) -> tuple[Kube, B
 async def play_one(name: str, cluster: Cluster, timeline: Timeline, kube: Kube, bus: Bus) -> bool:
     s = Scenario(name, cluster, timeline, kube, bus)
     subs = [await bus.subscribe(bus.subjects.eviction(n.name), _collect(s)) for n in cluster.nodes]
+    subs += [await bus.subscribe(bus.subjects.event(n.name, "ownerback"), _collect(s)) for n in cluster.nodes]
     started = time.monotonic()
     timeline.step(f"=== scenario {name}")
     try:
@@ -218,6 +227,8 @@ def _collect(s: Scenario) -> Callable[[events.AnyEvent], Awaitable[None]]:
     async def on_eviction(event: events.AnyEvent) -> None:
         if isinstance(event, events.EvictionRecord):
             s.evictions.append(event)
+        elif isinstance(event, events.OwnerBackEvent):
+            s.owner_backs.append(event)
 
     return on_eviction
 
