@@ -1,0 +1,68 @@
+"""One local cluster (every service as its own process) shared by the module's scenarios."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+
+import pytest
+import pytest_asyncio
+from gpushare_common.adapters.kube import Kube
+from gpushare_common.bus import Bus
+from gpushare_sim.node.adapters.backend import containerd_usable
+from gpushare_sim.run.cluster import Cluster, ClusterSettings
+from gpushare_sim.run.narrate import Timeline
+from gpushare_sim.scenarios.kit import Scenario, open_clients, run_scenario
+
+from tests.support import procs
+
+
+@dataclass
+class E2E:
+    cluster: Cluster
+    timeline: Timeline
+    kube: Kube
+    bus: Bus
+
+    def scenario(self, name: str) -> Scenario:
+        return Scenario(name, self.cluster, self.timeline, self.kube, self.bus)
+
+    async def run(self, name: str) -> str:
+        return await run_scenario(self.scenario(name))
+
+    def allow_children(self) -> None:
+        """The cluster's processes live across tests (restarted ones get new pids)."""
+        for child in self.cluster.children.values():
+            if child.pid:
+                procs.allow(child.pid)
+
+
+def needs() -> None:
+    missing = [b for b in ("nats-server", "gcc") if shutil.which(b) is None]
+    if missing:
+        pytest.skip(f"needs {', '.join(missing)} (make deps installs them)")
+    if not containerd_usable():
+        pytest.skip("needs root, containerd, ctr, runc and busybox for real containers")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def e2e() -> AsyncIterator[E2E]:
+    needs()
+    timeline = Timeline(out=sys.stdout)
+    async with Cluster(ClusterSettings(nodes=1), timeline) as cluster, AsyncExitStack() as stack:
+        kube, bus = await open_clients(cluster, stack)
+        env = E2E(cluster, timeline, kube, bus)
+        env.allow_children()
+        yield env
+    for pid in procs.children():
+        procs.disallow(pid)
+
+
+@pytest.fixture(autouse=True)
+def cluster_children(request: pytest.FixtureRequest) -> Iterator[None]:
+    yield
+    if "e2e" in request.fixturenames:
+        request.getfixturevalue("e2e").allow_children()

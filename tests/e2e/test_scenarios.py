@@ -1,0 +1,26 @@
+"""The end-to-end scenarios on one shared local cluster (real processes, containers, NATS)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.e2e.conftest import E2E
+
+pytestmark = [pytest.mark.slow, pytest.mark.containerd, pytest.mark.asyncio(loop_scope="module")]
+
+
+async def test_dind_main_and_dind_see_the_same_card(e2e: E2E) -> None:
+    assert "both see nvidia" in await e2e.run("dind")
+
+
+async def test_sharegpu_shadowpods_sharers_eviction_and_retirement(e2e: E2E) -> None:
+    detail = await e2e.run("sharegpu")
+    assert "1 ShadowPod for 4 SharePods" in detail
+
+
+async def test_spot_steal_owner_back_evicts_the_borrower_and_releases_the_owner(e2e: E2E) -> None:
+    await e2e.run("spot")
+    hops = e2e.timeline.hops_of("spot")
+    returned = hops["owner ioctl -> owner's call returns (kernel released it)"]
+    dead = hops["owner ioctl -> borrower's tasks dead (containerd kill)"]
+    assert returned >= dead - 0.05 and returned < 10
