@@ -94,7 +94,7 @@ class Executor:
             log.warning("kmod command not delivered", node=self.node, op=action.op,
                         pods=",".join(action.pods), error=str(err))
             return
-        if reply.status != 0:
+        if reply.status < 0:  # a negative errno; >= 0 is success (release: owners woken)
             log.warning("kernel refused command", node=self.node, op=action.op,
                         pods=",".join(action.pods), status=reply.status, message=reply.message)
 

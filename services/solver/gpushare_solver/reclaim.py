@@ -164,7 +164,7 @@ class Reclaimer:
                       owner=action.owner, error=str(err))
             return
         self.metrics.release_seconds.observe(max(0.0, time.time() - received))
-        if reply.status != 0:
+        if reply.status < 0:  # a negative errno; >= 0 is success (release: owners woken)
             log.warning("kernel refused release", node=self.node, owner=action.owner,
                         status=reply.status, message=reply.message)
 
