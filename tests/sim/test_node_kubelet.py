@@ -150,6 +150,16 @@ async def test_container_exit_sets_the_pod_phase(node: Any) -> None:
     await sim.kubelet.sync([])
 
 
+async def test_a_container_that_cannot_start_reports_why_in_its_status(node: Any) -> None:
+    sim, api = node
+    await sim.kubelet.sync([gpu_pod("nostart", "u9", command=["/no/such/program"])])
+    await wait_until(lambda: phase(api, "default/nostart") == "Failed", what="nostart failed")
+    terminated = api.status["default/nostart"]["containerStatuses"][0]["state"]["terminated"]
+    assert terminated["reason"] == "StartError" and terminated["exitCode"] == 128
+    assert "cannot exec" in terminated["message"] and "/no/such/program" in terminated["message"]
+    await sim.kubelet.sync([])
+
+
 async def test_unhealthy_card_leaves_allocatable(node: Any) -> None:
     sim, _ = node
     await sim.vendor.set_health("GPU-n1-1", healthy=False)

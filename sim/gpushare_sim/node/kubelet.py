@@ -171,6 +171,7 @@ class Kubelet:
         worker.ids[container.name] = container_id
         state.container_id = container_id
         state.exit_code = state.finished_at = None
+        state.message = ""
         try:
             await self.runner.start(spec)
             state.started_at = time.time()
@@ -180,6 +181,7 @@ class Kubelet:
             log.warning("container start failed pod=%s: %s", pod.key, err)
             state.started_at = state.finished_at = time.time()
             state.exit_code = 128
+            state.message = str(err)
         if previous is not None:
             await self.runner.remove(previous)
 

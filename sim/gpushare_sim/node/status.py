@@ -24,6 +24,7 @@ class ContainerState:
     exit_code: int | None = None
     finished_at: float | None = None
     restart_count: int = 0
+    message: str = ""  # why the container could not start (the runtime's error)
 
     @property
     def running(self) -> bool:
@@ -34,12 +35,14 @@ class ContainerState:
             state: dict[str, Any] = {
                 "terminated": {
                     "exitCode": self.exit_code,
-                    "reason": "Completed" if self.exit_code == 0 else "Error",
+                    "reason": "StartError" if self.message else "Completed" if self.exit_code == 0 else "Error",
                     "startedAt": now_rfc3339(self.started_at),
                     "finishedAt": now_rfc3339(self.finished_at),
                     "containerID": CONTAINER_ID_SCHEME + self.container_id,
                 }
             }
+            if self.message:
+                state["terminated"]["message"] = self.message
         elif self.started_at is not None:
             state = {"running": {"startedAt": now_rfc3339(self.started_at)}}
         else:
