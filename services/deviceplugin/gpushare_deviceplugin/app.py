@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import importlib
 import time
 from typing import Any
 
@@ -32,6 +33,7 @@ from .plugins.supervisor import Supervisor
 from .settings import DevicePluginSettings
 
 SERVICE = "deviceplugin"
+KUBE_ADAPTER = f"{__package__}.adapters.kube"
 log = get_logger(SERVICE)
 
 
@@ -136,10 +138,12 @@ class Service:
                 spot.set_vendor_cards(vendor, cards)
 
     async def _feed_shadows(self) -> None:
-        from .adapters.kube import watch_shadow_pods  # the client is heavy: load when used
-
+        # the Kubernetes client is heavy: load it only when used, and off the event loop
+        adapter: Any = await asyncio.to_thread(importlib.import_module, KUBE_ADAPTER)
+        kube = await asyncio.to_thread(adapter.Kube, self.common.kube)
         frozen = False
-        async for pods in watch_shadow_pods(self.common.kube, self.node, self.stopping):
+        async for pods in adapter.watch_shadow_pods(self.common.kube, self.node, self.stopping,
+                                                    kube):
             if not frozen:  # the client's modules are loaded now
                 frozen = freeze_heap()
             self.plugins.replace_shadows(v for p in pods if (v := shadow_view(p)) is not None)

@@ -94,7 +94,13 @@ class PluginSet:
                 log.warning("ShadowPod of a spec no plugin serves", pod=shadow.key,
                             resource=token)
         for token, logic in self.share().items():
+            before = set(logic.shadows)
             logic.replace_shadows(grouped[token])
+            added, removed = set(logic.shadows) - before, before - set(logic.shadows)
+            if added or removed:
+                log.info("ShadowPods changed", resource=logic.resource,
+                         added=",".join(sorted(added)) or None,
+                         removed=",".join(sorted(removed)) or None, devices=len(logic.board.devices()))
 
     def status(self) -> dict[str, Any]:
         return {"plugins": [p.status() for p in self.plugins]}
