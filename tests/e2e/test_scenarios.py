@@ -24,3 +24,9 @@ async def test_spot_steal_owner_back_evicts_the_borrower_and_releases_the_owner(
     returned = hops["owner ioctl -> owner's call returns (kernel released it)"]
     dead = hops["owner ioctl -> borrower's tasks dead (containerd kill)"]
     assert returned >= dead - 0.05 and returned < 10
+
+
+async def test_bad_annotations_fail_clearly_and_malformed_events_are_counted(e2e: E2E) -> None:
+    detail = await e2e.run("badinput")
+    assert "3 bad pods failed clearly" in detail
+    assert any("signature.main is missing" in line for line in e2e.timeline.lines)

@@ -58,7 +58,7 @@ async def run(args: argparse.Namespace, timeline: Timeline) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    gslog.setup("WARNING")
+    gslog.setup("ERROR")  # the story is the timeline; each part logs to its own file
     timeline = Timeline()
 
     async def guarded() -> int:

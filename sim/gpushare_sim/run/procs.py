@@ -40,12 +40,16 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def http_json(url: str, timeout: float = 2.0, method: str = "GET") -> Any:
-    """GET (or POST) ``url`` and decode a JSON body; OSError when unreachable."""
+def http_text(url: str, timeout: float = 2.0, method: str = "GET") -> str:
+    """GET (or POST) ``url``; the body as text; OSError when unreachable."""
     request = urllib.request.Request(url, method=method)
     with urllib.request.urlopen(request, timeout=timeout) as response:
-        body = response.read().decode()
-    return json.loads(body) if body[:1] in "{[" else body
+        return str(response.read().decode())
+
+
+def http_json(url: str, timeout: float = 2.0, method: str = "GET") -> Any:
+    """GET (or POST) ``url`` and decode its JSON body; OSError when unreachable."""
+    return json.loads(http_text(url, timeout, method))
 
 
 @dataclass

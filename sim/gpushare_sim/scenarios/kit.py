@@ -202,25 +202,31 @@ async def open_clients(cluster: Cluster, stack: AsyncExitStack) -> tuple[Kube, B
     return kube, bus
 
 
-async def play_one(name: str, cluster: Cluster, timeline: Timeline, kube: Kube, bus: Bus) -> bool:
-    s = Scenario(name, cluster, timeline, kube, bus)
-    subs = [await bus.subscribe(bus.subjects.eviction(n.name), _collect(s)) for n in cluster.nodes]
-    subs += [await bus.subscribe(bus.subjects.event(n.name, "ownerback"), _collect(s)) for n in cluster.nodes]
-    started = time.monotonic()
-    timeline.step(f"=== scenario {name}")
+async def run_scenario(s: Scenario) -> str:
+    """Play one scenario (its summary line, or its error raised); its namespace is emptied after."""
+    bus, nodes = s.bus, s.cluster.nodes
+    subs = [await bus.subscribe(bus.subjects.eviction(n.name), _collect(s)) for n in nodes]
+    subs += [await bus.subscribe(bus.subjects.event(n.name, "ownerback"), _collect(s)) for n in nodes]
+    s.timeline.step(f"=== scenario {s.name}")
     try:
-        detail = await SCENARIOS[name](s)
-    except Exception as err:  # a failed scenario is reported; the others still run
-        timeline.result(name, False, time.monotonic() - started, f"{type(err).__name__}: {err}")
-        return False
-    else:
-        warned = "; ".join(f"WARNING: {w}" for w in s.warnings)
-        timeline.result(name, True, time.monotonic() - started, f"{detail}; {warned}" if warned else detail)
-        return True
+        return await SCENARIOS[s.name](s)
     finally:
         for sub in subs:
             await sub.unsubscribe()
         await clean_namespace(s)
+
+
+async def play_one(name: str, cluster: Cluster, timeline: Timeline, kube: Kube, bus: Bus) -> bool:
+    s = Scenario(name, cluster, timeline, kube, bus)
+    started = time.monotonic()
+    try:
+        detail = await run_scenario(s)
+    except Exception as err:  # a failed scenario is reported; the others still run
+        timeline.result(name, False, time.monotonic() - started, f"{type(err).__name__}: {err}")
+        return False
+    warned = "; ".join(f"WARNING: {w}" for w in s.warnings)
+    timeline.result(name, True, time.monotonic() - started, f"{detail}; {warned}" if warned else detail)
+    return True
 
 
 def _collect(s: Scenario) -> Callable[[events.AnyEvent], Awaitable[None]]:
