@@ -1,0 +1,387 @@
+"""compose/docker-compose.yaml and the k8s/base workloads give each service only settings it has.
+
+The valid variable names of a service are derived from its code: every
+``load(SettingsClass, "GPUSHARE_<TOPIC>_")`` its package makes (``load_common`` adds the
+common topics) yields ``<prefix><FIELD>`` for each field of the dataclass. Checked too:
+images come from Dockerfiles in the repository, health checks and published ports use the
+port the service listens on, named volumes, bind-mount sources, ``${VAR}`` interpolations
+and profiles exist, and every path setting a service uses lies inside something mounted.
+Each check is also run on a broken copy, which must fail with a message naming the fault.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import dataclasses
+import importlib
+import re
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE_DIR = ROOT / "compose"
+COMPOSE = COMPOSE_DIR / "docker-compose.yaml"
+ENV_EXAMPLE = COMPOSE_DIR / ".env.example"
+K8S_BASE = ROOT / "k8s" / "base"
+SERVICES = ("detector", "solver", "deviceplugin", "kmod-bridge", "shadow-controller")
+PROFILES = ("sim", "node")
+SIM_DOCKERFILE = "compose/sim.Dockerfile"
+VERSION = "0.1.0"
+HEALTH_URL = re.compile(r"http://127\.0\.0\.1:(\d+)/healthz")
+PATH_FIELD = re.compile(r"(socket|file|dir|address|root|kubeconfig)$")
+ALWAYS_PRESENT = ("/proc",)  # every container has its own; hostPID / pid: host makes it the node's
+# path settings that a configuration does not use: variable -> (switch, value that uses it)
+USED_ONLY_WHEN = {
+    "GPUSHARE_KMOD_SIM_SOCKET": ("GPUSHARE_KMOD_TRANSPORT", "sim"),
+    "GPUSHARE_KMOD_CONTAINERD_ADDRESS": ("GPUSHARE_KMOD_SOURCES", "containerd"),
+}
+# the simulated node runs its containers as plain processes: there is no containerd to reach
+NO_CONTAINERD = {("sim-solver", "GPUSHARE_SOLVER_CONTAINERD_ADDRESS")}
+
+
+# --- what the code reads ---------------------------------------------------------------------
+
+
+def package_dir(service: str) -> Path:
+    return ROOT / "services" / service / f"gpushare_{service.replace('-', '_')}"
+
+
+def _value(node: ast.expr, module: Any) -> Any:
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Name):
+        return getattr(module, node.id, None)
+    return None
+
+
+def _loads(tree: ast.AST, module_name: str) -> Iterator[tuple[str, type]]:
+    """``(prefix, dataclass)`` of every ``load(cls, prefix)`` in ``tree``; follows ``load_common``."""
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
+        if name == "load_common":
+            yield from common_loads()
+        elif name == "load" and len(node.args) >= 2:
+            module = importlib.import_module(module_name)
+            cls, prefix = _value(node.args[0], module), _value(node.args[1], module)
+            if dataclasses.is_dataclass(cls) and isinstance(cls, type) and isinstance(prefix, str):
+                yield prefix, cls
+
+
+@cache
+def common_loads() -> tuple[tuple[str, type], ...]:
+    module = importlib.import_module("gpushare_common.settings")
+    tree = ast.parse(Path(str(module.__file__)).read_text())
+    (function,) = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "load_common"]
+    return tuple(_loads(function, module.__name__))
+
+
+@cache
+def settings_of(service: str) -> dict[str, Any]:
+    """Every variable the service reads -> its default value."""
+    root = package_dir(service)
+    found: dict[str, Any] = {}
+    for path in sorted(root.rglob("*.py")):
+        module_name = ".".join((root.name, *path.relative_to(root).with_suffix("").parts))
+        module_name = module_name.removesuffix(".__init__")
+        for prefix, cls in _loads(ast.parse(path.read_text()), module_name):
+            for field in dataclasses.fields(cls):
+                found[prefix + field.name.upper()] = field.default
+    return found
+
+
+@cache
+def image_port(service: str) -> int:
+    """The HTTP port the service's image sets (``ENV ... GPUSHARE_HTTP_PORT=N``)."""
+    text = (ROOT / "services" / service / "Dockerfile").read_text()
+    match = re.search(r"^ENV .*\bGPUSHARE_HTTP_PORT=(\d+)", text, re.M)
+    assert match, f"services/{service}/Dockerfile sets no GPUSHARE_HTTP_PORT"
+    return int(match.group(1))
+
+
+def listen_port(service: str, env: dict[str, str]) -> int:
+    return int(env.get("GPUSHARE_HTTP_PORT", image_port(service)))
+
+
+def unmounted_paths(where: str, service: str, env: dict[str, str], mounts: list[str]) -> list[str]:
+    """Path settings in use whose (effective) value lies in nothing mounted."""
+    errors = []
+    for variable, default in settings_of(service).items():
+        value = env.get(variable, default)
+        if not PATH_FIELD.search(variable.lower()) or not isinstance(value, str) or not value.startswith("/"):
+            continue
+        switch = USED_ONLY_WHEN.get(variable)
+        if switch and switch[1] not in env.get(switch[0], str(settings_of(service).get(switch[0]))):
+            continue
+        if (where, variable) in NO_CONTAINERD or value.startswith(ALWAYS_PRESENT):
+            continue
+        if not any(value == m or value.startswith(m.rstrip("/") + "/") for m in mounts):
+            errors.append(f"{where}: {variable}={value} is not inside any mount ({', '.join(mounts) or 'none'})")
+    return errors
+
+
+def unknown_variables(where: str, service: str, names: list[str]) -> list[str]:
+    valid = settings_of(service)
+    return [f"{where}: {name} is not a setting of {service}" for name in names if name not in valid]
+
+
+# --- compose -------------------------------------------------------------------------------
+
+
+def _service_of(spec: dict[str, Any]) -> str | None:
+    dockerfile = (spec.get("build") or {}).get("dockerfile", "")
+    match = re.fullmatch(r"services/([\w-]+)/Dockerfile", dockerfile)
+    return match.group(1) if match else None
+
+
+def _environment(spec: dict[str, Any]) -> dict[str, str]:
+    env = spec.get("environment") or {}
+    if isinstance(env, list):
+        env = dict(item.partition("=")[::2] for item in env)
+    return {str(k): str(v) for k, v in env.items()}
+
+
+def _mounts(spec: dict[str, Any]) -> list[tuple[str, str]]:
+    """(source, target) of each short-syntax volume."""
+    result = []
+    for volume in spec.get("volumes") or []:
+        head = volume.index("}") + 1 if volume.startswith("${") else 0  # ${VAR:-default} may hold ':'
+        source, _, rest = volume[head:].partition(":")
+        result.append((volume[:head] + source, rest.split(":")[0]))
+    return result
+
+
+def _image_errors(name: str, spec: dict[str, Any], images: set[str]) -> list[str]:
+    build = spec.get("build")
+    if build is None:
+        return [] if spec.get("image") in images else [f"{name}: image {spec.get('image')} has no Dockerfile "
+                                                         f"here and no k8s manifest uses it"]  # fmt: skip
+    dockerfile = COMPOSE_DIR / build["context"] / build["dockerfile"]
+    service = _service_of(spec) or "sim"
+    errors = [] if dockerfile.is_file() else [f"{name}: no Dockerfile {build['dockerfile']}"]
+    if spec.get("image") != f"gpushare/{service}:{VERSION}":
+        errors.append(f"{name}: image {spec.get('image')} is not gpushare/{service}:{VERSION}")
+    return errors
+
+
+def _port_errors(name: str, spec: dict[str, Any], port: int, others: tuple[int, ...] = ()) -> list[str]:
+    test = " ".join(map(str, spec.get("healthcheck", {}).get("test", [])))
+    health = HEALTH_URL.search(test)
+    errors = []
+    if health is None or int(health.group(1)) != port:
+        errors.append(f"{name}: healthcheck {test!r} does not ask /healthz on port {port}")
+    for published in spec.get("ports") or []:
+        if int(str(published).rsplit(":", 1)[-1]) not in (port, *others):
+            errors.append(f"{name}: publishes {published} but listens on {port}")
+    return errors
+
+
+def _volume_errors(name: str, spec: dict[str, Any], doc: dict[str, Any]) -> list[str]:
+    errors = []
+    for source, _ in _mounts(spec):
+        if source.startswith("."):
+            if not (COMPOSE_DIR / source).exists():
+                errors.append(f"{name}: bind source {source} does not exist")
+        elif not source.startswith(("/", "$", "~")) and source not in (doc.get("volumes") or {}):
+            errors.append(f"{name}: volume {source} is not declared")
+    return errors
+
+
+def _dependency_errors(name: str, spec: dict[str, Any], services: dict[str, Any]) -> list[str]:
+    errors = []
+    for profile in spec.get("profiles") or []:
+        if profile not in PROFILES:
+            errors.append(f"{name}: unknown profile {profile}")
+    for other in spec.get("depends_on") or {}:
+        if other not in services:
+            errors.append(f"{name}: depends on {other}, which does not exist")
+        elif not set(services[other].get("profiles") or PROFILES) >= set(spec.get("profiles") or PROFILES):
+            errors.append(f"{name}: depends on {other}, which is not in the same profiles")
+    return errors
+
+
+def _gpushare_errors(name: str, service: str, spec: dict[str, Any]) -> list[str]:
+    env = _environment(spec)
+    errors = unknown_variables(name, service, list(env))
+    errors += _port_errors(name, spec, listen_port(service, env))
+    errors += unmounted_paths(name, service, env, [target for _, target in _mounts(spec)])
+    return errors
+
+
+def _sim_errors(name: str, spec: dict[str, Any]) -> list[str]:
+    errors = [f"{name}: the simulator reads no environment ({', '.join(_environment(spec))})"] \
+        if spec.get("environment") else []  # fmt: skip
+    command = " ".join(spec.get("command") or [])
+    port = re.search(r"--port[ =](\d+)", command)
+    others = tuple(int(p) for p in re.findall(r"--[\w-]+-port[ =](\d+)", command))
+    if port is not None:
+        errors += _port_errors(name, spec, int(port.group(1)), others)
+    return errors
+
+
+def _interpolation_errors(text: str) -> list[str]:
+    defined = {line.split("=", 1)[0] for line in ENV_EXAMPLE.read_text().splitlines()
+               if "=" in line and not line.startswith("#")}  # fmt: skip
+    used = set(re.findall(r"\$\{([A-Za-z_]\w*)", text))
+    return [f"${{{v}}} is not defined in compose/.env.example" for v in sorted(used - defined)]
+
+
+def compose_errors(text: str) -> list[str]:
+    doc = yaml.safe_load(text)
+    services: dict[str, Any] = doc["services"]
+    images = {c["image"] for d in k8s_docs() for c in containers(d)}
+    errors = _interpolation_errors(text)
+    profiles: dict[str, set[str]] = {p: set() for p in PROFILES}
+    for name, spec in services.items():
+        errors += _image_errors(name, spec, images) + _volume_errors(name, spec, doc)
+        errors += _dependency_errors(name, spec, services)
+        service = _service_of(spec)
+        if service in SERVICES:
+            errors += _gpushare_errors(name, service, spec)
+            for profile in set(spec.get("profiles") or PROFILES) & profiles.keys():
+                profiles[profile].add(service)
+        elif (spec.get("build") or {}).get("dockerfile") == SIM_DOCKERFILE:
+            errors += _sim_errors(name, spec)
+    for profile, present in profiles.items():
+        errors += [f"profile {profile} lacks {s}" for s in SERVICES if s not in present]
+    return errors
+
+
+# --- k8s -------------------------------------------------------------------------------------
+
+
+@cache
+def _k8s_text() -> dict[str, str]:
+    return {p.name: p.read_text() for p in sorted(K8S_BASE.glob("*.yaml"))}
+
+
+def k8s_docs(texts: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    texts = _k8s_text() if texts is None else texts
+    return [d for t in texts.values() for d in yaml.safe_load_all(t) if d]
+
+
+def containers(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    if doc.get("kind") not in ("DaemonSet", "Deployment", "StatefulSet"):
+        return []
+    spec = doc["spec"]["template"]["spec"]
+    return [*spec.get("initContainers", []), *spec["containers"]]
+
+
+def _container_errors(where: str, service: str, container: dict[str, Any]) -> list[str]:
+    env_list = container.get("env") or []
+    names = [e["name"] for e in env_list]
+    values = " ".join(str(e.get("value", "")) for e in env_list)
+    helpers = [n for n in names if not n.startswith("GPUSHARE_")]
+    errors = [f"{where}: {n} is neither a setting nor referenced as $({n})" for n in helpers
+              if f"$({n})" not in values]  # fmt: skip
+    errors += unknown_variables(where, service, [n for n in names if n.startswith("GPUSHARE_")])
+    env = {e["name"]: str(e.get("value", "")) for e in env_list if "value" in e}
+    port = listen_port(service, env)
+    http = [p["containerPort"] for p in container.get("ports", []) if p.get("name") == "http"]
+    if http != [port] or port != image_port(service):
+        errors.append(f"{where}: port http {http} but the service listens on {port} (image: {image_port(service)})")
+    mounts = [m["mountPath"] for m in container.get("volumeMounts", [])]
+    return errors + unmounted_paths(where, service, env, mounts)
+
+
+def manifest_errors(docs: list[dict[str, Any]]) -> list[str]:
+    errors = []
+    for doc in docs:
+        for container in containers(doc):
+            match = re.fullmatch(r"gpushare/([\w-]+)", container["image"])
+            if match and match.group(1) in SERVICES:
+                where = f"{doc['metadata']['name']}/{container['name']}"
+                errors += _container_errors(where, match.group(1), container)
+    return errors
+
+
+# --- tests -----------------------------------------------------------------------------------
+
+
+def test_settings_are_derived_from_the_code() -> None:
+    detector = settings_of("detector")
+    assert detector["GPUSHARE_DETECTOR_POD_RESOURCES_SOCKET"] == "/var/lib/kubelet/pod-resources/kubelet.sock"
+    assert {"GPUSHARE_NATS_URL", "GPUSHARE_NODE_NAME", "GPUSHARE_KUBE_KUBECONFIG"} <= detector.keys()
+    assert "GPUSHARE_DP_SIGNING_KEY_FILE" in settings_of("deviceplugin")
+    assert "GPUSHARE_SOLVER_CONTAINERD_ADDRESS" in settings_of("solver")
+    shadow = settings_of("shadow-controller")
+    assert "GPUSHARE_SHADOW_LEASE_NAMESPACE" in shadow and "GPUSHARE_NATS_URL" not in shadow
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_image_port_is_the_code_default(service: str) -> None:
+    source = "\n".join(p.read_text() for p in package_dir(service).rglob("*.py"))
+    defaults = set(re.findall(r"DEFAULT_PORT = (\d+)", source))
+    defaults |= set(re.findall(r'"GPUSHARE_HTTP_PORT": "(\d+)"', source))
+    assert defaults == {str(image_port(service))}
+
+
+def test_compose_file_is_consistent() -> None:
+    assert compose_errors(COMPOSE.read_text()) == []
+
+
+def test_k8s_workloads_are_consistent() -> None:
+    assert manifest_errors(k8s_docs()) == []
+
+
+def test_every_service_is_deployed_in_k8s() -> None:
+    images = {c["image"] for d in k8s_docs() for c in containers(d)}
+    assert {f"gpushare/{s}" for s in SERVICES} <= images
+
+
+@pytest.mark.parametrize(("old", "new", "expected"), [
+    ("GPUSHARE_DP_PLUGIN_DIR:", "GPUSHARE_DP_PLUGINS_DIR:", "GPUSHARE_DP_PLUGINS_DIR is not a setting of deviceplugin"),
+    ("GPUSHARE_SHADOW_IDENTITY: compose", "GPUSHARE_NATS_URL: x", "GPUSHARE_NATS_URL is not a setting of shadow"),
+    ("127.0.0.1:8083/healthz", "127.0.0.1:8080/healthz", "does not ask /healthz on port 8083"),
+    ('"127.0.0.1:8081:8081"', '"127.0.0.1:8081:8080"', "publishes 127.0.0.1:8081:8080"),
+    ("[sim-run:/run/gpushare-sim]", "[sim-runs:/run/gpushare-sim]", "volume sim-runs is not declared"),
+    ("services/solver/Dockerfile", "services/solvr/Dockerfile", "no Dockerfile services/solvr/Dockerfile"),
+    ("./sim-kubeconfig.yaml:", "./kubeconfig.yaml:", "bind source ./kubeconfig.yaml does not exist"),
+    ("${SOLVER_PASSWORD:?", "${SOLVER_PASS:?", "${SOLVER_PASS} is not defined"),
+    ("profiles: [node]\n    pid: host  # d", "profiles: [nodes]\n    pid: host  # d", "unknown profile nodes"),
+    ("/run/gpushare-sim/gpu-node-1/pod-resources/", "/run/gpushare/gpu-node-1/pod-resources/",
+     "GPUSHARE_DETECTOR_POD_RESOURCES_SOCKET=/run/gpushare/gpu-node-1/pod-resources/kubelet.sock is not inside"),
+])  # fmt: skip
+def test_broken_compose_copy_fails(old: str, new: str, expected: str) -> None:
+    text = COMPOSE.read_text()
+    assert old in text
+    errors = compose_errors(text.replace(old, new, 1))
+    assert any(expected in e for e in errors), errors
+
+
+def test_compose_profile_without_a_service_fails() -> None:
+    doc = yaml.safe_load(COMPOSE.read_text())
+    del doc["services"]["sim-kmod-bridge"]
+    assert "profile sim lacks kmod-bridge" in compose_errors(yaml.safe_dump(doc))
+
+
+@pytest.mark.parametrize(("manifest", "old", "new", "expected"), [
+    ("detector.yaml", "GPUSHARE_LOG_JSON", "GPUSHARE_LOG_JSONL", "GPUSHARE_LOG_JSONL is not a setting of detector"),
+    ("solver.yaml", "containerPort: 8082", "containerPort: 8080", "port http [8080]"),
+    ("deviceplugin.yaml", "{name: signing-key, mountPath: /etc/gpushare/signing.key, readOnly: true}",
+     "{name: signing-key, mountPath: /etc/gpushare/node.key, readOnly: true}",
+     "GPUSHARE_DP_SIGNING_KEY_FILE=/etc/gpushare/signing.key is not inside"),
+    ("detector.yaml", "value: http://$(NODE_IP):9400/metrics", "value: http://node:9400/metrics",
+     "NODE_IP is neither a setting nor referenced"),
+])  # fmt: skip
+def test_broken_manifest_copy_fails(manifest: str, old: str, new: str, expected: str) -> None:
+    texts = copy.deepcopy(_k8s_text())
+    assert old in texts[manifest]
+    texts[manifest] = texts[manifest].replace(old, new, 1)
+    errors = manifest_errors(k8s_docs(texts))
+    assert any(expected in e for e in errors), errors
+
+
+def test_unused_path_settings_need_no_mount() -> None:
+    env = {"GPUSHARE_KMOD_TRANSPORT": "netlink", "GPUSHARE_KMOD_SOURCES": "cgroup"}
+    assert unmounted_paths("k", "kmod-bridge", env, []) == []
+    env["GPUSHARE_KMOD_TRANSPORT"] = "sim"
+    assert unmounted_paths("k", "kmod-bridge", env, []) == [
+        "k: GPUSHARE_KMOD_SIM_SOCKET=/run/gpushare/kmod.sock is not inside any mount (none)"]
