@@ -30,3 +30,10 @@ async def test_bad_annotations_fail_clearly_and_malformed_events_are_counted(e2e
     detail = await e2e.run("badinput")
     assert "3 bad pods failed clearly" in detail
     assert any("signature.main is missing" in line for line in e2e.timeline.lines)
+
+
+async def test_faults_restarts_lose_and_repeat_no_eviction(e2e: E2E) -> None:
+    await e2e.run("faults")
+    hops = e2e.timeline.hops_of("faults")
+    assert "kubelet restart -> all 10 device plugins registered again" in hops
+    assert e2e.cluster.child("nats-server").starts == 3

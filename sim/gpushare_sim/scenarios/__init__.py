@@ -6,7 +6,7 @@ order ``make run`` plays them.
 
 from __future__ import annotations
 
-from gpushare_sim.scenarios import badinput, dind, sharegpu, spot  # noqa: F401  (registers, in play order)
+from gpushare_sim.scenarios import badinput, dind, faults, sharegpu, spot  # noqa: F401  (registers, in play order)
 from gpushare_sim.scenarios.kit import SCENARIOS, Scenario, ScenarioError, play
 
 __all__ = ["SCENARIOS", "Scenario", "ScenarioError", "play"]
