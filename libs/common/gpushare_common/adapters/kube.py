@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import threading
+import urllib.parse
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -94,12 +96,60 @@ def load_api_client(settings: KubeSettings) -> client.ApiClient:
         return config.new_client_from_config()
 
 
+_QUERY_NAMES = {
+    "watch": "watch", "resource_version": "resourceVersion", "timeout_seconds": "timeoutSeconds",
+    "allow_watch_bookmarks": "allowWatchBookmarks", "field_selector": "fieldSelector",
+    "label_selector": "labelSelector",
+}
+
+
+def _pods_path(namespace: str | None, name: str = "", sub: str = "") -> str:
+    base = f"/api/v1/namespaces/{_q(namespace)}/pods" if namespace else "/api/v1/pods"
+    return base + (f"/{_q(name)}" if name else "") + (f"/{sub}" if sub else "")
+
+
+def _leases_path(namespace: str, name: str = "") -> str:
+    base = f"/apis/coordination.k8s.io/v1/namespaces/{_q(namespace)}/leases"
+    return base + (f"/{_q(name)}" if name else "")
+
+
+def _q(segment: str) -> str:
+    return urllib.parse.quote(segment, safe="")
+
+
 class Kube:
+    """Raw REST calls through the official client's ApiClient (configuration, auth, TLS,
+    connection pool).  The generated API classes are not used on these paths: the module
+    behind ``CoreV1Api`` alone costs about 80 MB of resident memory per process."""
+
     def __init__(self, settings: KubeSettings, api_client: client.ApiClient | None = None) -> None:
         self.settings = settings
         self.api = api_client or load_api_client(settings)
-        self.core = client.CoreV1Api(self.api)
-        self.coordination = client.CoordinationV1Api(self.api)
+
+    @functools.cached_property
+    def core(self) -> client.CoreV1Api:
+        """The generated client, loaded on first use only (for callers needing other resources)."""
+        return client.CoreV1Api(self.api)
+
+    @functools.cached_property
+    def coordination(self) -> client.CoordinationV1Api:
+        return client.CoordinationV1Api(self.api)
+
+    def _request(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
+                 _preload_content: bool = False, _request_timeout: Any = None, **query: Any) -> Any:
+        """One HTTP call; returns the urllib3 response (streaming when ``watch=True``)."""
+        params = [(_QUERY_NAMES.get(k, k), str(v).lower() if isinstance(v, bool) else v)
+                  for k, v in query.items() if v not in ("", None)]
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        method, url, headers, body, post = self.api.param_serialize(
+            method, path, query_params=params, header_params=headers, body=body,
+            auth_settings=["BearerToken"])
+        response = self.api.call_api(method, url, headers, body, post, _request_timeout=_request_timeout)
+        if not 200 <= response.status < 300:
+            raise ApiException(http_resp=response.response)
+        return response.response
 
     async def _call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         kwargs.setdefault("_preload_content", False)
@@ -117,25 +167,24 @@ class Kube:
         except Exception as err:  # urllib3 and friends raise their own types
             raise _translate(err, what) from None
 
+    async def _rest(self, what: str, method: str, path: str, body: Any = None,
+                    content_type: str = "application/json", **query: Any) -> Any:
+        return await self._call(what, self._request, method, path, body, content_type, **query)
+
     # --- pods -------------------------------------------------------------------
 
     async def list_pods(
         self, namespace: str | None = None, field_selector: str = "", label_selector: str = ""
     ) -> tuple[list[Obj], str]:
-        selectors = {"field_selector": field_selector, "label_selector": label_selector}
-        if namespace:
-            doc = await self._call("list pods", self.core.list_namespaced_pod, namespace, **selectors)
-        else:
-            doc = await self._call("list pods", self.core.list_pod_for_all_namespaces, **selectors)
+        doc = await self._rest("list pods", "GET", _pods_path(namespace),
+                               field_selector=field_selector, label_selector=label_selector)
         return list(doc.get("items") or []), str(doc["metadata"].get("resourceVersion", ""))
 
     async def get_pod(self, namespace: str, name: str) -> Obj:
-        return await self._call(  # type: ignore[no-any-return]
-            f"get pod {namespace}/{name}", self.core.read_namespaced_pod, name, namespace)
+        return await self._rest(f"get pod {namespace}/{name}", "GET", _pods_path(namespace, name))  # type: ignore[no-any-return]
 
     async def create_pod(self, namespace: str, body: Obj) -> Obj:
-        return await self._call(  # type: ignore[no-any-return]
-            f"create pod in {namespace}", self.core.create_namespaced_pod, namespace, body)
+        return await self._rest(f"create pod in {namespace}", "POST", _pods_path(namespace), body)  # type: ignore[no-any-return]
 
     async def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None,
                          uid: str = "") -> Obj | None:
@@ -144,41 +193,39 @@ class Kube:
             body["gracePeriodSeconds"] = grace_seconds
         if uid:
             body["preconditions"] = {"uid": uid}
-        return await self._call(  # type: ignore[no-any-return]
-            f"delete pod {namespace}/{name}", self.core.delete_namespaced_pod, name, namespace, body=body)
+        return await self._rest(  # type: ignore[no-any-return]
+            f"delete pod {namespace}/{name}", "DELETE", _pods_path(namespace, name), body)
 
     async def patch_pod(self, namespace: str, name: str, patch: Obj, strategic: bool = False) -> Obj:
-        return await self._call(  # type: ignore[no-any-return]
-            f"patch pod {namespace}/{name}", self.core.patch_namespaced_pod, name, namespace, patch,
-            _content_type=STRATEGIC if strategic else MERGE)
+        return await self._rest(  # type: ignore[no-any-return]
+            f"patch pod {namespace}/{name}", "PATCH", _pods_path(namespace, name), patch,
+            STRATEGIC if strategic else MERGE)
 
     async def patch_pod_status(self, namespace: str, name: str, patch: Obj, strategic: bool = True) -> Obj:
-        return await self._call(  # type: ignore[no-any-return]
-            f"patch pod status {namespace}/{name}", self.core.patch_namespaced_pod_status, name,
-            namespace, patch, _content_type=STRATEGIC if strategic else MERGE)
+        return await self._rest(  # type: ignore[no-any-return]
+            f"patch pod status {namespace}/{name}", "PATCH", _pods_path(namespace, name, "status"), patch,
+            STRATEGIC if strategic else MERGE)
 
     async def create_event(self, namespace: str, body: Obj) -> None:
-        await self._call(f"create event in {namespace}", self.core.create_namespaced_event, namespace, body)
+        await self._rest(f"create event in {namespace}", "POST", f"/api/v1/namespaces/{_q(namespace)}/events",
+                         body)
 
     # --- leases -----------------------------------------------------------------
 
     async def get_lease(self, namespace: str, name: str) -> Obj:
-        return await self._call(  # type: ignore[no-any-return]
-            f"get lease {namespace}/{name}", self.coordination.read_namespaced_lease, name, namespace)
+        return await self._rest(f"get lease {namespace}/{name}", "GET", _leases_path(namespace, name))  # type: ignore[no-any-return]
 
     async def create_lease(self, namespace: str, body: Obj) -> Obj:
-        return await self._call(  # type: ignore[no-any-return]
-            f"create lease in {namespace}", self.coordination.create_namespaced_lease, namespace, body)
+        return await self._rest(f"create lease in {namespace}", "POST", _leases_path(namespace), body)  # type: ignore[no-any-return]
 
     async def replace_lease(self, namespace: str, name: str, body: Obj) -> Obj:
-        return await self._call(  # type: ignore[no-any-return]
-            f"replace lease {namespace}/{name}", self.coordination.replace_namespaced_lease, name,
-            namespace, body)
+        return await self._rest(  # type: ignore[no-any-return]
+            f"replace lease {namespace}/{name}", "PUT", _leases_path(namespace, name), body)
 
     # --- nodes ------------------------------------------------------------------
 
     async def get_node(self, name: str) -> Obj:
-        return await self._call(f"get node {name}", self.core.read_node, name)  # type: ignore[no-any-return]
+        return await self._rest(f"get node {name}", "GET", f"/api/v1/nodes/{_q(name)}")  # type: ignore[no-any-return]
 
     # --- watch ------------------------------------------------------------------
 
@@ -225,10 +272,8 @@ class Kube:
             "timeout_seconds": self.settings.watch_timeout_s, "field_selector": field_selector,
             "label_selector": label_selector, "_preload_content": False,
         }
-        fn: Callable[..., Any] = self.core.list_pod_for_all_namespaces
-        args: tuple[Any, ...] = ()
-        if namespace:
-            fn, args = self.core.list_namespaced_pod, (namespace,)
+        fn: Callable[..., Any] = self._request
+        args: tuple[Any, ...] = ("GET", _pods_path(namespace))
 
         def reader() -> None:
             try:
