@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import Awaitable, Callable
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, overload
@@ -202,18 +202,25 @@ async def open_clients(cluster: Cluster, stack: AsyncExitStack) -> tuple[Kube, B
     return kube, bus
 
 
-async def run_scenario(s: Scenario) -> str:
-    """Play one scenario (its summary line, or its error raised); its namespace is emptied after."""
+@asynccontextmanager
+async def recording(s: Scenario) -> AsyncIterator[Scenario]:
+    """Collect eviction records and owner-back events into ``s``; empty its namespace after."""
     bus, nodes = s.bus, s.cluster.nodes
     subs = [await bus.subscribe(bus.subjects.eviction(n.name), _collect(s)) for n in nodes]
     subs += [await bus.subscribe(bus.subjects.event(n.name, "ownerback"), _collect(s)) for n in nodes]
-    s.timeline.step(f"=== scenario {s.name}")
     try:
-        return await SCENARIOS[s.name](s)
+        yield s
     finally:
         for sub in subs:
             await sub.unsubscribe()
         await clean_namespace(s)
+
+
+async def run_scenario(s: Scenario) -> str:
+    """Play one scenario (its summary line, or its error raised); its namespace is emptied after."""
+    s.timeline.step(f"=== scenario {s.name}")
+    async with recording(s):
+        return await SCENARIOS[s.name](s)
 
 
 async def play_one(name: str, cluster: Cluster, timeline: Timeline, kube: Kube, bus: Bus) -> bool:

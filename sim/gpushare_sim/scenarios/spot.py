@@ -43,15 +43,17 @@ OWNER_LOOP = (
 
 @dataclass(frozen=True, slots=True)
 class Trial:
-    """One owner-back, in seconds from the owner's ioctl (the go signal)."""
+    """One owner-back, in seconds from the moment the owner's ioctl reached the kernel
+    (its report's time less the time the kernel held it)."""
 
     notice: float  # the kmod-bridge's owner-back event on NATS (0 when not seen)
-    borrower_killed: float  # the solver's eviction record: borrower's tasks dead
+    borrower_killed: float  # borrower's tasks dead (the solver's record, less its API delete)
     evicted: float  # the eviction recorded (tasks dead and pod deleted)
     borrower_deleted: float  # the borrower pod gone from the API as a client sees it
-    owner_returned: float  # the owner's call returned (its report written)
+    owner_returned: float  # the owner's call returned
     kernel_hold_ms: float  # how long the kernel stand-in held the owner's ioctl
     kill_ms: float  # the solver's own kill time
+    start_s: float  # from the go signal to the owner's ioctl (the workload starting)
 
 
 def pinned(body: Obj, node: str) -> Obj:
@@ -104,17 +106,19 @@ async def owner_back(s: Scenario, report_dir: Path, borrower: str) -> Trial:
     (report_dir / "go").touch()
     record = await wait_until(lambda: _eviction_of(s, borrower, known), 30, f"eviction of {borrower}", s.cluster)
     doc = await wait_until(lambda: _report(report), 30, "the owner's call to return", s.cluster)
-    returned = float(doc["ts"]) - t0
     await s.wait_gone(borrower, 30)
-    deleted = time.time() - t0
+    gone = time.time()
     if record.reason != "owner-back" or record.outcome != "evicted":
         raise ScenarioError(f"borrower eviction should be owner-back/evicted, got {record}")
+    hold_ms = float(doc.get("blocked_ms", 0.0))
+    returned = float(doc["ts"])
+    ioctl = returned - hold_ms / 1000
     tasks_dead = record.ts - (record.total_ms - record.kill_ms) / 1000  # the kill ended here
-    if float(doc["ts"]) < tasks_dead - 0.05:
+    if returned < tasks_dead - 0.05:
         raise ScenarioError("the owner's call returned before the borrower's tasks were dead")
-    notice = next((e.ts - t0 for e in s.owner_backs if e.ts >= t0), 0.0)
-    return Trial(notice, tasks_dead - t0, record.ts - t0, deleted, returned,
-                 float(doc.get("blocked_ms", 0.0)), record.kill_ms)  # fmt: skip
+    notice = next((e.ts - ioctl for e in s.owner_backs if e.ts >= t0), 0.0)
+    return Trial(notice, tasks_dead - ioctl, record.ts - ioctl, gone - ioctl, returned - ioctl, hold_ms,
+                 record.kill_ms, ioctl - t0)  # fmt: skip
 
 
 def _card_name(report_dir: Path) -> str:
