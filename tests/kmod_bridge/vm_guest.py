@@ -6,8 +6,9 @@ and starts an owner: a process in a new pid namespace, inside the cgroup
 ``gpushare-vm/team-a_dev-1_main_<id>`` that the guest script created. Each
 round: ``detect`` by pod key over NATS -> the owner's ioctl -> the
 OwnerBackEvent on NATS -> ``release`` over NATS -> the owner resumes. Then the
-module is unloaded and loaded again: the bridge must register again and
-re-send its watch set. Everything measured is printed as ``RESULT`` lines.
+bridge stops (a netlink socket pins the module), the module is unloaded and
+loaded again, and a new bridge must restore its watch set from the key-value
+bucket and re-send it. Everything measured is printed as ``RESULT`` lines.
 
     python vm_guest.py --rounds 5 --ko PATH --cgroup DIR
 """
@@ -140,42 +141,55 @@ def child_pidns(pid: int) -> int:
     return os.stat(f"/proc/{child}/ns/pid").st_ino
 
 
-async def reload_module(service: Service, ko: str) -> None:
-    before = service.link.registrations
+@contextlib.asynccontextmanager
+async def bridge(common: CommonSettings, settings: KmodBridgeSettings,
+                 name: str) -> AsyncIterator[Service]:
+    service = Service(common, settings)
+    await service.start()
+    try:
+        registered = await wait_for(service.link.registered.is_set, 90)
+        result(name, registered=int(registered), port=service.link.transport.port_id,
+               restored=len(service.bridge.watchset.entries))
+        yield service
+    finally:
+        await service.stop()
+
+
+async def drive(nats: NatsSettings, args: argparse.Namespace) -> None:
+    bus = Bus(nats, "vm-solver")
+    await bus.connect()
+    got: asyncio.Queue[events.AnyEvent] = asyncio.Queue()
+    await bus.subscribe(bus.subjects.event(NODE, "ownerback"), lambda e: _put(got, e))
+    async with owner(args.cgroup) as proc:
+        pidns = await asyncio.to_thread(child_pidns, proc.pid)
+        rounds = [await one_round(bus, got, proc, pidns) for _ in range(args.rounds)]
+        result("ownerback", **summary(rounds))
+    await bus.drain()
+
+
+async def reload_module(ko: str) -> None:
+    """A netlink socket pins its module, so the bridge lets go first (as a pod restart does)."""
     rc_rm = await asyncio.to_thread(exit_code, ["rmmod", "gpushare"])
-    down = await wait_for(lambda: not service.link.registered.is_set(), 60)
     rc_ins = await asyncio.to_thread(exit_code, ["insmod", ko, "timeout_ms=20000"])
-    up = await wait_for(lambda: service.link.registrations > before, 90)
-    stats = await service.link.request(7) if up else None
-    entries = stats.stats_head.entries if stats is not None and stats.stats_head else -1
-    result("reload", rmmod=rc_rm, down=int(down), insmod=rc_ins, registered=int(up), entries=entries)
+    result("reload", rmmod=rc_rm, insmod=rc_ins)
 
 
 async def main(args: argparse.Namespace) -> int:
-    gs_logging.setup("WARNING")
+    gs_logging.setup("ERROR")
     with nats_server() as url:
         nats = NatsSettings(url=url, prefix="gpushare.v1", reconnect_wait_s=0.2)
         common = CommonSettings(nats=nats, http=HttpSettings(port=0), log=LogSettings(),
                                 node=NodeSettings(NODE), kube=KubeSettings())
         settings = KmodBridgeSettings(transport="netlink", sources=("cgroup",), cgroup_pattern=PATTERN,
                                       reply_timeout_s=10, heartbeat_s=2, refresh_s=30)
-        service = Service(common, settings)
-        await service.start()
-        try:
-            registered = await wait_for(service.link.registered.is_set, 60)
-            result("bridge", registered=int(registered), port=service.link.transport.port_id)
-            bus = Bus(nats, "vm-solver")
-            await bus.connect()
-            got: asyncio.Queue[events.AnyEvent] = asyncio.Queue()
-            await bus.subscribe(bus.subjects.event(NODE, "ownerback"), lambda e: _put(got, e))
-            async with owner(args.cgroup) as proc:
-                pidns = await asyncio.to_thread(child_pidns, proc.pid)
-                rounds = [await one_round(bus, got, proc, pidns) for _ in range(args.rounds)]
-                result("ownerback", **summary(rounds))
-            await reload_module(service, args.ko)
-            await bus.drain()
-        finally:
-            await service.stop()
+        async with bridge(common, settings, "bridge"):
+            await drive(nats, args)
+        await reload_module(args.ko)
+        async with bridge(common, settings, "bridge_again") as again:
+            stats = await again.link.request(7)
+            head = stats.stats_head
+            result("resent", entries=head.entries if head else -1,
+                   detected=len(again.bridge.watchset.by_mode("detected")))
     return 0
 
 
