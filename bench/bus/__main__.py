@@ -13,13 +13,12 @@ import asyncio
 import time
 
 import nats
-from nats.js import api
-from prometheus_client import CollectorRegistry
-
-from bench.report import Row, emit, median, percentile
 from gpushare_common import events
 from gpushare_common.bus import AckPolicy, Bus
 from gpushare_common.settings import NatsSettings
+from nats.js import api
+
+from bench.report import Row, emit, median, percentile
 from tests.support.nats import NatsServer
 
 EVENT = events.SpotEvent(node="n1", pod="spot/borrower-1", container="main", state="using",
