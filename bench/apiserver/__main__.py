@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import argparse
 
-from bench.report import Row, emit
 from gpushare_sim.apiserver.bench import run
+
+from bench.report import Row, emit
 
 TARGETS = {"list one node's pods (fieldSelector), median": ("< 100 ms", lambda v: v < 100)}
 

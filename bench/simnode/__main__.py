@@ -8,8 +8,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from bench.report import Row, emit
 from gpushare_sim.node.bench import run
+
+from bench.report import Row, emit
 
 
 def main() -> None:
