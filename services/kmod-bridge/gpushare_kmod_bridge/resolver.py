@@ -133,6 +133,8 @@ class Resolver:
     async def namespaces(self, keys: Sequence[str]) -> dict[str, list[int]]:
         """Pod or pod/container keys -> their pid namespaces (refreshed first)."""
         wanted = [(key, *split_key(key)) for key in keys]
+        if not wanted:
+            return {}
         snapshot = await self.refresh(force=False)
         if any(not snapshot.pidns_of(pod, c) for _, pod, c in wanted):
             snapshot = await self.refresh(force=True)
