@@ -210,7 +210,7 @@ class Cluster:
             self.timeline.step("everything stopped", processes=len(self.children))
         self.children.clear()
         if not self.settings.keep_dir:
-            await asyncio.to_thread(_remove_tree, self.run_dir)
+            _remove_tree(self.run_dir)  # blocking on purpose: the last step, also while a loop shuts down
 
 
 def _remove_tree(path: Path) -> None:
