@@ -56,9 +56,10 @@ async def same_plugins(s: Scenario, node: str, before: set[str], what: str) -> N
     s.hop(f"{what} -> all {len(before)} device plugins registered again", time.monotonic() - started)
 
 
-async def share_faults(s: Scenario, node: str) -> None:
+async def share_faults(s: Scenario) -> None:
     await fill(s, "share-gpu-2", SHARERS)
     (shadow,) = await expect_shadows(s, 1, "one ShadowPod for two SharePods")
+    node = str(((await s.pod(shadow)) or {}).get("spec", {}).get("nodeName", ""))
     owner, solver = f"{s.namespace}/{shadow}", f"solver@{node}"
 
     async def mapped() -> dict[str, str] | None:
@@ -129,9 +130,8 @@ async def spot_faults(s: Scenario, node: str) -> None:
 
 @scenario("faults")
 async def faults(s: Scenario) -> str:
-    node = s.cluster.nodes[0].name
-    await share_faults(s, node)
-    await spot_faults(s, node)
+    await share_faults(s)
+    await spot_faults(s, s.cluster.nodes[0].name)
     repeated = {p: n for p, n in evictions(s).items() if n > 1}
     if repeated:
         raise ScenarioError(f"evictions repeated during the scenario: {repeated}")

@@ -108,11 +108,11 @@ class Scenario:
         return self.cluster.run_dir / str(pod["spec"].get("nodeName", ""))
 
     async def devices_seen(self, name: str, container: str = "main", timeout: float = 30.0) -> list[str]:
-        """The GPU device nodes inside a running container: ``nvidiaN=major,minor`` each."""
+        """The GPU device nodes inside a running container: ``<node>/nvidiaN=major,minor`` each."""
         pod = await self.wait_running(name, timeout)
         path = self.node_dir(pod) / "util" / self.namespace / name / container / "devs"
         text = await wait_until(lambda: _read(path), timeout, f"{name}/{container} device list", self.cluster)
-        return gpu_devices(text)
+        return [f"{pod['spec'].get('nodeName', '')}/{device}" for device in gpu_devices(text)]
 
 
 def phase(pod: Obj | None) -> str:
@@ -126,10 +126,12 @@ def gpu_devices(ls_output: str) -> list[str]:
         parts = line.replace(",", " , ").split()
         if not parts or not parts[0].startswith("c") or not parts[-1].startswith("nvidia"):
             continue
-        if parts[-1] in ("nvidiactl", "nvidia-uvm"):
+        if parts[-1] in ("nvidiactl", "nvidia-uvm") or "," not in parts:
             continue
         comma = parts.index(",")
-        found.append(f"{parts[-1]}={parts[comma - 1]},{parts[comma + 1]}")
+        major, minor = parts[comma - 1], parts[comma + 1]
+        if major.isdigit() and minor.isdigit():
+            found.append(f"{parts[-1]}={major},{minor}")
     return sorted(found)
 
 

@@ -26,6 +26,7 @@ from gpushare_sim.scenarios.kit import (
     Scenario,
     ScenarioError,
     container,
+    gpu_devices,
     pod_body,
     scenario,
     wait_until,
@@ -112,18 +113,18 @@ async def owner_back(s: Scenario, report_dir: Path, borrower: str) -> Trial:
         raise ScenarioError(f"borrower eviction should be owner-back/evicted, got {record}")
     hold_ms = float(doc.get("blocked_ms", 0.0))
     returned = float(doc["ts"])
-    ioctl = returned - hold_ms / 1000
+    notices = [e.ts for e in s.owner_backs if e.ts >= t0]
+    ioctl = min([returned - hold_ms / 1000, *notices])  # the kernel's notice never precedes the ioctl
     tasks_dead = record.ts - (record.total_ms - record.kill_ms) / 1000  # the kill ended here
     if returned < tasks_dead - 0.05:
         raise ScenarioError("the owner's call returned before the borrower's tasks were dead")
-    notice = next((e.ts - ioctl for e in s.owner_backs if e.ts >= t0), 0.0)
+    notice = notices[0] - ioctl if notices else 0.0
     return Trial(notice, tasks_dead - ioctl, record.ts - ioctl, gone - ioctl, returned - ioctl, hold_ms,
                  record.kill_ms, ioctl - t0)  # fmt: skip
 
 
 def _card_name(report_dir: Path) -> str:
-    text = (report_dir / "devs").read_text()
-    return next(w for w in text.split() if w.startswith("nvidia") and w[6:].isdigit())
+    return gpu_devices((report_dir / "devs").read_text())[0].split("=")[0]
 
 
 def _eviction_of(s: Scenario, borrower: str, known: int) -> events.EvictionRecord | None:

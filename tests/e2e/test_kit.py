@@ -1,0 +1,59 @@
+"""The scenario kit's parsers and the narration, without a cluster."""
+
+from __future__ import annotations
+
+from gpushare_sim.run.narrate import Timeline
+from gpushare_sim.scenarios.badinput import _reason, failure_text
+from gpushare_sim.scenarios.kit import gpu_devices
+from hypothesis import given
+from hypothesis import strategies as st
+
+LS = """total 0
+crw-rw-rw-    1 root     root        1,   3 Nov 29 23:52 null
+crw-rw-rw-    1 root     root      195,   2 Nov 29 23:52 nvidia2
+crw-rw-rw-    1 root     root      195, 255 Nov 29 23:52 nvidiactl
+drwxr-xr-x    2 root     root           40 Nov 29 23:52 pts
+-rw-r--r--    1 root     root            0 Nov 29 23:52 nvidia-notes
+"""
+
+
+def test_gpu_devices_lists_only_gpu_character_devices() -> None:
+    assert gpu_devices(LS) == ["nvidia2=195,2"]
+    assert gpu_devices("c nvidia0\ncrw , nvidia1") == []
+
+
+@given(st.text())
+def test_gpu_devices_never_raises_on_arbitrary_text(text: str) -> None:
+    for item in gpu_devices(text):
+        assert item.startswith("nvidia") and "=" in item
+
+
+@given(st.lists(st.tuples(st.integers(0, 4095), st.integers(0, 1 << 20), st.integers(0, 64)), max_size=8))
+def test_gpu_devices_round_trips_major_minor(cards: list[tuple[int, int, int]]) -> None:
+    lines = [f"crw-rw-rw-    1 root root {major}, {minor} Nov 29 23:52 nvidia{index}"
+             for major, minor, index in cards]  # fmt: skip
+    expected = sorted(f"nvidia{index}={major},{minor}" for major, minor, index in cards)
+    assert gpu_devices("\n".join(lines)) == expected
+
+
+def test_failure_text_reads_the_start_error_of_a_container() -> None:
+    message = ("failed to start: ctr: failed to create shim task: OCI runtime create failed: create abc: "
+               "annotation gpushare.k8s.io/container-devices-from.main, source a/b/main: reference leaves "
+               "the pod and gpushare.k8s.io/signature.main is missing: unknown")  # fmt: skip
+    pod = {"status": {"phase": "Failed", "containerStatuses": [
+        {"state": {"terminated": {"exitCode": 128, "reason": "StartError", "message": message}}}]}}
+    text = failure_text(pod)
+    assert "StartError" in text and "signature.main is missing" in text
+    assert _reason(message).startswith("annotation gpushare.k8s.io/container-devices-from.main")
+    assert not _reason(message).endswith("unknown")
+    assert failure_text(None) == "" and failure_text({"status": {"phase": "Running"}}) == ""
+
+
+def test_timeline_summary_lists_outcomes_and_hops() -> None:
+    timeline = Timeline(out=None)
+    timeline.hop("spot", "owner ioctl -> owner's call returns", 0.0125)
+    timeline.result("spot", True, 6.1, "borrower evicted")
+    timeline.result("dind", False, 1.0, "TimeoutError: x")
+    summary = timeline.summary()
+    assert "owner ioctl -> owner's call returns" in summary and "12.5 ms" in summary
+    assert "FAILED" in summary and timeline.hops_of("spot") == {"owner ioctl -> owner's call returns": 0.0125}
