@@ -19,6 +19,7 @@ def sample_events() -> list[events.Event]:
         events.GenericEvent(node="n1", pod="dev/m", container="main",
                             vendor_resource="nvidia.com/gpu", state="using", lendable=True),
         events.SpotEvent(node="n1", pod="b/x", container="c", state="using", devices=("spot-GPU-0",)),
+        events.CardInventory(node="n1", vendor_resource="nvidia.com/gpu", devices=("GPU-0", "GPU-1")),
         events.LowPowerEvent(node="n1", owner="dev/m", using=False),
         events.OwnerBackEvent(node="n1", pidns=4026531836, pid=12, kernel_ts_ns=5),
         events.DeviceHealth(node="n1", resource="spot-gpu", devices={"spot-GPU-0": "Healthy"}),

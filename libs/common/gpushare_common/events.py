@@ -78,6 +78,15 @@ class SpotEvent(Event, frozen=True, kw_only=True, tag="spot"):
     priority: int = 0
 
 
+class CardInventory(Event, frozen=True, kw_only=True, tag="inventory"):
+    """Every card of a vendor resource the node's kubelet can allocate (pod-resources
+    GetAllocatableResources), so that cards no pod holds can be lent (SpotGPU: "card
+    unallocated -> spot device Healthy")."""
+
+    vendor_resource: str
+    devices: tuple[str, ...] = ()  # real device ids
+
+
 class LowPowerEvent(Event, frozen=True, kw_only=True, tag="lowpower"):
     """An owner is away (``using=False``) or back (``using=True``)."""
 
@@ -176,6 +185,7 @@ AnyEvent: TypeAlias = (
     | ShareEvent
     | GenericEvent
     | SpotEvent
+    | CardInventory
     | LowPowerEvent
     | OwnerBackEvent
     | DeviceHealth
@@ -190,6 +200,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     ShareEvent,
     GenericEvent,
     SpotEvent,
+    CardInventory,
     LowPowerEvent,
     OwnerBackEvent,
     DeviceHealth,

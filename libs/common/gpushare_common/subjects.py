@@ -16,7 +16,7 @@ from typing import Literal, get_args
 DEFAULT_PREFIX = "gpushare.v1"
 DEFAULT_DOMAIN = "gpushare"
 
-EventKind = Literal["shadow", "share", "generic", "spot", "lowpower", "ownerback"]
+EventKind = Literal["shadow", "share", "generic", "spot", "lowpower", "ownerback", "inventory"]
 EVENT_KINDS: tuple[str, ...] = get_args(EventKind)
 Channel = Literal["event", "health", "capacity", "kmod", "eviction"]
 
