@@ -11,11 +11,14 @@ devices: one ``vcpu`` device = 100 millicores, one ``vmem`` device = 256 MiB.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 VCPU_UNIT_MILLICORES = 100
 VMEM_UNIT_BYTES = 256 << 20
 UNITS = {"vcpu": VCPU_UNIT_MILLICORES, "vmem": VMEM_UNIT_BYTES}
+# (used, total) of each side of the node, as published in the events' inputs
+NODE_USAGE = (("node_cpu_used_m", "node_cpu_total_m"), ("node_memory_used", "node_memory_total"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +29,7 @@ class Policy:
     change_ratio: float = 0.10
     republish_s: float = 300.0
     stale_s: float = 900.0
+    usage_step: float = 0.05  # also publish when the node's use moved by this share of its total
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,3 +80,17 @@ def should_publish(previous: int | None, current: int, since_last_s: float, poli
     if previous == 0:
         return current != 0
     return abs(current - previous) > policy.change_ratio * previous
+
+
+def usage_moved(before: Mapping[str, float], after: Mapping[str, float], step: float) -> bool:
+    """True when the node's CPU or memory use moved by more than ``step`` of its total.
+
+    The solver judges pressure on these figures; they move without changing the
+    spare capacity when the batch pods themselves grow, so they need their own
+    trigger.
+    """
+    for used, total in NODE_USAGE:
+        size = after.get(total, 0.0)
+        if size > 0 and abs(after.get(used, 0.0) - before.get(used, 0.0)) > step * size:
+            return True
+    return False

@@ -14,7 +14,7 @@ from gpushare_common.logging import get_logger
 from gpushare_common.subjects import Subjects
 
 from .adapters.cgroups import PodsUsage, read_node, read_pods
-from .capacity import Inputs, Policy, Spare, should_publish, spare, zero
+from .capacity import Inputs, Policy, Spare, should_publish, spare, usage_moved, zero
 from .cgroupstats import NodeStats, StatsError
 from .classify import PodClass
 from .metrics import DetectorMetrics
@@ -84,7 +84,7 @@ class CapacityService:
         self.previous: Snapshot | None = None
         self.last_good: float | None = None
         self.current: dict[str, Spare] = {}
-        self.published: dict[str, tuple[int, float]] = {}
+        self.published: dict[str, tuple[int, float, dict[str, float]]] = {}  # devices, when, inputs
         self.error = ""
 
     @classmethod
@@ -92,7 +92,8 @@ class CapacityService:
               metrics: DetectorMetrics) -> CapacityService:
         policy = Policy(settings.safety_margin_ratio, settings.reserved_millicores,
                         settings.reserved_memory_bytes, settings.capacity_change_ratio,
-                        settings.capacity_republish_s, settings.capacity_stale_s)
+                        settings.capacity_republish_s, settings.capacity_stale_s,
+                        settings.capacity_usage_step)
         cgroups, proc = Path(settings.cgroup_root), Path(settings.proc_root)
         return cls(node, policy, bus, tracker, metrics, lambda: (read_node(proc), read_pods(cgroups)),
                    settings.capacity_s)
@@ -120,9 +121,10 @@ class CapacityService:
 
     async def publish(self, now: float) -> None:
         for resource, found in self.current.items():
-            previous, at = self.published.get(resource, (None, 0.0))
+            previous, at, inputs = self.published.get(resource, (None, 0.0, {}))
             self.metrics.spare.labels(resource).set(found.devices)
-            if not should_publish(previous, found.devices, now - at, self.policy):
+            if not should_publish(previous, found.devices, now - at, self.policy) and \
+                    not usage_moved(inputs, found.inputs, self.policy.usage_step):
                 continue
             event = ev.SpareCapacity(node=self.node, resource=resource, devices=found.devices,
                                      unit=found.unit, inputs=found.inputs)
@@ -132,7 +134,7 @@ class CapacityService:
                 self.metrics.publish_failures.inc()
                 log.warning("spare capacity not published", node=self.node, resource=resource, error=repr(err))
                 continue
-            self.published[resource] = (found.devices, now)
+            self.published[resource] = (found.devices, now, dict(found.inputs))
             if previous != found.devices:
                 log.info("spare capacity changed", node=self.node, resource=resource, devices=found.devices)
 

@@ -40,6 +40,7 @@ class DetectorSettings:
     capacity_republish_s: float = 300.0
     capacity_change_ratio: float = 0.10
     capacity_stale_s: float = 900.0
+    capacity_usage_step: float = 0.05  # republish when the node's use moves by this share
     safety_margin_ratio: float = 0.10
     reserved_millicores: float = 0.0
     reserved_memory_bytes: float = 0.0
