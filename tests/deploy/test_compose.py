@@ -12,10 +12,17 @@ Each check is also run on a broken copy, which must fail with a message naming t
 from __future__ import annotations
 
 import ast
+import contextlib
 import copy
 import dataclasses
 import importlib
+import os
 import re
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
@@ -385,3 +392,85 @@ def test_unused_path_settings_need_no_mount() -> None:
     env["GPUSHARE_KMOD_TRANSPORT"] = "sim"
     assert unmounted_paths("k", "kmod-bridge", env, []) == [
         "k: GPUSHARE_KMOD_SIM_SOCKET=/run/gpushare/kmod.sock is not inside any mount (none)"]
+
+
+# --- the sim profile, run as local processes ---------------------------------------------------
+
+MODULES = {s: f"gpushare_{s.replace('-', '_')}" for s in SERVICES}
+NATS_PASSWORDS = {"DETECTOR_PASSWORD": "d", "SOLVER_PASSWORD": "s", "DEVICEPLUGIN_PASSWORD": "p",
+                  "KMOD_BRIDGE_PASSWORD": "k", "EVENTS_READER_PASSWORD": "r"}  # fmt: skip
+
+
+def local_value(value: str, run: Path, ports: dict[str, int]) -> str:
+    """A compose value with the containers' names and paths replaced by this machine's."""
+    interpolated = re.fullmatch(r"\$\{(\w+)(:\?.*)?\}", value)
+    if interpolated:
+        return NATS_PASSWORDS[interpolated.group(1)]
+    for old, new in (("/run/gpushare-sim", str(run)), ("/etc/gpushare/kubeconfig", f"{run}/kubeconfig"),
+                     ("nats:4222", f"127.0.0.1:{ports['nats']}"), ("sim-node:9400", f"127.0.0.1:{ports['exporter']}"),
+                     ("sim-apiserver:6443", f"127.0.0.1:{ports['api']}"), ("/host/sys/fs/cgroup", "/sys/fs/cgroup"),
+                     ("8090", str(ports["node"])), ("9400", str(ports["exporter"])), ("6443", str(ports["api"])),
+                     ("0.0.0.0", "127.0.0.1"), ("exec python ", f"exec {sys.executable} ")):
+        value = value.replace(old, new)
+    return value
+
+
+def _wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"{proc.args} exited with {proc.returncode}"
+        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=1) as answer:
+            if answer.status == 200:
+                return
+        time.sleep(0.1)
+    raise AssertionError(f"{url} not ready within {timeout}s")
+
+
+@pytest.mark.slow
+def test_sim_profile_services_get_ready_with_the_shipped_nats_users(tmp_path: Path) -> None:
+    """Every sim-profile part from its compose command and environment (names and paths mapped to
+    this machine), NATS with k8s/base/nats.conf: each service gets ready, no permission is refused."""
+    if shutil.which("nats-server") is None:
+        pytest.skip("nats-server is not installed (make deps installs it)")
+    from tests.support.nats import free_port
+
+    services = yaml.safe_load(COMPOSE.read_text())["services"]
+    ports = {name: free_port() for name in ("api", "nats", "node", "exporter", *SERVICES)}
+    kubeconfig = (COMPOSE_DIR / "sim-kubeconfig.yaml").read_text()
+    (tmp_path / "kubeconfig").write_text(local_value(kubeconfig, tmp_path, ports))
+    conf = (K8S_BASE / "nats.conf").read_text().replace("/data/jetstream", f"{tmp_path}/js")
+    (tmp_path / "nats.conf").write_text(conf)
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(name: str, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        argv = [sys.executable if a == "python" else local_value(a, tmp_path, ports) for a in argv]
+        with (tmp_path / f"{name}.log").open("wb") as log:
+            procs.append(subprocess.Popen(argv, env={**os.environ, **(env or {})}, stdout=log, stderr=log))
+        return procs[-1]
+
+    try:
+        start("nats", ["nats-server", "-c", str(tmp_path / "nats.conf"), "-a", "127.0.0.1", "-p", str(ports["nats"]),
+                       "-m", "0"], NATS_PASSWORDS)  # fmt: skip
+        for name in ("sim-apiserver", "sim-kernel"):
+            start(name, services[name]["command"])
+        _wait_http(f"http://127.0.0.1:{ports['api']}/healthz", procs[1])
+        node = start("sim-node", services["sim-node"]["command"])
+        _wait_http(f"http://127.0.0.1:{ports['node']}/healthz", node)
+        for service in SERVICES:
+            env = {k: local_value(v, tmp_path, ports) for k, v in _environment(services[f"sim-{service}"]).items()}
+            env |= {"GPUSHARE_HTTP_HOST": "127.0.0.1", "GPUSHARE_HTTP_PORT": str(ports[service])}
+            start(service, ["python", "-m", MODULES[service]], env)
+        for service, proc in zip(SERVICES, procs[-len(SERVICES):], strict=True):
+            _wait_http(f"http://127.0.0.1:{ports[service]}/readyz", proc)
+        assert [p.args for p in procs if p.poll() is not None] == []
+    finally:
+        for proc in reversed(procs):
+            proc.terminate()
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    refused = [line for log in tmp_path.glob("*.log") for line in log.read_text(errors="replace").splitlines()
+               if "permissions violation" in line]  # fmt: skip
+    assert refused == []
