@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-from gpushare_common.events import GenericEvent, LowPowerEvent, OwnerBackEvent, SpotEvent
+from gpushare_common.events import (
+    CardInventory,
+    GenericEvent,
+    LowPowerEvent,
+    OwnerBackEvent,
+    ShadowEvent,
+    SpotEvent,
+)
 from gpushare_common.ids import parse_spot_device_id
-from gpushare_solver.actions import Reclaim
 from gpushare_solver.handlers import handle
 from gpushare_solver.reclaim import container_ids, record_id
-from gpushare_solver.state import RESERVED, HandlerError, SolverState
+from gpushare_solver.state import HandlerError, SolverState
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -59,20 +65,26 @@ EVENTS = st.one_of(
     st.builds(lambda p, d, s: SpotEvent(node=NODE, pod=p, container="c", state=s,
                                         devices=tuple(f"spot-{x}" for x in d)),
               st.sampled_from(["spot/x", "spot/y"]), CARDS, st.sampled_from(["using", "cleared"])),
+    st.builds(lambda d: CardInventory(node=NODE, vendor_resource="v", devices=tuple(d)),
+              st.lists(st.sampled_from(["GPU-0", "GPU-1", "GPU-2"]), max_size=3, unique=True)),
+    st.builds(lambda d, s: ShadowEvent(node=NODE, shadow_pod="t/sh", state=s, resource="share-gpu-2",
+                                       share_spec=2, devices=tuple(d)),
+              CARDS, st.sampled_from(["running", "cleared"])),
 )
 
 
 @settings(max_examples=150, deadline=None)
 @given(st.lists(EVENTS, max_size=25))
-def test_no_borrower_stays_on_a_card_held_by_an_active_owner(events: list[object]) -> None:
+def test_no_borrower_stays_on_a_card_held_by_an_active_owner_or_gone(events: list[object]) -> None:
     state = SolverState()
-    evicted: set[str] = set()
     for event in events:
         try:
-            actions = handle(event, state)  # type: ignore[arg-type]
+            handle(event, state)  # type: ignore[arg-type]
         except HandlerError:
             continue
-        evicted.update(p for a in actions if isinstance(a, Reclaim) for p in a.pods)
         for device, borrower in state.borrowers().items():
-            holder = state.cache.owner_of(parse_spot_device_id(device))
-            assert not (holder and state.kind_of(holder) == RESERVED), (device, borrower)
+            card = parse_spot_device_id(device)
+            assert state.holder_of(card, active_only=True) is None, (device, borrower)
+            assert state.in_inventory(card), (device, borrower)
+        healthy = {d for d, h in state.health.items() if h == "Healthy"}
+        assert healthy <= set(state.lent()), healthy - set(state.lent())

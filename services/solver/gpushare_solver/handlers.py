@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from gpushare_common.events import (
     AnyEvent,
+    CardInventory,
     GenericEvent,
     LowPowerEvent,
     OwnerBackEvent,
@@ -17,7 +18,7 @@ from gpushare_common.events import (
     SpotEvent,
 )
 
-from . import share, spot
+from . import cards, share, spot
 from .actions import Action
 from .state import SolverState
 
@@ -44,5 +45,7 @@ def handle(event: AnyEvent, state: SolverState) -> list[Action]:
             return spot.spot_using(event, state)
         case SpotEvent():
             return spot.spot_cleared(event, state)
+        case CardInventory():
+            return cards.inventory(event, state)
         case _:
             return []

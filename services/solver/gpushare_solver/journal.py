@@ -1,4 +1,5 @@
-"""What the solver persists beside the MappingCache: seen event ids, ShadowPods being deleted."""
+"""What the solver persists beside the MappingCache: seen event ids, ShadowPods being deleted,
+the card inventory and the real cards of each ShadowPod."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import msgspec
 class JournalDoc(msgspec.Struct, kw_only=True):
     seen: list[str] = []
     terminating: list[str] = []
+    inventory: dict[str, list[str]] = {}  # vendor resource -> cards the kubelet can allocate
+    shadow_cards: dict[str, list[str]] = {}  # ShadowPod -> the real cards it holds
 
 
 class Seen:

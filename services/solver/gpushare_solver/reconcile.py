@@ -11,7 +11,7 @@ from gpushare_common.events import GenericEvent, ShadowEvent
 from gpushare_common.ids import IdError, parse_spot_device_id
 from gpushare_common.mapping import IDLE_SPACE
 
-from . import share, spot
+from . import cards, share, spot
 from .actions import Action, Reclaim
 from .state import RESERVED, SHADOW, SPOT_OWNER, SolverState
 
@@ -43,12 +43,13 @@ def _borrowers_on_active_cards(state: SolverState) -> list[Action]:
     actions: list[Action] = []
     for device, borrower in sorted(state.borrowers().items()):
         try:
-            holder = state.cache.owner_of(parse_spot_device_id(device))
+            holder = state.holder_of(parse_spot_device_id(device), active_only=True)
         except IdError:
             continue
-        if holder is not None and state.kind_of(holder) == RESERVED:
+        if holder is not None:
             state.cache.unuse(IDLE_SPACE, borrower, device)
-            actions.append(Reclaim(reason=spot.OWNER_BACK, pods=(borrower,), owner=holder))
+            reason = cards.RESERVED_REASON if holder in state.shadow_cards else spot.OWNER_BACK
+            actions.append(Reclaim(reason=reason, pods=(borrower,), owner=holder))
     return actions
 
 

@@ -94,6 +94,8 @@ class Solver:
         journal = await self._stores["journal"].get("journal", JournalDoc) or JournalDoc()
         self.seen.load(journal.seen)
         self.state.terminating = set(journal.terminating)
+        self.state.inventory = {r: tuple(c) for r, c in journal.inventory.items()}
+        self.state.shadow_cards = {s: tuple(c) for s, c in journal.shadow_cards.items()}
         self.plans = await self._stores["plans"].items(Plan)
         log.info("state loaded", node=self.node, owners=len(self.state.cache.owners()),
                  pending_plans=len(self.plans))
@@ -192,7 +194,9 @@ class Solver:
         await asyncio.gather(*writes)
 
     async def _save_journal(self) -> None:
-        doc = JournalDoc(seen=self.seen.recent(_PERSISTED_SEEN), terminating=sorted(self.state.terminating))
+        doc = JournalDoc(seen=self.seen.recent(_PERSISTED_SEEN), terminating=sorted(self.state.terminating),
+                         inventory={r: list(c) for r, c in self.state.inventory.items()},
+                         shadow_cards={s: list(c) for s, c in self.state.shadow_cards.items()})
         await self._stores["journal"].put("journal", doc)
 
     async def _save_device_list(self, action: DeviceList) -> None:
@@ -242,6 +246,8 @@ class Solver:
             "borrowers": self.state.borrowers(),
             "spot_health": dict(sorted(self.state.health.items())),
             "terminating_shadow_pods": sorted(self.state.terminating),
+            "card_inventory": {r: list(c) for r, c in sorted(self.state.inventory.items())},
+            "shadow_cards": {s: list(c) for s, c in sorted(self.state.shadow_cards.items())},
             "evictions_in_flight": [_plan_view(p) for p in self.plans.values()],
         }
 

@@ -6,6 +6,7 @@ from gpushare_common.events import ShadowEvent, ShareEvent
 from gpushare_common.ids import IdError, parse_pod_key, share_device_ids
 from gpushare_common.mapping import MappingError
 
+from . import cards
 from .actions import Action, DeviceList, OwnerAnnotation, Reclaim, UsingCondition
 from .state import SHADOW, HandlerError, SolverState
 
@@ -16,8 +17,12 @@ def shadow_running(event: ShadowEvent, state: SolverState) -> list[Action]:
     try:
         namespace, name = parse_pod_key(event.shadow_pod)
         devices = share_device_ids(namespace, name, event.share_spec) if event.share_spec > 0 else []
+        cards.spot_ids(event.devices)
     except IdError as err:
         raise HandlerError(event.id, str(err)) from None
+    if event.devices:
+        state.shadow_cards[event.shadow_pod] = tuple(event.devices)
+    actions = cards.taken(event.shadow_pod, event.devices, state)
     was_terminating = event.shadow_pod in state.terminating
     if event.terminating:
         state.terminating.add(event.shadow_pod)
@@ -25,16 +30,18 @@ def shadow_running(event: ShadowEvent, state: SolverState) -> list[Action]:
         state.terminating.discard(event.shadow_pod)
     changed = state.cache.create(event.shadow_pod, devices, kind=SHADOW, resource=event.resource)
     if not changed and was_terminating == event.terminating:
-        return []
-    return [DeviceList(resource=event.resource, devices=state.devices_of_resource(event.resource),
-                       reason=f"shadow {event.shadow_pod} running")]
+        return actions
+    return [*actions, DeviceList(resource=event.resource, devices=state.devices_of_resource(event.resource),
+                                 reason=f"shadow {event.shadow_pod} running")]
 
 
 def shadow_cleared(event: ShadowEvent, state: SolverState) -> list[Action]:
     state.terminating.discard(event.shadow_pod)
+    freed = cards.lend_free(state.shadow_cards.pop(event.shadow_pod, ()), state,
+                            f"released by {event.shadow_pod}")
     entry = state.cache.get(event.shadow_pod)
     if entry is None:
-        return []
+        return freed
     users = sorted(state.cache.users_of(event.shadow_pod))
     for user in users:
         state.cache.unuse_everywhere(user)
@@ -43,6 +50,7 @@ def shadow_cleared(event: ShadowEvent, state: SolverState) -> list[Action]:
     actions: list[Action] = []
     if users:
         actions.append(Reclaim(reason=SHADOW_GONE, pods=tuple(users), owner=event.shadow_pod))
+    actions += freed
     actions.append(DeviceList(resource=resource, devices=state.devices_of_resource(resource),
                               reason=f"shadow {event.shadow_pod} cleared"))
     return actions

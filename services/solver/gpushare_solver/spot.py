@@ -3,23 +3,16 @@
 from __future__ import annotations
 
 from gpushare_common.events import GenericEvent, LowPowerEvent, OwnerBackEvent, SpotEvent
-from gpushare_common.ids import IdError, parse_spot_device_id, spot_device_id
+from gpushare_common.ids import IdError, parse_spot_device_id
 from gpushare_common.mapping import IDLE_SPACE, MappingError
 
-from .actions import Action, Kmod, Reclaim, Release, SetHealth
+from .actions import Action, Kmod, Reclaim, Release
+from .cards import CARD_GONE, RESERVED_REASON, lend_free
+from .cards import health as _health
+from .cards import spot_ids as _spot_ids
 from .state import RESERVED, SPOT_OWNER, HandlerError, SolverState
 
 OWNER_BACK = "owner-back"
-RESERVED_REASON = "reserved"
-
-
-def _spot_ids(devices: tuple[str, ...] | list[str]) -> list[str]:
-    return [spot_device_id(d) for d in devices]
-
-
-def _health(state: SolverState, devices: list[str], healthy: bool, reason: str) -> SetHealth:
-    return SetHealth(resource=state.spot_resource, reason=reason,
-                     devices=state.set_health(devices, "Healthy" if healthy else "Unhealthy"))
 
 
 def reserved_using(event: GenericEvent, state: SolverState) -> list[Action]:
@@ -41,9 +34,7 @@ def reserved_cleared(event: GenericEvent, state: SolverState) -> list[Action]:
     entry = state.cache.delete(event.pod)
     if entry is None:
         return []
-    spot = _spot_ids(list(entry.devices))
-    state.lend(spot)
-    return [_health(state, spot, True, f"released by {event.pod}")]
+    return lend_free(entry.devices, state, f"released by {event.pod}")
 
 
 def owner_away(event: LowPowerEvent, state: SolverState) -> list[Action]:
@@ -54,7 +45,7 @@ def owner_away(event: LowPowerEvent, state: SolverState) -> list[Action]:
     if not devices:
         raise HandlerError(event.id, f"owner {event.owner} is away but holds no known devices")
     state.cache.create(event.owner, devices, kind=SPOT_OWNER, resource=entry.resource if entry else "")
-    spot = _spot_ids(devices)
+    spot = _spot_ids(d for d in devices if state.in_inventory(d) and state.holder_of(d, active_only=True) is None)
     state.lend(spot)
     return [_health(state, spot, True, f"owner {event.owner} away"),
             Kmod(op="detect", pods=(event.owner,), reason="owner away")]
@@ -95,10 +86,12 @@ def spot_using(event: SpotEvent, state: SolverState) -> list[Action]:
     except IdError as err:
         raise HandlerError(event.id, str(err)) from None
     for real in reals.values():
-        holder = state.cache.owner_of(real)
-        if holder is not None and state.kind_of(holder) == RESERVED:
+        if (holder := state.holder_of(real, active_only=True)) is not None:
             state.cache.unuse_everywhere(event.pod)
             return [Reclaim(reason=RESERVED_REASON, pods=(event.pod,), owner=holder)]
+        if not state.in_inventory(real):
+            state.cache.unuse_everywhere(event.pod)
+            return [Reclaim(reason=CARD_GONE, pods=(event.pod,))]
     state.lend(list(reals))
     for device in reals:
         try:

@@ -35,10 +35,25 @@ class SolverState:
     spot_resource: str = "spot-gpu"
     health: dict[str, Health] = field(default_factory=dict)  # spot device -> desired health
     terminating: set[str] = field(default_factory=set)  # ShadowPods being deleted
+    inventory: dict[str, tuple[str, ...]] = field(default_factory=dict)  # vendor resource -> cards
+    shadow_cards: dict[str, tuple[str, ...]] = field(default_factory=dict)  # ShadowPod -> its real cards
 
     def kind_of(self, owner: str | None) -> str:
         entry = self.cache.get(owner) if owner else None
         return entry.kind if entry else ""
+
+    def in_inventory(self, card: str) -> bool:
+        """Whether the kubelet can allocate ``card`` (True while no inventory is known)."""
+        return not self.inventory or any(card in cards for cards in self.inventory.values())
+
+    def holder_of(self, card: str, active_only: bool = False) -> str | None:
+        """The pod holding a real card: a reserved pod, an away owner (unless ``active_only``)
+        or a ShadowPod; None when the card is free."""
+        owner = self.cache.owner_of(card)
+        kinds = (RESERVED,) if active_only else (RESERVED, SPOT_OWNER)
+        if owner is not None and self.kind_of(owner) in kinds:
+            return owner
+        return next((s for s, cards in sorted(self.shadow_cards.items()) if card in cards), None)
 
     def lent(self) -> list[str]:
         entry = self.cache.get(IDLE_SPACE)

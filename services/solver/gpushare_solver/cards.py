@@ -1,0 +1,81 @@
+"""Real cards and their ``spot-<id>`` mirrors: who holds a card, which cards are free (SPEC section 5).
+
+A card is *free* when it is in the node's card inventory (what the kubelet can
+allocate) and no reserved pod, away owner or ShadowPod holds it: its spot
+device is lent (in ``idle-space``) and Healthy. A card that leaves the
+inventory is withdrawn: Unhealthy, its borrowers reclaimed (``card-gone``).
+A card taken by a reserved pod or a ShadowPod is withdrawn the same way
+(``reserved``), whether it was lent because its owner was away or because no
+pod held it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from gpushare_common.events import CardInventory
+from gpushare_common.ids import IdError, parse_spot_device_id, spot_device_id
+
+from .actions import Action, Reclaim, SetHealth
+from .state import HandlerError, SolverState
+
+CARD_GONE = "card-gone"
+RESERVED_REASON = "reserved"
+
+
+def spot_ids(cards: Iterable[str]) -> list[str]:
+    return [spot_device_id(c) for c in cards]
+
+
+def health(state: SolverState, spot: list[str], healthy: bool, reason: str) -> SetHealth:
+    return SetHealth(resource=state.spot_resource, reason=reason,
+                     devices=state.set_health(spot, "Healthy" if healthy else "Unhealthy"))
+
+
+def lend_free(cards: Iterable[str], state: SolverState, reason: str) -> list[Action]:
+    """Lend those of ``cards`` that are free now (in the inventory, held by nobody): Healthy."""
+    free = [c for c in dict.fromkeys(cards) if state.in_inventory(c) and state.holder_of(c) is None]
+    if not free:
+        return []
+    spot = spot_ids(free)
+    state.lend(spot)
+    return [health(state, spot, True, reason)]
+
+
+def withdraw(cards: Iterable[str], state: SolverState, reason: str, owner: str = "") -> list[Action]:
+    """Take cards' spot devices out of ``idle-space``: Unhealthy, their borrowers reclaimed."""
+    spot = spot_ids(dict.fromkeys(cards))
+    if not spot:
+        return []
+    borrowers = state.withdraw(spot)
+    why = f"reserved by {owner}" if reason == RESERVED_REASON else reason
+    actions: list[Action] = [health(state, spot, False, why)]
+    if borrowers:
+        actions.append(Reclaim(reason=reason, pods=tuple(borrowers), owner=owner))
+    return actions
+
+
+def taken(owner: str, cards: Iterable[str], state: SolverState) -> list[Action]:
+    """A ShadowPod holds ``cards``: withdraw those that were lent or announced Healthy."""
+    lent = set(state.lent())
+    spot = spot_ids(cards)
+    if not any(d in lent or state.health.get(d) == "Healthy" for d in spot):
+        return []
+    return withdraw(cards, state, RESERVED_REASON, owner)
+
+
+def inventory(event: CardInventory, state: SolverState) -> list[Action]:
+    """The cards the kubelet can allocate for one vendor resource, in full."""
+    try:
+        spot_ids(event.devices)
+    except IdError as err:
+        raise HandlerError(event.id, str(err)) from None
+    old = state.inventory.get(event.vendor_resource, ())
+    state.inventory[event.vendor_resource] = tuple(dict.fromkeys(event.devices))
+    known = [*old, *(parse_spot_device_id(d) for d in state.lent())]
+    gone = [c for c in dict.fromkeys(known) if not state.in_inventory(c)]
+    lent, healthy = set(state.lent()), {d for d, h in state.health.items() if h == "Healthy"}
+    news = [c for c in event.devices
+            if spot_device_id(c) not in lent or spot_device_id(c) not in healthy]
+    actions = withdraw(gone, state, CARD_GONE)
+    return actions + lend_free(news, state, f"unallocated {event.vendor_resource}")
