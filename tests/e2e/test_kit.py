@@ -54,6 +54,8 @@ def test_timeline_summary_lists_outcomes_and_hops() -> None:
     timeline.hop("spot", "owner ioctl -> owner's call returns", 0.0125)
     timeline.result("spot", True, 6.1, "borrower evicted")
     timeline.result("dind", False, 1.0, "TimeoutError: x")
+    timeline.result("faults", True, 0.0, "needs real containers", skipped=True)
     summary = timeline.summary()
     assert "owner ioctl -> owner's call returns" in summary and "12.5 ms" in summary
+    assert "skipped" in summary and "SKIPPED" in timeline.lines[-1]
     assert "FAILED" in summary and timeline.hops_of("spot") == {"owner ioctl -> owner's call returns": 0.0125}

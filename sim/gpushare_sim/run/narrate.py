@@ -28,6 +28,11 @@ class Outcome:
     ok: bool
     seconds: float
     detail: str
+    skipped: bool = False
+
+    @property
+    def verdict(self) -> str:
+        return "skipped" if self.skipped else "ok" if self.ok else "FAILED"
 
 
 @dataclass
@@ -52,10 +57,11 @@ class Timeline:
         self.hops.append(Hop(scenario, name, seconds))
         self.step(f"  hop {name}: {seconds * 1000:.1f} ms")
 
-    def result(self, scenario: str, ok: bool, seconds: float, detail: str = "") -> None:
-        self.outcomes.append(Outcome(scenario, ok, seconds, detail))
-        self.step(f"scenario {scenario}: {'PASSED' if ok else 'FAILED'} in {seconds:.1f}s"
-                  + (f" ({detail})" if detail else ""))  # fmt: skip
+    def result(self, scenario: str, ok: bool, seconds: float, detail: str = "", skipped: bool = False) -> None:
+        outcome = Outcome(scenario, ok, seconds, detail, skipped)
+        self.outcomes.append(outcome)
+        verdict = "PASSED" if outcome.verdict == "ok" else outcome.verdict.upper()
+        self.step(f"scenario {scenario}: {verdict} in {seconds:.1f}s" + (f" ({detail})" if detail else ""))
 
     def hops_of(self, scenario: str) -> dict[str, float]:
         return {h.name: h.seconds for h in self.hops if h.scenario == scenario}
@@ -63,7 +69,7 @@ class Timeline:
     def summary(self) -> str:
         rows = [("scenario", "result", "time", "what happened / hop", "latency")]
         for outcome in self.outcomes:
-            rows.append((outcome.scenario, "ok" if outcome.ok else "FAILED", f"{outcome.seconds:.1f}s",
+            rows.append((outcome.scenario, outcome.verdict, f"{outcome.seconds:.1f}s",
                          outcome.detail, ""))  # fmt: skip
             for hop in (h for h in self.hops if h.scenario == outcome.scenario):
                 rows.append(("", "", "", f"  {hop.name}", f"{hop.seconds * 1000:.1f} ms"))
