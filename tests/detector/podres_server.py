@@ -26,6 +26,7 @@ class _Lister(pr_grpc.PodResourcesListerServicer):  # type: ignore[misc]
     def __init__(self, table: Table) -> None:
         self.table = table
         self.calls = 0
+        self.allocatable: dict[str, tuple[str, ...]] | None = None  # None: a kubelet without the call
 
     async def List(self, request: object, context: grpc.aio.ServicerContext) -> pr.ListPodResourcesResponse:
         self.calls += 1
@@ -38,6 +39,16 @@ class _Lister(pr_grpc.PodResourcesListerServicer):  # type: ignore[misc]
         if key not in self.table:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"pod {key} not found")
         return pr.GetPodResourcesResponse(pod_resources=_pod(key, self.table[key]))
+
+    async def GetAllocatableResources(self, request: object, context: grpc.aio.ServicerContext
+                                      ) -> pr.AllocatableResourcesResponse:
+        self.calls += 1
+        if self.allocatable is None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "GetAllocatableResources not served")
+        # the kubelet lists one group per resource and NUMA node: split each list in two
+        groups = [(r, list(ids[i::2])) for r, ids in sorted(self.allocatable.items()) for i in (0, 1)]
+        return pr.AllocatableResourcesResponse(devices=[
+            pr.ContainerDevices(resource_name=r, device_ids=ids) for r, ids in groups if ids])
 
 
 class PodResourcesServer:

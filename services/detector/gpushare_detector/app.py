@@ -77,8 +77,10 @@ async def run(settings: Settings, stop: asyncio.Event) -> int:
         stack.push_async_callback(devices.close)
         detector = build_detector(node, config, bus, devices, metrics)
         facts = await bus.store(f"detector-{node_token(node)}")
-        restored = detector.tracker.restore(await facts.items(list[AnyEvent]))
-        log.info("restored published facts", node=node, pods=restored)
+        saved = await facts.items(list[AnyEvent])
+        restored = detector.tracker.restore(saved)
+        log.info("restored published facts", node=node, pods=restored,
+                 inventories=detector.inventory.restore(saved))
         capacity = CapacityService.build(node, config, bus, detector.tracker, metrics)
         kube = Kube(settings.common.kube)
 
@@ -92,6 +94,7 @@ async def run(settings: Settings, stop: asyncio.Event) -> int:
         changes = kube.watch_pods(until_cancelled, field_selector=f"spec.nodeName={node}")
         tasks.spawn("watch", detector.watch(changes))
         tasks.spawn("resync", detector.resync_loop(until_cancelled, config.resync_s))
+        tasks.spawn("inventory", detector.inventory_loop(until_cancelled, config.inventory_s))
         tasks.spawn("kmod", detector.kmod.run(until_cancelled))
         tasks.spawn("save", detector.save_loop(facts, until_cancelled))
         tasks.spawn("owners", detector.owners_loop(until_cancelled, config.scrape_s))

@@ -19,6 +19,7 @@ from gpushare_common.subjects import Subjects
 from .adapters.podresources import PodNotFound, PodResourcesError
 from .away import AwayMachine, Sample, State
 from .handlers import kind_of
+from .inventory import Inventory
 from .kmod import KmodSync
 from .metrics import DetectorMetrics
 from .model import ContainerDevices, NodeDevices
@@ -48,6 +49,8 @@ class DeviceSource(Protocol):
 
     async def get(self, namespace: str, name: str) -> dict[str, ContainerDevices]: ...
 
+    async def allocatable(self) -> dict[str, tuple[str, ...]]: ...
+
 
 class Detector:
     def __init__(self, node: str, tracker: PodTracker, bus: Publisher, devices: DeviceSource,
@@ -62,6 +65,7 @@ class Detector:
         self.scraper = scraper
         self.metrics = metrics
         self.clock = clock
+        self.inventory = Inventory(node, tracker.rules.vendor_resources)
         self.failed: dict[str, ev.Event] = {}
         self.last_resync = 0.0
         self.synced = asyncio.Event()
@@ -117,6 +121,8 @@ class Detector:
         else:
             return
         await self.publish(events)
+        if change.kind == "SYNC":
+            await self.publish_inventory(resend=True)
         self._after_pods_changed()
         if events:
             self.metrics.change_latency.observe(time.perf_counter() - started)
@@ -155,6 +161,7 @@ class Detector:
             retry = [e for i, e in self.failed.items() if i not in seen]
             events = [*retry, *changes, *current, *self.away.events()]
             await self.publish(events)
+            await self.publish_inventory(resend=True)
             self.kmod.resend()
         self.last_resync = self.clock()
         return len(events)
@@ -166,10 +173,26 @@ class Detector:
             if not stop.is_set():
                 await self.resync()
 
+    # --- card inventory ---------------------------------------------------------
+
+    async def publish_inventory(self, resend: bool = False) -> None:
+        """Publish the card inventories that changed (every one with ``resend``): after the pods'
+        events, so the solver knows who holds a card before it sees the card as allocatable."""
+        changed = await self.inventory.refresh(self.devices, self.metrics)
+        await self.publish(list(self.inventory.current()) if resend else list(changed))
+
+    async def inventory_loop(self, stop: asyncio.Event, every_s: float) -> None:
+        await wait_either(self.synced, stop)
+        while not stop.is_set():
+            await sleep_or_stop(stop, every_s)
+            if not stop.is_set():
+                await self.publish_inventory()
+
     # --- persistence ------------------------------------------------------------
 
     async def save_facts(self, store: FactStore) -> int:
         """Write the facts of the pods that changed; a failure keeps them for the next try."""
+        await self.inventory.save(store, self.metrics)
         dirty, self.tracker.dirty = self.tracker.dirty, set()
         for key in sorted(dirty):
             facts = self.tracker.published.get(key)
@@ -242,6 +265,7 @@ class Detector:
             "pods": self.tracker.by_class(),
             "facts": len(self.tracker.current()),
             "unpublished": len(self.failed),
+            "card_inventory": {e.vendor_resource: list(e.devices) for e in self.inventory.current()},
             "owners": self.away.status(),
             "scrape": self.scraper.status() if self.scraper is not None else None,
             "kmod": self.kmod.status(),

@@ -21,7 +21,7 @@ from .model import DevicesOf, FactKey
 Facts = dict[FactKey, ev.Event]
 KIND_OF: dict[type[ev.Event], str] = {
     ev.ShadowEvent: "shadow", ev.ShareEvent: "share", ev.GenericEvent: "generic",
-    ev.SpotEvent: "spot", ev.LowPowerEvent: "lowpower",
+    ev.SpotEvent: "spot", ev.LowPowerEvent: "lowpower", ev.CardInventory: "inventory",
 }
 
 

@@ -24,6 +24,8 @@ class DetectorSettings:
     pod_resources_timeout_s: float = 2.0
     # full republish of the node's state
     resync_s: float = 60.0
+    # how often the cards the kubelet can allocate are read (published when they change)
+    inventory_s: float = 10.0
     # GPU metrics exporter (empty url: no scraping, utilisation unknown)
     exporter_url: str = ""
     vendor: str = "nvidia-dcgm"

@@ -1,7 +1,8 @@
 """The kubelet pod-resources v1 API (a gRPC client on the kubelet's unix socket).
 
 Answers which device IDs each container of each pod on the node was given,
-per resource.  Errors are :class:`PodResourcesError`; no gRPC exception escapes.
+per resource, and which devices the kubelet can allocate at all.
+Errors are :class:`PodResourcesError`; no gRPC exception escapes.
 """
 
 from __future__ import annotations
@@ -70,6 +71,19 @@ class PodResources:
         if found is None:
             raise PodNotFound(self.socket, f"Get {namespace}/{name}", "not on this node")
         return found
+
+    async def allocatable(self) -> dict[str, tuple[str, ...]]:
+        """Every device the kubelet can allocate, by resource (``GetAllocatableResources``)."""
+        try:
+            reply = await self._stub.GetAllocatableResources(pr.AllocatableResourcesRequest(),
+                                                             timeout=self.timeout_s)
+        except grpc.aio.AioRpcError as err:
+            raise PodResourcesError(self.socket, "GetAllocatableResources",
+                                    f"{err.code().name}: {err.details()}") from None
+        found: dict[str, set[str]] = {}
+        for group in reply.devices:  # one group per resource and NUMA node
+            found.setdefault(group.resource_name, set()).update(group.device_ids)
+        return {resource: tuple(sorted(ids)) for resource, ids in found.items()}
 
     async def close(self) -> None:
         await self._channel.close()
