@@ -68,16 +68,16 @@ async def started(common: CommonSettings, settings: SolverSettings, stop: asynci
                                      direct=settings.direct_kill)
             tasks_api = await stack.enter_async_context(client)
         solver = Solver(node, settings, bus, pods or Kube(common.kube), tasks_api, registry)
-        app = build_app(SERVICE, health, registry, solver.status)
+        policy = PressurePolicy(settings.memory_threshold, settings.cpu_threshold,
+                                settings.pressure_cooldown_s)
+        watch = PressureWatch(node, policy, solver.pods,
+                              lambda trigger, pods: solver.evict(trigger, PRESSURE, pods))
+        app = build_app(SERVICE, health, registry, lambda: {**solver.status(), "pressure": watch.status()})
         server = await stack.enter_async_context(serve(app, common.http))
         stack.push_async_callback(tasks.cancel_all)
         await solver.open()
         await solver.recover()
         health.set("state", True, "loaded and reconciled")
-        policy = PressurePolicy(settings.memory_threshold, settings.cpu_threshold,
-                                settings.pressure_cooldown_s)
-        watch = PressureWatch(node, policy, solver.pods,
-                              lambda trigger, pods: solver.evict(trigger, PRESSURE, pods))
         await bus.subscribe(bus.subjects.node_capacity(node), watch.on_event)
         durable = f"{settings.durable}-{node_token(node)}"
         tasks.spawn("events", bus.consume(bus.subjects.node_events(node), durable, solver.on_event,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from gpushare_common.adapters.kube import KubeError
 from gpushare_common.events import AnyEvent, SpareCapacity
@@ -32,6 +33,8 @@ class PressureWatch:
         self.units: dict[str, float] = {}
         self.last_eviction: float | None = None
         self.last_usage: NodeUsage | None = None
+        self.samples = 0
+        self.evicted: list[str] = []  # the last pods evicted under pressure, in eviction order
 
     async def on_event(self, event: AnyEvent) -> None:
         if not isinstance(event, SpareCapacity):
@@ -43,15 +46,31 @@ class PressureWatch:
             log.warning("capacity sample without usable inputs", node=self.node, id=event.id, error=str(err))
             return
         self.last_usage = usage
+        self.samples += 1
         if not usage.over(self.policy):
             return
         victims = choose_victims(usage, await self._candidates(), self.policy, self.units,
                                  self.last_eviction, self.clock())
         if victims:
             self.last_eviction = self.clock()
+            self.evicted = (self.evicted + victims)[-50:]
             log.info("node under pressure; evicting oversold pods", node=self.node,
                      pods=",".join(victims), over=",".join(sorted(usage.over(self.policy))))
             await self.evict(f"pressure-{event.id}", victims)
+
+    def status(self) -> dict[str, Any]:
+        """The last sample as the watch judged it (for /status): use, what is over, the cooldown."""
+        usage, policy = self.last_usage, self.policy
+        since = None if self.last_eviction is None else round(self.clock() - self.last_eviction, 3)
+        return {
+            "samples": self.samples,
+            "memory_threshold": policy.memory_threshold, "cpu_threshold": policy.cpu_threshold,
+            "memory_used_ratio": _ratio(usage.memory_used, usage.memory_total) if usage else None,
+            "cpu_used_ratio": _ratio(usage.cpu_used_m, usage.cpu_total_m) if usage else None,
+            "over": sorted(usage.over(policy)) if usage else [],
+            "since_last_eviction_s": since, "cooldown_s": policy.cooldown_s,
+            "evicted": list(self.evicted),
+        }  # fmt: skip
 
     async def _candidates(self) -> list[OversoldPod]:
         try:
@@ -67,6 +86,10 @@ class PressureWatch:
         except PressureInputError as err:
             log.warning("pod with unreadable oversold requests skipped", node=self.node, error=str(err))
             return None
+
+
+def _ratio(used: float, total: float) -> float | None:
+    return round(used / total, 4) if total > 0 else None
 
 
 def _alive(pod: Obj) -> bool:
