@@ -16,6 +16,7 @@ writes, as the kernel would on a real node.
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import time
 from collections.abc import AsyncIterator
@@ -23,9 +24,11 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from gpushare_common import events
 
+from gpushare_sim.run.procs import http_json
 from gpushare_sim.scenarios.kit import (
     GPU,
     LIST_DEVICES,
@@ -235,7 +238,7 @@ async def raise_pressure(s: Scenario, files: NodeFiles, running: dict[str, Obj],
 
 
 async def relieve(s: Scenario, files: NodeFiles, running: dict[str, Obj],
-                  samples: list[events.SpareCapacity]) -> None:  # fmt: skip
+                  samples: list[events.SpareCapacity]) -> dict[str, Any]:  # fmt: skip
     """The evicted pods' cgroups go away; the detector publishes the lower use."""
     for name in EXPECTED_EVICTED:
         files.remove_pod(running[name])
@@ -244,11 +247,25 @@ async def relieve(s: Scenario, files: NodeFiles, running: dict[str, Obj],
     await wait_until(lambda: sample_with(samples, used), 30, "the detector's sample after the evictions",
                      s.cluster)  # fmt: skip
     s.say(f"evicted tasks' cgroups removed: node memory at {_share(files):.1%}, under {THRESHOLD:.0%}")
+    judged = await wait_until(lambda: solver_judged(s, round(_share(files), 4)), 30,
+                              "the solver judging the sample after the evictions", s.cluster)  # fmt: skip
+    s.say("the solver saw the node under the threshold and evicts nothing more",
+          over=",".join(judged["over"]) or "-", evicted=",".join(judged["evicted"]))  # fmt: skip
+    return judged
 
 
-async def check_kept(s: Scenario, evicted: list[str]) -> None:
+async def solver_judged(s: Scenario, ratio: float) -> dict[str, Any] | None:
+    """The solver's pressure view once its last sample is at ``ratio`` of the node's memory."""
+    status = await asyncio.to_thread(http_json, f"{s.cluster.service('solver').http}/status")
+    pressure = status.get("pressure") or {}
+    return pressure if pressure.get("memory_used_ratio") == ratio else None
+
+
+async def check_kept(s: Scenario, evicted: list[str], judged: dict[str, Any]) -> None:
     if tuple(evicted) != EXPECTED_EVICTED:
         raise ScenarioError(f"expected {list(EXPECTED_EVICTED)} evicted in this order, got {evicted}")
+    if judged["over"] or judged["evicted"] != [f"{s.namespace}/{name}" for name in EXPECTED_EVICTED]:
+        raise ScenarioError(f"the solver should be under its thresholds after two evictions: {judged}")
     triggers = {r.trigger_id for r in pressure_records(s)}
     if len(triggers) != 1:
         raise ScenarioError(f"the two evictions should come from one decision, got triggers {sorted(triggers)}")
@@ -271,8 +288,8 @@ async def oversell(s: Scenario) -> str:
             running = await start_data_tasks(s, files)
             evicted = await raise_pressure(s, files, running, samples)
             s.say("evicted under pressure, in order", pods=",".join(evicted))
-            await relieve(s, files, running, samples)
-            await check_kept(s, evicted)
+            judged = await relieve(s, files, running, samples)
+            await check_kept(s, evicted, judged)
     finally:
         shutil.rmtree(files.root, ignore_errors=True)
     return (f"all {s.cluster.settings.gpus} cards allocated; memory at 80%: {' then '.join(evicted)} evicted "
