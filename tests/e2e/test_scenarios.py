@@ -10,7 +10,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.containerd, pytest.mark.asyncio(loop
 
 
 async def test_dind_main_and_dind_see_the_same_card(e2e: E2E) -> None:
-    assert "both see nvidia" in await e2e.run("dind")
+    assert "both see gpu-node-1/nvidia" in await e2e.run("dind")
 
 
 async def test_sharegpu_shadowpods_sharers_eviction_and_retirement(e2e: E2E) -> None:
