@@ -11,8 +11,9 @@ For each event (at least once, in order, from the durable consumer):
    (Kubernetes, containerd, kmod-bridge unreachable) naks the message, and
    the redelivery resumes the plan.
 
-On start: load the buckets, finish every pending plan, then reconcile the
-cache with the pods that exist on the node.
+On start: load the buckets, finish every pending plan, rebuild the cache from
+the node's pods when its bucket was empty, then reconcile the cache with the
+pods that exist on the node.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from gpushare_common.events import (
     SpotEvent,
     event_tag,
 )
+from gpushare_common.ids import IdError, load_key
 from gpushare_common.kvstore import Store
 from gpushare_common.logging import get_logger
 from gpushare_common.mapping import PersistentMapping
@@ -45,7 +47,8 @@ from .handlers import handle
 from .journal import JournalDoc, Seen
 from .metrics import SolverMetrics
 from .outbox import BusOutbox
-from .ports import PodApi, TaskApi
+from .ports import Obj, PodApi, TaskApi
+from .rebuild import rebuild
 from .reclaim import Reclaimer
 from .reconcile import reconcile
 from .settings import SolverSettings, bucket_names, health_key
@@ -77,6 +80,7 @@ class Solver:
         self._stores: dict[str, Store] = {}
         self.mapping: PersistentMapping | None = None
         self._saved_health: dict[str, Health] = {}
+        self.rebuild_needed = False  # the mapping bucket was empty at start
         self._lock = asyncio.Lock()
 
     # --- start-up -------------------------------------------------------------
@@ -85,7 +89,7 @@ class Solver:
         for role, bucket in bucket_names(node_token(self.node)).items():
             self._stores[role] = await self.bus.store(bucket)
         self.mapping = PersistentMapping(self._stores["mapping"])
-        await self.mapping.load()
+        self.rebuild_needed = await self.mapping.load() == 0
         self.state.cache = self.mapping.cache
         spot = await self._stores["health"].get(health_key(self.node, self.settings.spot_resource),
                                                    DeviceHealth)
@@ -126,8 +130,29 @@ class Solver:
         present = {f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in pods
                    if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")}
         async with self._lock:
-            actions = reconcile(self.state, self.node, present)
+            actions = self._rebuild(pods) if self.rebuild_needed else []
+            actions += reconcile(self.state, self.node, present)
             await self._run(f"reconcile-{uuid.uuid4().hex}", "reconcile", actions, time.time())
+
+    def _rebuild(self, pods: list[Obj]) -> list[Any]:
+        """An empty bucket: what the pods tell; the rest comes with the detector's republication,
+        which the ids remembered must not drop."""
+        actions, found = rebuild(self.state, pods, self._signing_key())
+        self.seen = Seen(self.settings.seen_events)
+        self.rebuild_needed = False
+        log.info("mapping rebuilt from the cluster", node=self.node, shadow_pods=found.shadow_pods,
+                 users=found.users, borrowers=found.borrowers,
+                 skipped=",".join(f"{r}={n}" for r, n in sorted(found.skipped.items())))
+        return actions
+
+    def _signing_key(self) -> bytes | None:
+        if not self.settings.signing_key_file:
+            return None
+        try:
+            return load_key(self.settings.signing_key_file)
+        except IdError as err:
+            log.warning("signing key unusable; borrowers left to the detector", node=self.node, error=str(err))
+            return None
 
     # --- events ---------------------------------------------------------------
 

@@ -22,6 +22,9 @@ class SolverSettings:
     memory_threshold: float = 0.70
     cpu_threshold: float = 0.90
     pressure_cooldown_s: float = 30.0
+    # the node key of the device plugin and the runtime: when set, an empty mapping bucket is also
+    # rebuilt with the borrowers whose pods carry a signed spot Allocate annotation
+    signing_key_file: str = ""
 
 
 def bucket_names(node_token: str) -> dict[str, str]:
