@@ -38,6 +38,10 @@ def shadow(name: str, phase: str = "Running", quota: QuotaKey = Q4, terminating:
      {}, 1),
     ([pending(0), shadow("s1", using=4)], {}, 1),                      # Using conditions count too
     ([pending(0), shadow("s1"), bound(1, ""), bound(2, ""), bound(3, ""), bound(4, "")], {}, 1),
+    # Using conditions written, owner annotations not yet: the four users are counted once
+    ([shadow("s1", using=4), bound(1, ""), bound(2, ""), bound(3, ""), bound(4, "")], {}, 0),
+    ([shadow("s1", using=2), bound(1, ""), bound(2, ""), bound(3, "ml/s1")], {}, 0),
+    ([pending(0), shadow("s1", using=3), bound(1, ""), bound(2, ""), bound(3, "")], {}, 0),
     ([], {}, 0),
 ])
 def test_creations(records: list, expected: dict, creates: int) -> None:  # type: ignore[type-arg]

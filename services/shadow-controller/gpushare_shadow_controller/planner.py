@@ -73,6 +73,9 @@ def plan(
         seen.add(shadow.key)
         used = max(owners.get(shadow.key, 0), shadow.using)
         result.users[shadow.key] = used
+        # users known only from Using conditions are bound SharePods whose owner annotation is
+        # not written yet: they are counted here, so they must not count as unattributed too
+        _attribute(unattributed, (shadow.node, shadow.quota), used - owners.get(shadow.key, 0))
         if shadow.terminating:
             releasing[shadow.quota] += shadow.quota.spec
         elif shadow.phase == "Running":
@@ -93,6 +96,14 @@ def plan(
                                          f"{pending[quota]} devices pending, {max(ready[quota], 0)} free"))
     result.deletes = _idle(shadows, result.users, unattributed, pending, idle_since, now, idle_timeout_s)
     return result
+
+
+def _attribute(unattributed: Counter[tuple[str, QuotaKey]], where: tuple[str, QuotaKey], known: int) -> None:
+    left = unattributed.get(where, 0) - max(0, known)
+    if left > 0:
+        unattributed[where] = left
+    else:
+        unattributed.pop(where, None)
 
 
 def _idle(
