@@ -21,6 +21,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -415,15 +416,15 @@ def local_value(value: str, run: Path, ports: dict[str, int]) -> str:
     return value
 
 
-def _wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float = 90) -> None:
+def _wait_http(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: float = 90) -> None:
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, f"{proc.args} exited with {proc.returncode}"
+    while proc.poll() is None and time.monotonic() < deadline:
         with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=1) as answer:
             if answer.status == 200:
                 return
         time.sleep(0.1)
-    raise AssertionError(f"{url} not ready within {timeout}s")
+    tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
+    raise AssertionError(f"{proc.args!r} (exit {proc.returncode}): {url} not ready within {timeout}s\n{tail}")
 
 
 @pytest.mark.slow
@@ -436,32 +437,33 @@ def test_sim_profile_services_get_ready_with_the_shipped_nats_users(tmp_path: Pa
 
     services = yaml.safe_load(COMPOSE.read_text())["services"]
     ports = {name: free_port() for name in ("api", "nats", "node", "exporter", *SERVICES)}
+    run = Path(tempfile.mkdtemp(prefix="gsc-", dir="/tmp"))  # unix socket paths must stay short
     kubeconfig = (COMPOSE_DIR / "sim-kubeconfig.yaml").read_text()
-    (tmp_path / "kubeconfig").write_text(local_value(kubeconfig, tmp_path, ports))
-    conf = (K8S_BASE / "nats.conf").read_text().replace("/data/jetstream", f"{tmp_path}/js")
-    (tmp_path / "nats.conf").write_text(conf)
+    (run / "kubeconfig").write_text(local_value(kubeconfig, run, ports))
+    conf = (K8S_BASE / "nats.conf").read_text().replace("/data/jetstream", f"{run}/js")
+    (run / "nats.conf").write_text(conf)
     procs: list[subprocess.Popen[bytes]] = []
 
     def start(name: str, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-        argv = [sys.executable if a == "python" else local_value(a, tmp_path, ports) for a in argv]
+        argv = [sys.executable if a == "python" else local_value(a, run, ports) for a in argv]
         with (tmp_path / f"{name}.log").open("wb") as log:
             procs.append(subprocess.Popen(argv, env={**os.environ, **(env or {})}, stdout=log, stderr=log))
         return procs[-1]
 
     try:
-        start("nats", ["nats-server", "-c", str(tmp_path / "nats.conf"), "-a", "127.0.0.1", "-p", str(ports["nats"]),
+        start("nats", ["nats-server", "-c", str(run / "nats.conf"), "-a", "127.0.0.1", "-p", str(ports["nats"]),
                        "-m", "0"], NATS_PASSWORDS)  # fmt: skip
         for name in ("sim-apiserver", "sim-kernel"):
             start(name, services[name]["command"])
-        _wait_http(f"http://127.0.0.1:{ports['api']}/healthz", procs[1])
+        _wait_http(f"http://127.0.0.1:{ports['api']}/healthz", procs[1], tmp_path / "sim-apiserver.log")
         node = start("sim-node", services["sim-node"]["command"])
-        _wait_http(f"http://127.0.0.1:{ports['node']}/healthz", node)
+        _wait_http(f"http://127.0.0.1:{ports['node']}/healthz", node, tmp_path / "sim-node.log")
         for service in SERVICES:
-            env = {k: local_value(v, tmp_path, ports) for k, v in _environment(services[f"sim-{service}"]).items()}
+            env = {k: local_value(v, run, ports) for k, v in _environment(services[f"sim-{service}"]).items()}
             env |= {"GPUSHARE_HTTP_HOST": "127.0.0.1", "GPUSHARE_HTTP_PORT": str(ports[service])}
             start(service, ["python", "-m", MODULES[service]], env)
         for service, proc in zip(SERVICES, procs[-len(SERVICES):], strict=True):
-            _wait_http(f"http://127.0.0.1:{ports[service]}/readyz", proc)
+            _wait_http(f"http://127.0.0.1:{ports[service]}/readyz", proc, tmp_path / f"{service}.log")
         assert [p.args for p in procs if p.poll() is not None] == []
     finally:
         for proc in reversed(procs):
@@ -471,6 +473,7 @@ def test_sim_profile_services_get_ready_with_the_shipped_nats_users(tmp_path: Pa
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        shutil.rmtree(run, ignore_errors=True)
     refused = [line for log in tmp_path.glob("*.log") for line in log.read_text(errors="replace").splitlines()
                if "permissions violation" in line]  # fmt: skip
     assert refused == []

@@ -1,16 +1,17 @@
 """k8s/base/rbac.yaml grants each service exactly the Kubernetes API calls its code makes.
 
-The calls are collected statically. The common adapter (``gpushare_common.adapters.kube``)
-is read to learn which API operations each of its methods performs (following calls
-between its own methods, and ``watch`` where a list call is made with ``"watch": True``);
-each service package is read for calls of those methods. The result, per ServiceAccount
-``gpushare-<service>``, must equal what its (Cluster)RoleBindings grant: nothing missing,
-nothing unused.
+The common adapter (``gpushare_common.adapters.kube.Kube``) is run once per public method
+against a recording transport: every HTTP request it makes (method, path, ``watch``) becomes
+the RBAC (apiGroup, resource, verb) it needs. Each service package is read (AST) for calls
+of those methods. The result, per ServiceAccount ``gpushare-<service>``, must equal what its
+(Cluster)RoleBindings grant: nothing missing, nothing unused.
 """
 
 from __future__ import annotations
 
 import ast
+import asyncio
+import inspect
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -19,14 +20,16 @@ from typing import Any
 
 import pytest
 import yaml
+from gpushare_common.adapters.kube import Kube
+from gpushare_common.settings import KubeSettings
 
 ROOT = Path(__file__).resolve().parents[2]
-ADAPTER = ROOT / "libs" / "common" / "gpushare_common" / "adapters" / "kube.py"
 RBAC = ROOT / "k8s" / "base" / "rbac.yaml"
 SERVICES = ("detector", "solver", "deviceplugin", "kmod-bridge", "shadow-controller")
-API_GROUPS = {"core": "", "coordination": "coordination.k8s.io"}
-VERBS = {"read": "get", "list": "list", "create": "create", "delete": "delete", "patch": "patch",
-         "replace": "update"}  # fmt: skip
+API_PATH = re.compile(r"/(?:api/v1|apis/(?P<group>[^/]+)/[^/]+)(?:/namespaces/[^/]+)?/(?P<resource>[a-z]+)"
+                      r"(?:/(?P<name>[^/]+)(?:/(?P<sub>[a-z]+))?)?")  # fmt: skip
+ITEM_VERBS = {"GET": "get", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+COLLECTION_VERBS = {"GET": "list", "POST": "create", "DELETE": "deletecollection"}
 
 
 @dataclass(frozen=True, order=True)
@@ -43,62 +46,74 @@ class UnknownApiCall(ValueError):
     pass
 
 
-def api_operation(client_method: str, api: str, watch: bool = False) -> Grant:
-    """``list_namespaced_pod`` on ``core`` -> ("", "pods", "list"); ``watch`` turns list into watch."""
-    match = re.fullmatch(r"(read|list|create|delete|patch|replace)_(namespaced_)?(\w+?)(_for_all_namespaces)?",
-                         client_method)  # fmt: skip
-    if match is None or api not in API_GROUPS:
-        raise UnknownApiCall(f"{api}.{client_method}: not a known Kubernetes client operation")
-    kind, *subresource = match.group(3).split("_", 1)
-    resource = kind + "s" + "".join(f"/{s}" for s in subresource)
-    verb = "watch" if watch and match.group(1) == "list" else VERBS[match.group(1)]
-    return Grant(API_GROUPS[api], resource, verb)
+def api_operation(method: str, path: str, watch: bool = False) -> Grant:
+    """``GET /api/v1/namespaces/n/pods`` -> ("", "pods", "list"); with ``watch``, "watch"."""
+    match = API_PATH.fullmatch(path)
+    verbs = ITEM_VERBS if match and match.group("name") else COLLECTION_VERBS
+    if match is None or method not in verbs:
+        raise UnknownApiCall(f"{method} {path}: not a Kubernetes resource request")
+    resource = match.group("resource") + (f"/{match.group('sub')}" if match.group("sub") else "")
+    verb = "watch" if watch and verbs[method] == "list" else verbs[method]
+    return Grant(match.group("group") or "", resource, verb)
 
 
-# --- the adapter: method -> grants -----------------------------------------------------
+# --- the adapter: method -> grants, recorded ---------------------------------------------
 
 
-def _sets_watch(node: ast.AST) -> bool:
-    for sub in ast.walk(node):
-        if isinstance(sub, ast.Dict):
-            for key, value in zip(sub.keys, sub.values, strict=True):
-                if isinstance(key, ast.Constant) and key.value == "watch" and \
-                        isinstance(value, ast.Constant) and value.value is True:  # fmt: skip
-                    return True
-    return False
+class _Response:
+    data = b'{"items": [], "metadata": {"resourceVersion": "1"}}'
+
+    def stream(self, amt: int = 0, decode_content: bool = True) -> Iterator[bytes]:
+        return iter(())
+
+    def shutdown(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
-def _direct(method: ast.AsyncFunctionDef | ast.FunctionDef) -> tuple[set[Grant], set[str]]:
-    """Client operations referenced in ``method`` and the ``self`` methods it calls."""
-    grants: set[Grant] = set()
-    calls: set[str] = set()
-    watch = _sets_watch(method)
-    for node in ast.walk(method):
-        if not isinstance(node, ast.Attribute) or not isinstance(node.value, ast.Attribute):
-            continue
-        owner = node.value
-        if isinstance(owner.value, ast.Name) and owner.value.id == "self" and owner.attr in API_GROUPS:
-            grants.add(api_operation(node.attr, owner.attr, watch))
-    for node in ast.walk(method):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
-                isinstance(node.func.value, ast.Name) and node.func.value.id == "self":  # fmt: skip
-            calls.add(node.func.attr)
-    return grants, calls
+class RecordingKube(Kube):
+    """The adapter with its HTTP transport replaced: requests are recorded, answers are empty."""
+
+    def __init__(self, stop: asyncio.Event, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(KubeSettings(), api_client=object())  # type: ignore[arg-type]
+        self.stop, self.loop = stop, loop
+        self.requests: list[tuple[str, str, bool]] = []
+
+    def _request(self, method: str, path: str, body: Any = None, content_type: str = "",
+                 _preload_content: bool = False, _request_timeout: Any = None, **query: Any) -> Any:
+        self.requests.append((method, path, bool(query.get("watch"))))
+        if query.get("watch"):
+            self.loop.call_soon_threadsafe(self.stop.set)  # one watch request is enough
+        return _Response()
 
 
-def adapter_operations(source: str) -> dict[str, set[Grant]]:
-    """Public method of class ``Kube`` -> every API operation it performs (transitively)."""
-    (cls,) = [n for n in ast.parse(source).body if isinstance(n, ast.ClassDef) and n.name == "Kube"]
-    direct = {m.name: _direct(m) for m in cls.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))}
+def _argument(parameter: inspect.Parameter, stop: asyncio.Event) -> Any:
+    kind = str(parameter.annotation)
+    return stop if "Event" in kind else {} if "Obj" in kind or "dict" in kind else "x"
 
-    def closure(name: str, seen: frozenset[str]) -> set[Grant]:
-        grants, calls = direct[name]
-        result = set(grants)
-        for callee in calls & direct.keys() - seen:
-            result |= closure(callee, seen | {callee})
-        return result
 
-    return {name: closure(name, frozenset({name})) for name in direct if not name.startswith("_")}
+async def _record(name: str) -> set[Grant]:
+    stop = asyncio.Event()
+    kube = RecordingKube(stop, asyncio.get_running_loop())
+    method = getattr(kube, name)
+    args = [_argument(p, stop) for p in inspect.signature(method).parameters.values() if p.default is p.empty]
+    result = method(*args)
+    if inspect.isasyncgen(result):
+        async with asyncio.timeout(10):
+            async for _ in result:
+                pass
+    else:
+        await result
+    return {api_operation(*request) for request in kube.requests}
+
+
+def adapter_operations() -> dict[str, set[Grant]]:
+    """Public coroutine method of ``Kube`` -> every API operation it performs."""
+    names = [n for n, f in inspect.getmembers(Kube) if not n.startswith("_")
+             and (inspect.iscoroutinefunction(f) or inspect.isasyncgenfunction(f))]  # fmt: skip
+    return {name: asyncio.run(_record(name)) for name in names}
 
 
 # --- the services: which adapter methods they call -----------------------------------
@@ -159,7 +174,7 @@ def rbac_docs(text: str | None = None) -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def operations() -> dict[str, set[Grant]]:
-    return adapter_operations(ADAPTER.read_text())
+    return adapter_operations()
 
 
 # --- tests ------------------------------------------------------------------------------
@@ -174,22 +189,24 @@ def test_adapter_operations_are_the_api_calls_of_each_method(operations: dict[st
     assert all(operations.values()), "every public method performs at least one API call"
 
 
-@pytest.mark.parametrize(("method", "api", "watch", "expected"), [
-    ("list_pod_for_all_namespaces", "core", False, Grant("", "pods", "list")),
-    ("list_namespaced_pod", "core", True, Grant("", "pods", "watch")),
-    ("patch_namespaced_pod_status", "core", False, Grant("", "pods/status", "patch")),
-    ("create_namespaced_event", "core", False, Grant("", "events", "create")),
-    ("read_namespaced_lease", "coordination", False, Grant("coordination.k8s.io", "leases", "get")),
+@pytest.mark.parametrize(("method", "path", "watch", "expected"), [
+    ("GET", "/api/v1/pods", False, Grant("", "pods", "list")),
+    ("GET", "/api/v1/namespaces/a/pods", True, Grant("", "pods", "watch")),
+    ("PATCH", "/api/v1/namespaces/a/pods/p/status", False, Grant("", "pods/status", "patch")),
+    ("POST", "/api/v1/namespaces/a/events", False, Grant("", "events", "create")),
+    ("PUT", "/apis/coordination.k8s.io/v1/namespaces/a/leases/l", False,
+     Grant("coordination.k8s.io", "leases", "update")),
+    ("GET", "/api/v1/nodes/n", False, Grant("", "nodes", "get")),
 ])  # fmt: skip
-def test_api_operation_names(method: str, api: str, watch: bool, expected: Grant) -> None:
-    assert api_operation(method, api, watch) == expected
+def test_api_operation_of_a_request(method: str, path: str, watch: bool, expected: Grant) -> None:
+    assert api_operation(method, path, watch) == expected
 
 
-@pytest.mark.parametrize(("method", "api"), [("connect_get_namespaced_pod_exec", "core"),
-                                             ("list_namespaced_pod", "apps_v2")])
-def test_unknown_api_operation_is_a_clear_error(method: str, api: str) -> None:
-    with pytest.raises(UnknownApiCall, match=method):
-        api_operation(method, api)
+@pytest.mark.parametrize(("method", "path"), [("POST", "/api/v1/namespaces/a/pods/p"), ("GET", "/version"),
+                                              ("CONNECT", "/api/v1/namespaces/a/pods")])
+def test_unknown_request_is_a_clear_error(method: str, path: str) -> None:
+    with pytest.raises(UnknownApiCall, match=re.escape(path)):
+        api_operation(method, path)
 
 
 def test_services_reach_the_api_only_through_the_adapter() -> None:
