@@ -344,6 +344,28 @@ def test_every_service_is_deployed_in_k8s() -> None:
     assert {f"gpushare/{s}" for s in SERVICES} <= images
 
 
+def test_every_gpushare_image_is_built_by_a_dockerfile_here() -> None:
+    """Images named by k8s (base, components, kustomize tags) or compose have a Dockerfile whose
+    build line (``docker build -f FILE -t gpushare/NAME:TAG .``) makes that name and tag."""
+    built = {}
+    for dockerfile in ROOT.glob("**/*Dockerfile"):
+        if ".venv" not in dockerfile.parts:
+            for path, image in re.findall(r"docker build -f (\S+) -t (gpushare/\S+) \.", dockerfile.read_text()):
+                assert ROOT / path == dockerfile, f"{dockerfile}: build line names {path}"
+                built[image.split(":")[0]] = image.split(":")[1]
+    wanted = {}
+    for kustomization in (ROOT / "k8s").glob("**/kustomization.yaml"):
+        wanted |= {i["name"]: i["newTag"] for i in yaml.safe_load(kustomization.read_text()).get("images", [])}
+    patch = (ROOT / "k8s" / "components" / "kmod" / "kmod-installer.yaml").read_text()
+    named = {c["image"] for d in k8s_docs() for c in containers(d)} | set(re.findall(r"image: (\S+)", patch))
+    named = {n for n in named if n.startswith("gpushare/")}
+    assert named <= wanted.keys(), "every gpushare image gets its tag from a kustomization"
+    for spec in yaml.safe_load(COMPOSE.read_text())["services"].values():
+        if spec["image"].startswith("gpushare/"):
+            wanted[spec["image"].split(":")[0]] = spec["image"].split(":")[1]
+    assert {name: built.get(name) for name in wanted} == wanted
+
+
 @pytest.mark.parametrize(("old", "new", "expected"), [
     ("GPUSHARE_DP_PLUGIN_DIR:", "GPUSHARE_DP_PLUGINS_DIR:", "GPUSHARE_DP_PLUGINS_DIR is not a setting of deviceplugin"),
     ("GPUSHARE_SHADOW_IDENTITY: compose", "GPUSHARE_NATS_URL: x", "GPUSHARE_NATS_URL is not a setting of shadow"),
