@@ -27,9 +27,12 @@ class _Lister(pr_grpc.PodResourcesListerServicer):  # type: ignore[misc]
         self.table = table
         self.calls = 0
         self.allocatable: dict[str, tuple[str, ...]] | None = None  # None: a kubelet without the call
+        self.list_fails = False  # List answers UNAVAILABLE (the rest keeps working)
 
     async def List(self, request: object, context: grpc.aio.ServicerContext) -> pr.ListPodResourcesResponse:
         self.calls += 1
+        if self.list_fails:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "List failing on purpose")
         return pr.ListPodResourcesResponse(pod_resources=[_pod(k, v) for k, v in self.table.items()])
 
     async def Get(self, request: pr.GetPodResourcesRequest, context: grpc.aio.ServicerContext

@@ -157,3 +157,21 @@ async def test_an_unreadable_inventory_publishes_nothing_and_polls_until_stopped
     stop.set()
     await asyncio.wait_for(loop, 5)
     assert detector.inventory.error == ""
+
+
+async def test_no_inventory_while_the_holders_are_unknown(
+    bus: Bus, detector: Detector, podresources: PodResourcesServer,
+) -> None:
+    seen = Collector()
+    await bus.subscribe(bus.subjects.node_events(NODE), seen)
+    podresources.lister.allocatable = {GPU: ("G0", "G1")}
+    podresources.lister.list_fails = True  # who holds which card is unknown: lending would be a guess
+    await detector.on_change(PodChange("SYNC", pods=[pf.reserved("dev")]))
+    await detector.publish_inventory()
+    assert detector.inventory.current() == []
+    podresources.lister.list_fails = False
+    podresources.table["ns/dev"] = {"main": {GPU: ("G1",)}}
+    await detector.resync()
+    await seen.wait_for(is_(ev.CardInventory, devices=("G0", "G1")))
+    kinds = [type(e) for e in seen.events]
+    assert kinds.index(ev.GenericEvent) < kinds.index(ev.CardInventory)

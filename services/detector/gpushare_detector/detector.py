@@ -66,6 +66,7 @@ class Detector:
         self.metrics = metrics
         self.clock = clock
         self.inventory = Inventory(node, tracker.rules.vendor_resources)
+        self.holders_known = False  # the last full list of the pods' devices succeeded
         self.failed: dict[str, ev.Event] = {}
         self.last_resync = 0.0
         self.synced = asyncio.Event()
@@ -105,11 +106,14 @@ class Detector:
 
     async def _node_devices(self) -> NodeDevices:
         try:
-            return await self.devices.list()
+            devices = await self.devices.list()
         except PodResourcesError as err:
+            self.holders_known = False
             self.metrics.errors.labels("pod-resources", "unavailable").inc()
             log.warning("pod-resources unavailable, keeping the last devices", node=self.node, error=str(err))
             return dict(self.tracker.devices)
+        self.holders_known = True
+        return devices
 
     async def on_change(self, change: PodChange) -> None:
         started = time.perf_counter()
@@ -177,7 +181,10 @@ class Detector:
 
     async def publish_inventory(self, resend: bool = False) -> None:
         """Publish the card inventories that changed (every one with ``resend``): after the pods'
-        events, so the solver knows who holds a card before it sees the card as allocatable."""
+        events, so the solver knows who holds a card before it sees the card as allocatable; never
+        while the pods' devices are unknown (the last full list failed), or held cards would be lent."""
+        if not self.holders_known:
+            return
         changed = await self.inventory.refresh(self.devices, self.metrics)
         await self.publish(list(self.inventory.current()) if resend else list(changed))
 
