@@ -48,6 +48,7 @@ MEMORY_TOTAL = 16 * GIB
 SYSTEM_MEMORY = 1843 << 20  # 1.8 GiB used outside any pod
 TRAINER_MEMORY = 8 * GIB
 THRESHOLD = 0.70  # the solver's default memory threshold
+COOLDOWN_S = 5.0  # the solver's pause after a pressure eviction (30 s by default)
 TASK_DEVICES = 4  # each data task asks for 4 x 256 MiB
 STARTED, GROWN = GIB // 4, GIB  # a data task's working set when it starts, and once it grew
 # (name, priority), in creation order: expected eviction data-3 (0, newest), data-1 (0), keep data-2 (100)
@@ -129,8 +130,10 @@ async def reconfigured(s: Scenario, settings: dict[str, dict[str, str]]) -> Asyn
 
 
 def oversell_settings(files: NodeFiles) -> dict[str, dict[str, str]]:
-    """The device plugin advertises vcpu/vmem; the detector samples the scenario's files twice a second."""
+    """The device plugin advertises vcpu/vmem; the detector samples the scenario's files twice a
+    second; the solver starts afresh with a short cooldown (the scenario can be played again)."""
     return {
+        "solver": {"GPUSHARE_SOLVER_PRESSURE_COOLDOWN_S": str(COOLDOWN_S)},
         "deviceplugin": {"GPUSHARE_DP_CAPACITY_RESOURCES": "vcpu,vmem"},
         "detector": {"GPUSHARE_DETECTOR_CGROUP_ROOT": str(files.cgroup),
                      "GPUSHARE_DETECTOR_PROC_ROOT": str(files.proc), "GPUSHARE_DETECTOR_CAPACITY_S": "0.5"},
