@@ -166,3 +166,15 @@ def test_a_malformed_card_id_is_a_typed_error(cards: tuple[str, ...]) -> None:
     assert state.inventory == {}
     with pytest.raises(HandlerError):
         handle(shadow(*cards), state)
+
+
+def test_after_a_rebuild_the_inventory_lends_nothing_until_the_holdoff_ends() -> None:
+    now = [1000.0]
+    state = SolverState(lend_after=1200.0, clock=lambda: now[0])
+    handle(borrow("spot/b0", "spot-GPU-0"), state)  # rebuilt from a signed Allocate annotation
+    assert handle(inventory("GPU-1", "GPU-2"), state) == [
+        unhealthy("card-gone", "spot-GPU-0"), Reclaim(reason="card-gone", pods=("spot/b0",))]
+    assert state.lent() == []  # who holds GPU-1 and GPU-2 is not known yet
+    now[0] = 1200.0
+    assert handle(inventory("GPU-1", "GPU-2"), state) == [
+        healthy(f"unallocated {VENDOR}", "spot-GPU-1", "spot-GPU-2")]

@@ -100,8 +100,10 @@ async def test_inventory_and_shadow_cards_survive_a_restart(nats_settings: NatsS
             await publish_all(bus, [borrow("spot/b2", "GPU-0")])  # a borrower on the ShadowPod's card
             await wait_for(lambda: pods.deleted == ["spot/b2"], what="the borrower evicted")
             assert "b2-c" not in tasks.running
-            await publish_all(bus, [inventory("GPU-0", "GPU-1")])  # republished: nothing new
-            await wait_for(lambda: second.solver.metrics.events.labels("inventory", "applied")._value.get() >= 1,
+            again = inventory("GPU-0", "GPU-1")
+            for _ in range(2):  # the same inventory twice: applied both times (idempotent by content)
+                await bus.publish(bus.subjects.event(NODE, "inventory"), again)
+            await wait_for(lambda: second.solver.metrics.events.labels("inventory", "applied")._value.get() >= 2,
                            what="the republished inventory applied")
             assert second.solver.state.health == {"spot-GPU-0": "Unhealthy", "spot-GPU-1": "Healthy"}
     finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -127,6 +128,15 @@ def test_borrowers_from_a_signed_allocate_annotation_only() -> None:
     assert state.health == {}  # desired health is not derived from pods
 
 
+def test_pods_that_may_hold_cards_are_counted() -> None:
+    pods = [shadow("team/sh"), pod("dev/alice", requests={"nvidia.com/gpu": "1"}),
+            pod("dev/rdma", requests={"example.com/hca": "1"}), share("apps/a", "team/sh"),
+            borrower("spot/b1", ["GPU-0"]), pod("batch/x", requests={"gpushare/vcpu": "2", "cpu": "1"}),
+            pod("web/y", requests={"memory": "1Gi", "hugepages-2Mi": "2Mi"})]
+    _, found = rebuild(SolverState(), pods, KEY)
+    assert found.unknown_holders == 3  # the ShadowPod, the two pods with other extended resources
+
+
 def test_without_the_node_key_borrowers_are_left_to_the_detector() -> None:
     state = SolverState()
     _, found = rebuild(state, [borrower("spot/b1", ["GPU-0"])], None)
@@ -200,6 +210,8 @@ async def test_the_solver_rebuilds_an_empty_bucket_from_the_api(
         async with app.started(common, settings_, stop, pods=kube, tasks_api=FakeTasks()) as running:
             assert running.solver.state.cache.snapshot() == {
                 IDLE_SPACE: {"spot-GPU-0": "spot/b1"}, "team/sh": {"team/sh-0": "", "team/sh-1": "apps/a"}}
+            holdoff_end = running.solver.state.lend_after
+            assert holdoff_end >= time.time() + settings_.rebuild_holdoff_s - 30
             await wait_for(lambda: seen.of(DeviceHealth), what="the share device list published")
             health = seen.of(DeviceHealth)[0]
             assert isinstance(health, DeviceHealth) and health.resource == "share-gpu-2" and health.full
@@ -210,4 +222,5 @@ async def test_the_solver_rebuilds_an_empty_bucket_from_the_api(
         async with app.started(common, settings_, stop, pods=kube, tasks_api=FakeTasks()) as again:
             assert not again.solver.rebuild_needed  # the bucket was written: loaded, then reconciled
             assert again.solver.state.cache.snapshot()["team/sh"] == {"team/sh-0": "", "team/sh-1": ""}
+            assert again.solver.state.lend_after == holdoff_end  # kept in the journal
             stop.set()

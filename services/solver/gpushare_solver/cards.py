@@ -78,4 +78,6 @@ def inventory(event: CardInventory, state: SolverState) -> list[Action]:
     news = [c for c in event.devices
             if spot_device_id(c) not in lent or spot_device_id(c) not in healthy]
     actions = withdraw(gone, state, CARD_GONE)
+    if state.clock() < state.lend_after:  # rebuilt: who holds the cards is not known yet
+        return actions
     return actions + lend_free(news, state, f"unallocated {event.vendor_resource}")

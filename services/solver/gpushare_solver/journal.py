@@ -13,6 +13,7 @@ class JournalDoc(msgspec.Struct, kw_only=True):
     terminating: list[str] = []
     inventory: dict[str, list[str]] = {}  # vendor resource -> cards the kubelet can allocate
     shadow_cards: dict[str, list[str]] = {}  # ShadowPod -> the real cards it holds
+    lend_after: float = 0.0  # the inventory lends nothing before (wall clock), after a rebuild
 
 
 class Seen:

@@ -59,6 +59,7 @@ class Rebuilt:
     shadow_pods: int = 0
     users: int = 0
     borrowers: int = 0
+    unknown_holders: int = 0  # pods that may hold real cards (which ones, pods do not tell)
     skipped: dict[str, int] = field(default_factory=dict)  # reason -> count
 
     def skip(self, reason: str) -> None:
@@ -137,15 +138,31 @@ def _rebuild_shadow(pod: Obj, live: dict[str, Obj], state: SolverState, found: R
     return spec[0]
 
 
-def _requests_spot(pod: Obj, resource: str) -> bool:
+def _resources(pod: Obj) -> set[str]:
+    """Every resource name any container of the pod requests or limits."""
     spec = pod.get("spec")
     containers = spec.get("containers") if isinstance(spec, dict) else None
+    names: set[str] = set()
     for container in containers if isinstance(containers, list) else []:
         resources = container.get("resources") if isinstance(container, dict) else None
         for kind in ("requests", "limits"):
             named = resources.get(kind) if isinstance(resources, dict) else None
-            if isinstance(named, dict) and any(str(n).rsplit("/", 1)[-1] == resource for n in named):
-                return True
+            if isinstance(named, dict):
+                names.update(str(n) for n in named)
+    return names
+
+
+def _requests_spot(pod: Obj, resource: str) -> bool:
+    return any(n.rsplit("/", 1)[-1] == resource for n in _resources(pod))
+
+
+def _may_hold_cards(pod: Obj, spot_resource: str) -> bool:
+    """Whether the pod requests an extended resource that is not one of gpushare's own (a
+    vendor's card, say): the kubelet alone knows which devices it got."""
+    for name in _resources(pod):
+        domain, _, token = name.rpartition("/")
+        if domain and not (token == spot_resource or token.startswith("share-") or token in ("vcpu", "vmem")):
+            return True
     return False
 
 
@@ -190,6 +207,7 @@ def rebuild(state: SolverState, pods: list[Obj], key: bytes | None) -> tuple[lis
     live = {_key(p): p for p in pods if _phase(p) not in ("Succeeded", "Failed")}
     resources: set[str] = set()
     for pod in live.values():
+        found.unknown_holders += _may_hold_cards(pod, state.spot_resource)
         if resource := _rebuild_shadow(pod, live, state, found):
             resources.add(resource)
         else:

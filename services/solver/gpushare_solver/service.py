@@ -28,6 +28,7 @@ from gpushare_common.adapters.kube import Retryable as KubeRetryable
 from gpushare_common.bus import Bus, BusError, Retryable
 from gpushare_common.events import (
     AnyEvent,
+    CardInventory,
     DeviceHealth,
     Health,
     SpotEvent,
@@ -100,6 +101,7 @@ class Solver:
         self.state.terminating = set(journal.terminating)
         self.state.inventory = {r: tuple(c) for r, c in journal.inventory.items()}
         self.state.shadow_cards = {s: tuple(c) for s, c in journal.shadow_cards.items()}
+        self.state.lend_after = journal.lend_after
         self.plans = await self._stores["plans"].items(Plan)
         log.info("state loaded", node=self.node, owners=len(self.state.cache.owners()),
                  pending_plans=len(self.plans))
@@ -140,8 +142,10 @@ class Solver:
         actions, found = rebuild(self.state, pods, self._signing_key())
         self.seen = Seen(self.settings.seen_events)
         self.rebuild_needed = False
+        if found.unknown_holders:  # who holds which card comes with the detector's republication
+            self.state.lend_after = time.time() + self.settings.rebuild_holdoff_s
         log.info("mapping rebuilt from the cluster", node=self.node, shadow_pods=found.shadow_pods,
-                 users=found.users, borrowers=found.borrowers,
+                 users=found.users, borrowers=found.borrowers, unknown_holders=found.unknown_holders,
                  skipped=",".join(f"{r}={n}" for r, n in sorted(found.skipped.items())))
         return actions
 
@@ -163,7 +167,7 @@ class Solver:
             if pending is not None:
                 await self._execute(pending)
                 return
-            if event.id in self.seen:
+            if event.id in self.seen and not isinstance(event, CardInventory):  # idempotent by content
                 self.metrics.events.labels(tag, "duplicate").inc()
                 return
             received = time.time()
@@ -221,7 +225,8 @@ class Solver:
     async def _save_journal(self) -> None:
         doc = JournalDoc(seen=self.seen.recent(_PERSISTED_SEEN), terminating=sorted(self.state.terminating),
                          inventory={r: list(c) for r, c in self.state.inventory.items()},
-                         shadow_cards={s: list(c) for s, c in self.state.shadow_cards.items()})
+                         shadow_cards={s: list(c) for s, c in self.state.shadow_cards.items()},
+                         lend_after=self.state.lend_after)
         await self._stores["journal"].put("journal", doc)
 
     async def _save_device_list(self, action: DeviceList) -> None:

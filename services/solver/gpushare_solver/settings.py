@@ -25,6 +25,10 @@ class SolverSettings:
     # the node key of the device plugin and the runtime: when set, an empty mapping bucket is also
     # rebuilt with the borrowers whose pods carry a signed spot Allocate annotation
     signing_key_file: str = ""
+    # after a rebuild on a node with pods holding cards, the card inventory lends nothing for this
+    # long: who holds each card comes with the detector's republication (at most the stream's
+    # duplicate window plus one resync)
+    rebuild_holdoff_s: float = 200.0
 
 
 def bucket_names(node_token: str) -> dict[str, str]:

@@ -9,6 +9,8 @@ borrowers).
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpushare_common.events import Health
@@ -37,6 +39,8 @@ class SolverState:
     terminating: set[str] = field(default_factory=set)  # ShadowPods being deleted
     inventory: dict[str, tuple[str, ...]] = field(default_factory=dict)  # vendor resource -> cards
     shadow_cards: dict[str, tuple[str, ...]] = field(default_factory=dict)  # ShadowPod -> its real cards
+    lend_after: float = 0.0  # wall clock before which the inventory lends nothing (after a rebuild)
+    clock: Callable[[], float] = time.time
 
     def kind_of(self, owner: str | None) -> str:
         entry = self.cache.get(owner) if owner else None
