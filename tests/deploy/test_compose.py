@@ -347,13 +347,13 @@ def test_every_service_is_deployed_in_k8s() -> None:
 def test_every_gpushare_image_is_built_by_a_dockerfile_here() -> None:
     """Images named by k8s (base, components, kustomize tags) or compose have a Dockerfile whose
     build line (``docker build -f FILE -t gpushare/NAME:TAG .``) makes that name and tag."""
-    built = {}
+    built: dict[str, str] = {}
     for dockerfile in ROOT.glob("**/*Dockerfile"):
         if ".venv" not in dockerfile.parts:
             for path, image in re.findall(r"docker build -f (\S+) -t (gpushare/\S+) \.", dockerfile.read_text()):
                 assert ROOT / path == dockerfile, f"{dockerfile}: build line names {path}"
                 built[image.split(":")[0]] = image.split(":")[1]
-    wanted = {}
+    wanted: dict[str, str] = {}
     for kustomization in (ROOT / "k8s").glob("**/kustomization.yaml"):
         wanted |= {i["name"]: i["newTag"] for i in yaml.safe_load(kustomization.read_text()).get("images", [])}
     patch = (ROOT / "k8s" / "components" / "kmod" / "kmod-installer.yaml").read_text()
@@ -364,6 +364,15 @@ def test_every_gpushare_image_is_built_by_a_dockerfile_here() -> None:
         if spec["image"].startswith("gpushare/"):
             wanted[spec["image"].split(":")[0]] = spec["image"].split(":")[1]
     assert {name: built.get(name) for name in wanted} == wanted
+
+
+def test_sim_image_puts_the_workload_program_where_the_node_simulator_looks() -> None:
+    sim = importlib.import_module("gpushare_sim")
+    node_settings = importlib.import_module("gpushare_sim.node.settings").NodeSimSettings
+    text = (COMPOSE_DIR / "sim.Dockerfile").read_text()
+    assert "pathlib.Path(gpushare_sim.__file__).parents[1] / 'tools'" in text and '"$tools/gpuload"' in text
+    tools_dir = {f.name: f.default for f in dataclasses.fields(node_settings)}["tools_dir"]
+    assert Path(str(sim.__file__)).parents[1] / "tools" == tools_dir
 
 
 @pytest.mark.parametrize(("old", "new", "expected"), [
