@@ -16,6 +16,7 @@ import contextlib
 import copy
 import dataclasses
 import importlib
+import json
 import os
 import re
 import shutil
@@ -458,10 +459,36 @@ def _wait_http(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: floa
     raise AssertionError(f"{proc.args!r} (exit {proc.returncode}): {url} not ready within {timeout}s\n{tail}")
 
 
+GPU_POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "reserved", "namespace": "default"},
+           "spec": {"containers": [{"name": "main", "image": "busybox", "command": ["gpuload", "--util", "0"],
+                                    "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}  # fmt: skip
+HANDLED = re.compile(r'^gpushare_bus_messages_total\{outcome="handled"\} (\S+)$', re.M)
+
+
+def _create_gpu_pod(api: int) -> None:
+    request = urllib.request.Request(f"http://127.0.0.1:{api}/api/v1/namespaces/default/pods", method="POST",
+                                     data=json.dumps(GPU_POD).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=5) as answer:
+        assert answer.status == 201
+
+
+def _wait_handled(metrics_url: str, timeout: float = 60) -> None:
+    """Until the service has handled a JetStream message (its bus counter), or fail."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with urllib.request.urlopen(metrics_url, timeout=2) as answer:
+            handled = HANDLED.search(answer.read().decode())
+        if handled and float(handled.group(1)) >= 1:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{metrics_url}: no event handled within {timeout}s")
+
+
 @pytest.mark.slow
 def test_sim_profile_services_get_ready_with_the_shipped_nats_users(tmp_path: Path) -> None:
     """Every sim-profile part from its compose command and environment (names and paths mapped to
-    this machine), NATS with k8s/base/nats.conf: each service gets ready, no permission is refused."""
+    this machine), NATS with k8s/base/nats.conf: each service gets ready, a GPU pod's event reaches
+    the solver through JetStream, and no permission is refused."""
     if shutil.which("nats-server") is None:
         pytest.skip("nats-server is not installed (make deps installs it)")
     from tests.support.nats import free_port
@@ -495,6 +522,8 @@ def test_sim_profile_services_get_ready_with_the_shipped_nats_users(tmp_path: Pa
             start(service, ["python", "-m", MODULES[service]], env)
         for service, proc in zip(SERVICES, procs[-len(SERVICES):], strict=True):
             _wait_http(f"http://127.0.0.1:{ports[service]}/readyz", proc, tmp_path / f"{service}.log")
+        _create_gpu_pod(ports["api"])  # detector -> JetStream -> solver (durable consumer, acks)
+        _wait_handled(f"http://127.0.0.1:{ports['solver']}/metrics")
         assert [p.args for p in procs if p.poll() is not None] == []
     finally:
         for proc in reversed(procs):
