@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -52,7 +53,8 @@ def needs() -> None:
 async def e2e() -> AsyncIterator[E2E]:
     needs()
     timeline = Timeline(out=sys.stdout)
-    async with Cluster(ClusterSettings(nodes=1), timeline) as cluster, AsyncExitStack() as stack:
+    keep = bool(os.environ.get("GPUSHARE_E2E_KEEP_LOGS"))  # leave the run directory for a post-mortem
+    async with Cluster(ClusterSettings(nodes=1, keep_dir=keep), timeline) as cluster, AsyncExitStack() as stack:
         kube, bus = await open_clients(cluster, stack)
         env = E2E(cluster, timeline, kube, bus)
         env.allow_children()

@@ -70,7 +70,7 @@ async def share_faults(s: Scenario) -> None:
     before = await wait_until(mapped, 30, "the solver's mapping of both sharers", s.cluster)
     s.say(f"ShadowPod {shadow} lends its devices", mapping=before)
     await restart(s, solver)
-    after = await wait_until(mapped, 30, "the mapping cache restored after the restart", s.cluster)
+    after = await wait_until(mapped, 60, "the mapping cache restored after the restart", s.cluster)
     if after != before:
         raise ScenarioError(f"mapping cache changed across the solver restart: {before} -> {after}")
     s.say("the solver's mapping cache is restored as it was")
