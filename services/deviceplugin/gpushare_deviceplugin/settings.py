@@ -28,7 +28,7 @@ class DevicePluginSettings:
         default_factory=lambda: {"nvidia.com/gpu": "nvidia-gpu.sock"}
     )
     policy: str = "packed"
-    signing_key_file: str = "/etc/gpushare/node.key"
+    signing_key_file: str = "/etc/gpushare/signing.key"  # the file the runtime and node installer use
     resend_s: float = 60.0  # full ListAndWatch resend, a safety net only
     resync_s: float = 60.0  # re-read of the desired-health bucket, a safety net only
     poll_s: float = 0.2
