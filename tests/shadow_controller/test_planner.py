@@ -104,3 +104,16 @@ def test_classification() -> None:
     broken = classify(_pod({}, labels={"gpushare.k8s.io/pod-description": "shadow-pod"},
                            annotations={"gpushare.k8s.io/share-spec": "four"}), pattern)
     assert broken is None
+
+
+@pytest.mark.parametrize(("conditions", "used"), [
+    ([{"type": "gpushare.k8s.io/Using", "status": "True", "message": '{"ml/s-0":"ml/a","ml/s-1":"ml/b"}'}], 2),
+    ([{"type": "gpushare.k8s.io/Using", "status": "False", "message": "{}"}], 0),
+    ([{"type": "gpushare.k8s.io/Using", "status": "True", "message": "not json"}], 1),
+    ([{"type": "Ready", "status": "True"}], 0),
+    (None, 0),
+])
+def test_count_using_reads_the_solvers_condition(conditions: list | None, used: int) -> None:  # type: ignore[type-arg]
+    from gpushare_shadow_controller.model import count_using
+
+    assert count_using(conditions) == used

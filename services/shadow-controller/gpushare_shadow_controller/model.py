@@ -6,6 +6,7 @@ little memory and a reconcile pass touches small objects only.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -59,11 +60,23 @@ def _count(value: Any) -> int:
 
 
 def count_using(conditions: list[dict[str, Any]] | None) -> int:
-    """Devices in use according to ``gpushare.k8s.io/Using*`` conditions with status True."""
-    return sum(
-        1 for c in conditions or []
-        if str(c.get("type", "")).startswith(ids.CONDITION_USING) and c.get("status") == "True"
-    )
+    """Devices in use according to the ShadowPod's ``gpushare.k8s.io/Using`` condition.
+
+    The solver writes one condition whose message is JSON ``{virtual device: SharePod}``;
+    a True condition whose message is not such an object counts as one device.
+    """
+    used = 0
+    for condition in conditions or []:
+        if not str(condition.get("type", "")).startswith(ids.CONDITION_USING):
+            continue
+        if condition.get("status") != "True":
+            continue
+        try:
+            users = json.loads(condition.get("message") or "")
+        except ValueError:
+            users = None
+        used += len(users) if isinstance(users, dict) and users else 1
+    return used
 
 
 def classify(pod: dict[str, Any], pattern: re.Pattern[str]) -> Record | None:
