@@ -28,7 +28,7 @@ from typing import Any
 
 from gpushare_common import events
 
-from gpushare_sim.run.procs import http_json
+from gpushare_sim.run.procs import Child, http_json
 from gpushare_sim.scenarios.kit import (
     GPU,
     LIST_DEVICES,
@@ -48,6 +48,7 @@ MEMORY_TOTAL = 16 * GIB
 SYSTEM_MEMORY = 1843 << 20  # 1.8 GiB used outside any pod
 TRAINER_MEMORY = 8 * GIB
 THRESHOLD = 0.70  # the solver's default memory threshold
+KEEP = frozenset({"deviceplugin"})  # services left with the scenario's settings
 COOLDOWN_S = 5.0  # the solver's pause after a pressure eviction (30 s by default)
 TASK_DEVICES = 4  # each data task asks for 4 x 256 MiB
 STARTED, GROWN = GIB // 4, GIB  # a data task's working set when it starts, and once it grew
@@ -57,42 +58,35 @@ EXPECTED_EVICTED = ("data-3", "data-1")
 
 
 class NodeFiles:
-    """The node's cgroup v2 tree and ``/proc`` stand-in; each file is replaced atomically."""
+    """The node's cgroup v2 tree (systemd layout) and ``/proc`` stand-in; files replaced atomically."""
 
     def __init__(self, root: Path, cpus: int = 8) -> None:
         self.root, self.cgroup, self.proc = root, root / "cgroup", root / "proc"
         self.cpus = cpus
-        self.pods: dict[str, tuple[str, int]] = {}  # uid -> (QoS class, working set)
-        self.gone: set[str] = set()
+        self.pods: dict[str, int] = {}  # pod uid -> working set
 
     @property
     def memory_used(self) -> int:
-        return SYSTEM_MEMORY + sum(memory for _, memory in self.pods.values())
+        return SYSTEM_MEMORY + sum(self.pods.values())
 
     def set_pod(self, pod: Obj, memory: int) -> None:
-        qos = str((pod.get("status") or {}).get("qosClass") or "BestEffort").lower()
-        self.pods[str(pod["metadata"]["uid"])] = (qos, memory)
+        self.pods[str(pod["metadata"]["uid"])] = memory
 
     def remove_pod(self, pod: Obj) -> None:
+        """The pod's cgroup goes away (as the kubelet removes it); :meth:`write` updates the node."""
         uid = str(pod["metadata"]["uid"])
         self.pods.pop(uid, None)
-        self.gone.add(uid)
+        shutil.rmtree(self.pod_dir(uid), ignore_errors=True)
 
-    def pod_dir(self, uid: str, qos: str) -> Path:
-        parent = self.cgroup / "kubepods.slice"
-        if qos != "guaranteed":
-            parent = parent / f"kubepods-{qos}.slice"
-        return parent / f"{parent.name.removesuffix('.slice')}-pod{uid.replace('-', '_')}.slice"
+    def pod_dir(self, uid: str) -> Path:
+        qos = self.cgroup / "kubepods.slice" / "kubepods-burstable.slice"
+        return qos / f"kubepods-burstable-pod{uid.replace('-', '_')}.slice"
 
     def write(self) -> None:
         """Pods first, then the node's totals (what a reader sees between is at worst a pod early)."""
         _put(self.cgroup / "cgroup.controllers", "cpuset cpu io memory pids\n")
-        for uid in self.gone:
-            for qos in ("guaranteed", "burstable", "besteffort"):
-                shutil.rmtree(self.pod_dir(uid, qos), ignore_errors=True)
-        self.gone.clear()
-        for uid, (qos, memory) in self.pods.items():
-            directory = self.pod_dir(uid, qos)
+        for uid, memory in self.pods.items():
+            directory = self.pod_dir(uid)
             _put(directory / "memory.current", f"{memory}\n")
             _put(directory / "memory.stat", f"anon {memory}\nfile 0\ninactive_file 0\nactive_file 0\n")
             _put(directory / "memory.max", "max\n")
@@ -112,26 +106,29 @@ def _put(path: Path, text: str) -> None:
 
 
 @asynccontextmanager
-async def reconfigured(s: Scenario, settings: dict[str, dict[str, str]]) -> AsyncIterator[None]:
-    """Restart the node's services with extra settings; as they were after."""
-    children = [s.cluster.service(service) for service in settings]
-    saved = [dict(child.env) for child in children]
+async def reconfigured(s: Scenario, settings: dict[str, dict[str, str]],
+                       keep: frozenset[str] = frozenset()) -> AsyncIterator[None]:  # fmt: skip
+    """Restart the node's services whose settings change; as they were after, except ``keep``."""
+    changed: list[tuple[Child, dict[str, str]]] = []
     try:
-        for child, extra in zip(children, settings.values(), strict=True):
-            child.env.update(extra)
-            await s.cluster.restart(child.name)
+        for service, extra in settings.items():
+            child = s.cluster.service(service)
+            if any(child.env.get(k) != v for k, v in extra.items()):
+                changed += [] if service in keep else [(child, dict(child.env))]
+                child.env.update(extra)
+                await s.cluster.restart(child.name)
         yield
     finally:
-        for child, env in zip(children, saved, strict=True):
-            if child.env != env:
-                child.env.clear()
-                child.env.update(env)
-                await s.cluster.restart(child.name)
+        for child, env in changed:
+            child.env.clear()
+            child.env.update(env)
+            await s.cluster.restart(child.name)
 
 
 def oversell_settings(files: NodeFiles) -> dict[str, dict[str, str]]:
-    """The device plugin advertises vcpu/vmem; the detector samples the scenario's files twice a
-    second; the solver starts afresh with a short cooldown (the scenario can be played again)."""
+    """The device plugin advertises vcpu/vmem (left on after: the kubelet keeps a resource once
+    registered); the detector samples the scenario's files twice a second; the solver starts
+    afresh with a short cooldown (the scenario can be played again)."""
     return {
         "solver": {"GPUSHARE_SOLVER_PRESSURE_COOLDOWN_S": str(COOLDOWN_S)},
         "deviceplugin": {"GPUSHARE_DP_CAPACITY_RESOURCES": "vcpu,vmem"},
@@ -278,6 +275,19 @@ async def check_kept(s: Scenario, evicted: list[str], judged: dict[str, Any]) ->
     await s.wait_running("data-2", timeout=5)
 
 
+async def release(s: Scenario, node: str) -> None:
+    """Delete the scenario's pods and wait until the node let go of them (the cards are free for
+    what follows: the API forgets a pod deleted with grace 0 before the node has stopped it)."""
+    for pod in await s.pods():
+        await s.delete(pod["metadata"]["name"])
+
+    async def clear() -> bool:
+        status = await asyncio.to_thread(http_json, f"{s.cluster.child(f'node@{node}').http}/status")
+        return not any(str(p.get("pod", "")).startswith(f"{s.namespace}/") for p in status.get("pods") or [])
+
+    await wait_until(clear, 60, f"{node} releasing the scenario's pods", s.cluster)
+
+
 @scenario("oversell")
 async def oversell(s: Scenario) -> str:
     node = s.cluster.nodes[0].name
@@ -286,7 +296,7 @@ async def oversell(s: Scenario) -> str:
     s.say("the detector now reads the node's cgroup v2 tree and /proc from files this scenario writes",
           cgroup_root=files.cgroup, proc_root=files.proc)  # fmt: skip
     try:
-        async with reconfigured(s, oversell_settings(files)), capacity_samples(s, node) as samples:
+        async with reconfigured(s, oversell_settings(files), KEEP), capacity_samples(s, node) as samples:
             await fill_cards(s, files, node)
             running = await start_data_tasks(s, files)
             evicted = await raise_pressure(s, files, running, samples)
@@ -294,6 +304,7 @@ async def oversell(s: Scenario) -> str:
             judged = await relieve(s, files, running, samples)
             await check_kept(s, evicted, judged)
     finally:
+        await release(s, node)
         shutil.rmtree(files.root, ignore_errors=True)
     return (f"all {s.cluster.settings.gpus} cards allocated; memory at 80%: {' then '.join(evicted)} evicted "
             f"(lowest priority, then newest), data-2 kept at {_share(files):.1%}")  # fmt: skip
