@@ -170,7 +170,7 @@ async def advertised(s: Scenario, node: str, count: int) -> bool:
     return str(allocatable.get(VMEM, "")) == str(count)
 
 
-async def sample_with(samples: list[events.SpareCapacity], used: int) -> events.SpareCapacity | None:
+def sample_with(samples: list[events.SpareCapacity], used: int) -> events.SpareCapacity | None:
     return next((e for e in samples if e.inputs.get("node_memory_used") == used), None)
 
 
