@@ -82,12 +82,41 @@ async def setup_owner(s: Scenario, node: str) -> tuple[str, Path]:
     return card, s.node_dir(pod) / "util" / s.namespace / "devmachine" / "main"
 
 
+async def spot_health(s: Scenario, node: str) -> dict[str, str]:
+    """The solver's desired health of the node's spot devices (the key-value bucket it writes)."""
+    store = await s.bus.store("health")
+    health = await store.get(f"{node}/spot-gpu", events.DeviceHealth)
+    return dict(health.devices) if health is not None else {}
+
+
+def spot_id(node: str, card: str) -> str:
+    """``gpu-node-1/nvidia2=1,3`` (as a container sees it) -> ``spot-GPU-gpu-node-1-2``."""
+    name = card.split("=", 1)[0].rsplit("/", 1)[-1]
+    return f"spot-GPU-{node}-{int(name.removeprefix('nvidia'))}"
+
+
 async def lend(s: Scenario, node: str, card: str, borrower: str) -> float:
-    """Wait for the owner to be away (spot device Healthy), then run a borrower on its card."""
+    """Wait for the owner to be away (spot device Healthy), then run a borrower on its card.
+
+    The owner's spot device is first seen withdrawn (the owner holds the card), then lent
+    again once the owner has been away for the window, with every other spot device of the
+    node withdrawn (the ordinary pods hold them): only then can the borrower land on it.
+    """
     started = time.monotonic()
     window = s.cluster.settings.services.away_window_s
-    await wait_until(lambda: spot_allocatable(s, node), window + 60, f"a Healthy spot device on {node}",
-                     s.cluster)  # fmt: skip
+    wanted = spot_id(node, card)
+
+    async def withdrawn() -> bool:
+        return (await spot_health(s, node)).get(wanted) == "Unhealthy"
+
+    async def lent_alone() -> bool:
+        health = await spot_health(s, node)
+        others = [h for device, h in health.items() if device != wanted]
+        return (health.get(wanted) == "Healthy" and all(h == "Unhealthy" for h in others)
+                and await spot_allocatable(s, node) == 1)
+
+    await wait_until(withdrawn, window + 60, f"{wanted} withdrawn while its owner holds the card", s.cluster)
+    await wait_until(lent_alone, window + 60, f"{wanted} the only Healthy spot device on {node}", s.cluster)
     away = time.monotonic() - started
     s.say(f"the owner has been away for the window ({window}s here): its spot device is Healthy")
     await s.create(pinned(pod_body(borrower, [container("main", LIST_DEVICES, {SPOT: "1"})]), node))
