@@ -218,3 +218,31 @@ async def test_a_deleted_pod_that_never_ran_here_is_confirmed_at_once(node: Any)
     await sim.kubelet.sync([parse_pod(body)])
     await sim.kubelet.sync([parse_pod(body)])
     assert api.deleted == ["default/gone"] and not sim.kubelet.workers
+
+
+async def test_a_pod_gone_from_the_api_frees_its_card_for_admission_while_it_dies(node: Any) -> None:
+    """As the kubelet's device manager: devices of pods no longer active are free at admission,
+    even while their containers are still being killed."""
+    import asyncio
+
+    sim, api = node
+    a, b = gpu_pod("a", "uid-a", command=["sleep", "300"]), gpu_pod("b", "uid-b", command=["sleep", "300"])
+    await sim.kubelet.sync([a, b])
+    await wait_until(lambda: phase(api, "default/b") == "Running", what="pods a and b running")
+    runner = sim.kubelet.runner
+    real_kill, unblock = runner.kill, asyncio.Event()
+
+    async def slow_kill(container_id: str) -> None:
+        await unblock.wait()
+        await real_kill(container_id)
+
+    runner.kill = slow_kill  # type: ignore[method-assign]
+    try:
+        await sim.kubelet.sync([b, gpu_pod("c", "uid-c", command=["sleep", "300"])])  # a deleted at once
+        await wait_until(lambda: phase(api, "default/c") == "Running", what="pod c admitted")
+        assert "uid-a" in sim.kubelet.workers  # a's container is still being killed
+    finally:
+        unblock.set()
+        runner.kill = real_kill  # type: ignore[method-assign]
+    await sim.kubelet.sync([])
+    await wait_until(lambda: not sim.kubelet.workers, what="every pod removed")

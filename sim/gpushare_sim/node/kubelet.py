@@ -133,9 +133,19 @@ class Kubelet:
         await self._report(worker)
         await self._wait_exits(worker)
 
+    def _reclaim_inactive(self, admitting: str) -> None:
+        """Like the kubelet's device manager at admission: devices held by pods that are no
+        longer active (terminating, or gone from the API while their containers die) are free."""
+        held = {key.pod_uid for key, _ in self.table.holders()}
+        for uid in held - {admitting}:
+            worker = self.workers.get(uid)
+            if worker is None or worker.terminating:
+                self.table.release_pod(uid)
+
     async def _admit(self, uid: str, pod: PodDef) -> dict[str, ContainerAllocation]:
         allocations: dict[str, ContainerAllocation] = {}
         async with self._admit_lock:
+            self._reclaim_inactive(uid)
             for container in pod.containers:
                 key = ContainerKey(uid, pod.namespace, pod.name, container.name)
                 allocation = ContainerAllocation()
