@@ -163,7 +163,7 @@ def _qemu_command(kernel: GuestKernel, initrd: Path, opts: VMOptions) -> list[st
     if opts.icount:
         cmd += ["-icount", "shift=0"]
     if opts.share_host_root:
-        append.append("vmhost=1")
+        append += ["vmhost=1", f"vmrepo={REPO.resolve()}"]
         cmd += ["-virtfs", "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap"]
     if opts.out_dir is not None:
         if re.search(r"\s", str(opts.out_dir)):
