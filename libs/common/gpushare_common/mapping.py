@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import msgspec
 
-from .kvstore import Store
+if TYPE_CHECKING:  # the store needs nats-py, which cluster services without NATS never load
+    from .kvstore import Store
 
 IDLE_SPACE = "idle-space"
 
