@@ -130,6 +130,16 @@ def test_signature_verifies_only_same_key_target_value(key: bytes, target: str, 
     assert not ids.verify(key, target, value, None)
 
 
+@given(st.binary(max_size=200), st.text(max_size=50), st.text(max_size=200))
+def test_signature_is_the_standard_hmac_sha256(key: bytes, target: str, value: str) -> None:
+    import hashlib
+    import hmac
+
+    expected = hmac.new(key, f"{target}\n{value}".encode(), hashlib.sha256).hexdigest()
+    assert ids.sign(key, target, value) == expected
+    assert ids.verify(key, target, value, expected.upper() + "\n")
+
+
 def test_load_key_errors_say_what_to_do(tmp_path) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ids.IdError, match="create it with"):
         ids.load_key(str(tmp_path / "missing"))
