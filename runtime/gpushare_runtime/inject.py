@@ -13,7 +13,6 @@ import os
 
 import gpushare_common.ids as ids
 
-from .cdi import CdiRegistry, host_device
 from .config import ID_PLACEHOLDER, RuntimeConfig, VendorResource
 from .edits import DeviceEdits, edits_from_source
 from .errors import AnnotationError, RuntimeFailure
@@ -23,6 +22,8 @@ from .lookup import Identity, find_source, identity_of
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
+
+    from .cdi import CdiRegistry
 
 
 class Injector:
@@ -138,6 +139,8 @@ class Injector:
 
     def _registry(self, annotation: str) -> CdiRegistry:
         if self._cdi is None:
+            from .cdi import CdiRegistry  # only container-devices-ids needs CDI
+
             try:
                 self._cdi = CdiRegistry(self.config.cdi_dirs)
             except RuntimeFailure as err:
@@ -161,6 +164,8 @@ class Injector:
         return edits
 
     def _from_vendor_table(self, annotation: str, resource: str, device_id: str) -> DeviceEdits:
+        from .cdi import host_device
+
         source = f"{resource}={device_id}"
         vendor = self.config.vendors.get(resource)
         if vendor is None or not vendor.per_id_nodes:

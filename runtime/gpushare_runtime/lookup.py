@@ -101,14 +101,16 @@ def sibling_bundles(target_bundle: str) -> list[tuple[str, str]]:
         names = os.listdir(parent)
     except OSError:
         return []
-    found = [(name, os.path.join(parent, name, *suffix)) for name in names]
+    # string concatenation, not os.path.join: this runs once per sibling on every create
+    prefix, tail = parent.rstrip("/") + "/", "".join("/" + part for part in suffix)
+    found = [(name, prefix + name + tail) for name in names]
     return [entry for entry in found if entry[1] != target]
 
 
 def _version(path: str) -> str:
     """Changes whenever the bundle's config.json is replaced or rewritten."""
     try:
-        info = os.stat(os.path.join(path, SPEC_FILE))
+        info = os.stat(f"{path}/{SPEC_FILE}")
     except OSError:
         return ""
     return f"{info.st_ino}:{info.st_mtime_ns}"

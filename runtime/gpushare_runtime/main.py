@@ -19,6 +19,9 @@ from .errors import RuntimeFailure
 from .runtimelog import RuntimeLog
 
 MARKER = b"gpushare.k8s.io/container-devices-"
+# JSON may spell any character of a key as \uXXXX and its "/" as \/: a spec with neither
+# these nor the literal marker holds no gpushare annotation (the launcher checks the same)
+ESCAPES = (b"\\u", b"\\/")
 EXIT_FAILURE = 1
 EXIT_NO_LOWER = 127
 
@@ -29,7 +32,7 @@ def prepare_bundle(invocation: Invocation, config: RuntimeConfig, log: RuntimeLo
 
     bundle = invocation.bundle or os.getcwd()
     raw = read_raw(bundle)
-    if MARKER not in raw:
+    if MARKER not in raw and not any(escape in raw for escape in ESCAPES):
         return
     from .edits import apply_edits
     from .inject import Injector

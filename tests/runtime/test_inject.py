@@ -67,6 +67,21 @@ def test_star_target_applies_to_the_carrier(config: RuntimeConfig, bundles: Path
     assert edits_for(config, bundle, content).devices
 
 
+def test_escaped_annotation_key_is_applied(config: RuntimeConfig, bundles: Path) -> None:
+    """A key JSON spells with escapes is still found (no cheap byte check skips it)."""
+    from gpushare_runtime.cli import parse_invocation
+    from gpushare_runtime.main import prepare_bundle
+    from gpushare_runtime.runtimelog import RuntimeLog
+
+    bundle, content = target(bundles, {"placeholder": "_/_/main"})
+    escaped = '"gpushare.k8s.io\\/container-devices-\\u0066rom.*"'
+    text = json.dumps(content).replace('"placeholder"', escaped)
+    (bundle / "config.json").write_text(text)
+    prepare_bundle(parse_invocation(["create", "-b", str(bundle), "c1"]), config, RuntimeLog(None, "text"))
+    devices = json.loads((bundle / "config.json").read_text())["linux"]["devices"]
+    assert [d["path"] for d in devices] == ["/dev/nvidia1"]
+
+
 def test_other_target_is_ignored(config: RuntimeConfig, bundles: Path) -> None:
     bundle, content = target(bundles, {FROM + "other": "ns1/shadow/main"})
     assert not edits_for(config, bundle, content)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import kubernetes_validate
 import pytest
+from gpushare_common import ids
 from gpushare_runtime import miniyaml
 from gpushare_runtime.config import parse_config
 
@@ -60,7 +61,7 @@ def test_launcher_without_config_uses_runc(runtime_bin: Path, tmp_path: Path) ->
 def test_broken_config_fails_create_clearly(runtime_bin: Path, tmp_path: Path) -> None:
     config = tmp_path / "runtime.json"
     config.write_text('{"lower_runtime": 3}')
-    bundle = write_bundle(tmp_path / "bundle", spec())
+    bundle = write_bundle(tmp_path / "bundle", spec({ids.ANN_DEVICES_FROM + "*": "_/_/main"}))
     result = subprocess.run([str(runtime_bin), "create", "--bundle", str(bundle), "c1"],
                             capture_output=True, text=True,
                             env={"PATH": "/usr/bin:/bin", "GPUSHARE_RUNTIME_CONFIG": str(config)})
