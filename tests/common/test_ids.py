@@ -130,6 +130,11 @@ def test_signature_verifies_only_same_key_target_value(key: bytes, target: str, 
     assert not ids.verify(key, target, value, None)
 
 
+@given(st.text(min_size=1, max_size=80))
+def test_verify_any_signature_text_is_a_bool(signature: str) -> None:
+    assert ids.verify(b"k" * 32, "*", "v", signature) in (True, False)
+
+
 @given(st.binary(max_size=200), st.text(max_size=50), st.text(max_size=200))
 def test_signature_is_the_standard_hmac_sha256(key: bytes, target: str, value: str) -> None:
     import hashlib

@@ -453,8 +453,8 @@ def sign(key: bytes, target: str, value: str) -> str:
 
 
 def verify(key: bytes, target: str, value: str, signature: str | None) -> bool:
-    if not signature or not isinstance(signature, str):
-        return False
+    if not signature or not isinstance(signature, str) or not signature.isascii():
+        return False  # a hex digest is ASCII; compare_digest refuses other text with TypeError
     from _operator import _compare_digest  # hmac.compare_digest without importing hmac
 
     return _compare_digest(sign(key, target, value), signature.strip().lower())
