@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
-
-from . import fastjson
+from . import fastjson, posixfs
 
 # typing costs milliseconds to import and every container create pays them
 TYPE_CHECKING = False
@@ -15,7 +13,7 @@ SPEC_FILE = "config.json"
 
 
 def spec_path(bundle: str) -> str:
-    return os.path.join(bundle, SPEC_FILE)
+    return posixfs.join(bundle, SPEC_FILE)
 
 
 def read_raw(bundle: str) -> bytes:
@@ -49,23 +47,23 @@ def write_spec(bundle: str, spec: dict[str, Any]) -> None:
     from .errors import BundleError
 
     path = spec_path(bundle)
-    temporary = os.path.join(bundle, f".{SPEC_FILE}.gpushare-{os.getpid()}")
+    temporary = posixfs.join(bundle, f".{SPEC_FILE}.gpushare-{posixfs.getpid()}")
     data = fastjson.dumps(spec).encode()
     try:
-        info = os.stat(path)
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        info = posixfs.stat(path)
+        fd = posixfs.open(temporary, posixfs.O_WRONLY | posixfs.O_CREAT | posixfs.O_EXCL | posixfs.O_CLOEXEC, 0o600)
         try:
-            os.fchmod(fd, info.st_mode & 0o7777)
-            os.fchown(fd, info.st_uid, info.st_gid)
+            posixfs.fchmod(fd, info.st_mode & 0o7777)
+            posixfs.fchown(fd, info.st_uid, info.st_gid)
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view) :]
+                view = view[posixfs.write(fd, view) :]
         finally:
-            os.close(fd)
-        os.replace(temporary, path)
+            posixfs.close(fd)
+        posixfs.replace(temporary, path)
     except OSError as err:
         try:
-            os.unlink(temporary)
+            posixfs.unlink(temporary)
         except OSError:
             pass
         raise BundleError(bundle, f"cannot write {SPEC_FILE}: {err.strerror}") from None

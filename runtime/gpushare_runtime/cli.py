@@ -8,7 +8,7 @@ lower runtime always receives exactly what this runtime was given.
 
 from __future__ import annotations
 
-import os
+from . import posixfs
 
 GLOBAL_VALUE_FLAGS = frozenset({"log", "log-format", "root", "criu", "rootless"})
 CREATE_VALUE_FLAGS = frozenset(
@@ -73,7 +73,7 @@ def parse_invocation(args: list[str]) -> Invocation:
         return invocation
     command_flags, position = _scan(args, index + 1, CREATE_VALUE_FLAGS)
     bundle = command_flags.get("bundle") or command_flags.get("b") or "."
-    invocation.bundle = os.path.abspath(bundle)
+    invocation.bundle = posixfs.abspath(bundle)
     if position < len(args):
         invocation.container_id = args[position]
     return invocation

@@ -25,9 +25,7 @@ built-in table entry by entry.
 
 from __future__ import annotations
 
-import os
-
-from . import fastjson
+from . import fastjson, posixfs
 from .errors import ConfigError
 
 # typing costs milliseconds to import and every container create pays them
@@ -124,7 +122,7 @@ class RuntimeConfig:
 
 
 def config_path() -> str:
-    return os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG_PATH
+    return posixfs.getenv(CONFIG_ENV) or DEFAULT_CONFIG_PATH
 
 
 def _strings(path: str, field: str, value: object) -> tuple[str, ...]:

@@ -11,9 +11,7 @@ unwritable directory all fall back to reading the bundles themselves.
 
 from __future__ import annotations
 
-import os
-
-from . import fastjson
+from . import fastjson, posixfs
 
 NOT_A_CONTAINER = ""
 
@@ -29,7 +27,7 @@ class BundleIndex:
     @classmethod
     def load(cls, index_dir: str, parent: str) -> BundleIndex:
         name = parent.strip("/").replace("/", "_") or "_"
-        path = os.path.join(index_dir, name + ".json")
+        path = posixfs.join(index_dir, name + ".json")
         try:
             with open(path, "rb") as handle:
                 doc = fastjson.loads(handle.read())
@@ -59,14 +57,14 @@ class BundleIndex:
             return
         parent = self.entries.pop("\0parent")[1]
         entries = {k: v for k, v in self.entries.items() if k in present}
-        temporary = f"{self.path}.{os.getpid()}"
+        temporary = f"{self.path}.{posixfs.getpid()}"
         try:
-            os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
+            posixfs.makedirs(posixfs.dirname(self.path), mode=0o700)
             with open(temporary, "w", encoding="utf-8") as handle:
                 handle.write(fastjson.dumps({"parent": parent, "entries": entries}))
-            os.replace(temporary, self.path)
+            posixfs.replace(temporary, self.path)
         except OSError:
             try:
-                os.unlink(temporary)
+                posixfs.unlink(temporary)
             except OSError:
                 pass

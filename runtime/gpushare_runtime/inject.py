@@ -9,10 +9,9 @@ and the reason; the caller then fails the create.
 
 from __future__ import annotations
 
-import os
-
 import gpushare_common.ids as ids
 
+from . import posixfs
 from .config import ID_PLACEHOLDER, RuntimeConfig, VendorResource
 from .edits import DeviceEdits, edits_from_source
 from .errors import AnnotationError, RuntimeFailure
@@ -67,7 +66,7 @@ class Injector:
         if self._key is None:
             path = self.config.key_file
             try:
-                mode = os.stat(path).st_mode
+                mode = posixfs.stat(path).st_mode
             except OSError as err:
                 raise AnnotationError(annotation, "", f"signing key {path}: {err.strerror}") from None
             if mode & 0o077:
@@ -179,7 +178,7 @@ class Injector:
             except OSError as err:
                 raise AnnotationError(annotation, source, f"unresolvable device ID: {err}") from None
         for path in vendor.control_nodes:
-            if os.path.exists(path):
+            if posixfs.exists(path):
                 edits.add_device(host_device(path))
         for name in vendor.env:
             edits.add_env(name, [device_id])

@@ -11,9 +11,7 @@ wins, then the newest.
 
 from __future__ import annotations
 
-import os
-
-from . import fastjson
+from . import fastjson, posixfs
 from .bundle import SPEC_FILE
 from .index import NOT_A_CONTAINER, BundleIndex
 
@@ -81,27 +79,27 @@ class SourceBundle:
 
     @property
     def container_id(self) -> str:
-        name = os.path.basename(self.path)
-        return os.path.basename(os.path.dirname(self.path)) if name == "userdata" else name
+        name = posixfs.basename(self.path)
+        return posixfs.basename(posixfs.dirname(self.path)) if name == "userdata" else name
 
 
 def bundle_parent(target_bundle: str) -> tuple[str, tuple[str, ...]]:
     """The directory holding the bundles, and the path inside each entry (CRI-O: userdata)."""
-    target = os.path.normpath(target_bundle)
-    if os.path.basename(target) == "userdata":
-        return os.path.dirname(os.path.dirname(target)), ("userdata",)
-    return os.path.dirname(target), ()
+    target = posixfs.normpath(target_bundle)
+    if posixfs.basename(target) == "userdata":
+        return posixfs.dirname(posixfs.dirname(target)), ("userdata",)
+    return posixfs.dirname(target), ()
 
 
 def sibling_bundles(target_bundle: str) -> list[tuple[str, str]]:
     """(name, bundle path) of every bundle beside ``target_bundle``, itself excluded."""
-    target = os.path.normpath(target_bundle)
+    target = posixfs.normpath(target_bundle)
     parent, suffix = bundle_parent(target)
     try:
-        names = os.listdir(parent)
+        names = posixfs.listdir(parent)
     except OSError:
         return []
-    # string concatenation, not os.path.join: this runs once per sibling on every create
+    # string concatenation, not a path join: this runs once per sibling on every create
     prefix, tail = parent.rstrip("/") + "/", "".join("/" + part for part in suffix)
     found = [(name, prefix + name + tail) for name in names]
     return [entry for entry in found if entry[1] != target]
@@ -110,7 +108,7 @@ def sibling_bundles(target_bundle: str) -> list[tuple[str, str]]:
 def _version(path: str) -> str:
     """Changes whenever the bundle's config.json is replaced or rewritten."""
     try:
-        info = os.stat(f"{path}/{SPEC_FILE}")
+        info = posixfs.stat(f"{path}/{SPEC_FILE}")
     except OSError:
         return ""
     return f"{info.st_ino}:{info.st_mtime_ns}"
@@ -119,11 +117,11 @@ def _version(path: str) -> str:
 def _is_live(bundle: str) -> bool:
     for name in PID_FILES:
         try:
-            with open(os.path.join(bundle, name), "rb") as handle:
+            with open(posixfs.join(bundle, name), "rb") as handle:
                 pid = int(handle.read().strip() or b"0")
         except (OSError, ValueError):
             continue
-        if pid > 0 and os.path.exists(f"/proc/{pid}"):
+        if pid > 0 and posixfs.exists(f"/proc/{pid}"):
             return True
     return False
 
@@ -131,9 +129,9 @@ def _is_live(bundle: str) -> bool:
 def _read(path: str, needles: tuple[bytes, ...]) -> tuple[dict[str, Any], float] | None:
     """The bundle's spec and mtime, None if unreadable or (cheaply) not containing the needles."""
     try:
-        with open(os.path.join(path, SPEC_FILE), "rb") as handle:
+        with open(posixfs.join(path, SPEC_FILE), "rb") as handle:
             raw = handle.read()
-            mtime = os.fstat(handle.fileno()).st_mtime
+            mtime = posixfs.fstat(handle.fileno()).st_mtime
     except OSError:
         return None
     if not all(needle in raw for needle in needles):

@@ -10,9 +10,9 @@ the lower runtime is not run and the exit status is 1.
 
 from __future__ import annotations
 
-import os
 import sys
 
+from . import posixfs
 from .cli import Invocation, parse_invocation
 from .config import RuntimeConfig, load_config
 from .errors import RuntimeFailure
@@ -30,7 +30,7 @@ def prepare_bundle(invocation: Invocation, config: RuntimeConfig, log: RuntimeLo
     """Apply this container's annotations to its bundle, if it has any."""
     from .bundle import parse_spec, read_raw, write_spec
 
-    bundle = invocation.bundle or os.getcwd()
+    bundle = invocation.bundle or posixfs.getcwd()
     raw = read_raw(bundle)
     if MARKER not in raw and not any(escape in raw for escape in ESCAPES):
         return
@@ -51,7 +51,7 @@ def prepare_bundle(invocation: Invocation, config: RuntimeConfig, log: RuntimeLo
 
 def exec_lower(lower: str, args: list[str], log: RuntimeLog) -> int:
     try:
-        os.execvp(lower, [lower, *args])
+        posixfs.execvp(lower, [lower, *args])
     except OSError as err:
         log.error(f"cannot run the lower runtime {lower!r}: {err.strerror}")
     return EXIT_NO_LOWER

@@ -6,11 +6,10 @@ The same shapes runc (logrus) writes: JSON ``{"level","msg","time"}`` lines, or
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 
-from . import fastjson
+from . import fastjson, posixfs
 
 
 def _timestamp() -> str:
@@ -43,13 +42,14 @@ class RuntimeLog:
             return
         line = format_line(level, message, self.log_format).encode()
         try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            flags = posixfs.O_WRONLY | posixfs.O_APPEND | posixfs.O_CREAT | posixfs.O_CLOEXEC
+            fd = posixfs.open(self.path, flags, 0o644)
         except OSError:
             return
         try:
-            os.write(fd, line)
+            posixfs.write(fd, line)
         finally:
-            os.close(fd)
+            posixfs.close(fd)
 
     def info(self, message: str) -> None:
         self.write("info", message)
