@@ -1,12 +1,16 @@
 """gpushare-runtime overhead on container create, in one run against plain runc.
 
-  python -m bench.runtime [--cycles 40] [--siblings 200]
+  python -m bench.runtime [--cycles 40] [--siblings 200] [--baseline CHECKOUT]
 
 Figures: the create+delete cycle through gpushare-runtime and through runc on
 the same bundle with 200 sibling bundles on disk (same-pod reference, and a
 signed cross-pod one), the paired overhead (median, min, max) and the ratio of
 medians; the start-up of the interpreter and of a pass-through command; the
-source lookup over the siblings, with and without the bundle index.
+source lookup over the siblings, with and without the bundle index; a create
+without gpushare annotations (the launcher's fast path).  With ``--baseline`` (the
+root of another checkout, e.g. ``git worktree add /tmp/base HEAD~3``) that
+checkout's runtime is installed too and takes part in the same alternation, so
+before and after are measured in one run.
 """
 
 from __future__ import annotations
@@ -28,9 +32,9 @@ from bench.runtime import cycles
 REPO = Path(__file__).resolve().parents[2]
 
 
-def install(bin_dir: Path) -> str:
-    subprocess.run([str(REPO / "runtime" / "install" / "install.sh"), str(bin_dir)], check=True,
-                   stdout=subprocess.DEVNULL)
+def install(bin_dir: Path, checkout: Path = REPO) -> str:
+    script = checkout / "runtime" / "install" / "install.sh"
+    subprocess.run([str(script), str(bin_dir), sys.executable], check=True, stdout=subprocess.DEVNULL)
     return str(bin_dir / "gpushare-runtime")
 
 
@@ -69,22 +73,41 @@ def lookup_rows(target: Path, index_dir: str) -> list[Row]:
     return rows
 
 
-def scenario(base: Path, args: argparse.Namespace, runtime: str, signed: bool) -> list[Row]:
+def baseline_rows(label: str, samples: cycles.Samples, base: cycles.Samples,
+                  plain: cycles.Samples) -> list[Row]:
+    over = [a[0] - b[0] for a, b in zip(base, plain, strict=True)]
+    cpu = [a[1] - b[1] for a, b in zip(base, plain, strict=True)]
+    saved = [b[1] - a[1] for a, b in zip(samples, base, strict=True)]
+    return [
+        Row("runtime", f"{label}: baseline overhead median", ms(median(over)), "ms"),
+        Row("runtime", f"{label}: baseline CPU time added per cycle, median", ms(median(cpu)), "ms"),
+        Row("runtime", f"{label}: CPU time saved per cycle vs baseline, median", ms(median(saved)), "ms"),
+    ]
+
+
+SCENARIOS = {"same-pod": "_/_/main", "signed cross-pod": "shadow-ns/shadow/main", "no annotation": ""}
+
+
+def scenario(base: Path, args: argparse.Namespace, runtimes: list[str], label: str) -> list[Row]:
     key_file = base / "signing.key"
     key = os.urandom(32).hex().encode()
     key_file.write_bytes(key)
     key_file.chmod(0o600)
     config = base / "runtime.json"
     config.write_text(f'{{"key_file": "{key_file}", "index_dir": "{base / "index"}"}}\n')
-    value = "shadow-ns/shadow/main" if signed else "_/_/main"
-    annotations = {cycles.ANNOTATION: value}
+    value = SCENARIOS[label]
+    signed = label == "signed cross-pod"
+    annotations = {cycles.ANNOTATION: value} if value else {}
     if signed:
         annotations[cycles.SIGNATURE] = ids.sign(key, "*", value)
     target = cycles.build(base, args.siblings, annotations, "shadow-ns" if signed else "bench")
     env = {**os.environ, "GPUSHARE_RUNTIME_CONFIG": str(config)}
-    ours, plain = cycles.alternate(runtime, target, args.cycles, env)
-    rows = cycle_rows("signed cross-pod" if signed else "same-pod", ours, plain)
-    return rows if signed else rows + lookup_rows(target, str(base / "index"))
+    samples = cycles.alternate_all([*runtimes, "runc"], target, args.cycles, env)
+    ours, plain = samples[0], samples[-1]
+    rows = cycle_rows(label, ours, plain)
+    if len(samples) == 3:
+        rows += baseline_rows(label, ours, samples[1], plain)
+    return rows + lookup_rows(target, str(base / "index")) if label == "same-pod" else rows
 
 
 def startup_rows(runtime: str) -> list[Row]:
@@ -101,15 +124,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.runtime")
     parser.add_argument("--cycles", type=int, default=40)
     parser.add_argument("--siblings", type=int, default=200)
+    parser.add_argument("--baseline", type=Path, help="another checkout to compare with")
     args = parser.parse_args()
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="gpushare-bench-") as tmp:
-        runtime = install(Path(tmp) / "bin")
-        for signed in (False, True):
-            base = Path(tmp) / ("signed" if signed else "same-pod")
+        runtimes = [install(Path(tmp) / "bin")]
+        if args.baseline:
+            runtimes.append(install(Path(tmp) / "baseline", args.baseline.resolve()))
+        for index, label in enumerate(SCENARIOS):
+            base = Path(tmp) / f"scenario-{index}"
             base.mkdir()
-            rows += scenario(base, args, runtime, signed)
-        rows += startup_rows(runtime)
+            rows += scenario(base, args, runtimes, label)
+        rows += startup_rows(runtimes[0])
     emit(rows)
 
 

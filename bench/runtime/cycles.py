@@ -93,21 +93,28 @@ def cycle(binary: str, root: Path, bundle: Path, log: Path, name: str,
 Samples = list[tuple[float, float]]
 
 
+def alternate_all(binaries: list[str], bundle: Path, cycles: int, env: dict[str, str],
+                  warmup: int = 3) -> list[Samples]:
+    """Samples of (wall, cpu) seconds per cycle for each binary, paired by round; the
+    order rotates every round so that none is always first."""
+    original = (bundle / "config.json").read_bytes()
+    base = bundle.parent.parent
+    results: list[Samples] = [[] for _ in binaries]
+    for index in range(cycles + warmup):
+        shift = index % len(binaries)
+        for which in [*range(shift, len(binaries)), *range(shift)]:
+            (bundle / "config.json").write_bytes(original)
+            sample = cycle(binaries[which], base / "state", bundle, base / "runtime.log",
+                           f"bench-{index}-{which}", env)
+            if index >= warmup:
+                results[which].append(sample)
+    return results
+
+
 def alternate(runtime: str, bundle: Path, cycles: int, env: dict[str, str],
               warmup: int = 3) -> tuple[Samples, Samples]:
     """(gpushare, runc) samples of (wall, cpu) seconds per cycle, paired."""
-    original = (bundle / "config.json").read_bytes()
-    base = bundle.parent.parent
-    ours: Samples = []
-    plain: Samples = []
-    for index in range(cycles + warmup):
-        order = [(runtime, ours), ("runc", plain)]
-        for binary, results in order if index % 2 else order[::-1]:
-            (bundle / "config.json").write_bytes(original)
-            sample = cycle(binary, base / "state", bundle, base / "runtime.log",
-                            f"bench-{index}", env)
-            if index >= warmup:
-                results.append(sample)
+    ours, plain = alternate_all([runtime, "runc"], bundle, cycles, env, warmup)
     return ours, plain
 
 
