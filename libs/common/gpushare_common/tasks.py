@@ -12,10 +12,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
+from .ids import IdError
 from .logging import get_logger
+from .settings import SettingsError
 
 log = get_logger("tasks")
 
@@ -97,3 +100,18 @@ def run_service(name: str, main: Callable[[asyncio.Event], Awaitable[int | None]
         return asyncio.run(runner())
     except KeyboardInterrupt:
         return 130
+
+
+ServiceMain = Callable[[asyncio.Event], Awaitable[int | None]]
+
+
+def service_main(name: str, build: Callable[[], ServiceMain]) -> int:
+    """A service's entry point: ``build()`` reads every setting (and sets up logging) and
+    returns the service's ``main(stop)``. A bad setting prints one line that names the
+    variable and what it expects, and exits 2 before anything starts."""
+    try:
+        service = build()
+    except (SettingsError, IdError) as err:
+        print(f"gpushare-{name}: {err}", file=sys.stderr)
+        return 2
+    return run_service(name, service)

@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from gpushare_common import logging as gslog
-from gpushare_common.tasks import run_service
+from gpushare_common.tasks import ServiceMain, service_main
 
 from .app import SERVICE, run
 from .settings import load_settings
 
 
 def main() -> int:
-    settings = load_settings()
-    gslog.setup(settings.common.log.level, settings.common.log.json)
+    def build() -> ServiceMain:
+        settings = load_settings()
+        settings.common.node.require()
+        gslog.setup(settings.common.log.level, settings.common.log.json)
+        return lambda stop: run(settings, stop)
 
-    async def service(stop: asyncio.Event) -> int:
-        return await run(settings, stop)
-
-    return run_service(SERVICE, service)
+    return service_main(SERVICE, build)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
 
 from gpushare_common import ids
 from gpushare_common import logging as gs_logging
-from gpushare_common.settings import SettingsError, load_common
-from gpushare_common.tasks import run_service
+from gpushare_common.settings import load_common
+from gpushare_common.tasks import ServiceMain, service_main
 
 from . import app
 from .settings import load_settings
@@ -17,20 +16,15 @@ DEFAULT_PORT = 8083
 
 
 def main() -> int:
-    try:
+    def build() -> ServiceMain:
         common = load_common(default_port=DEFAULT_PORT)
         settings = load_settings()
         common.node.require()
         key = ids.load_key(settings.signing_key_file)
-    except (SettingsError, ids.IdError) as err:
-        print(f"gpushare-deviceplugin: {err}", file=sys.stderr)
-        return 2
-    gs_logging.setup(common.log.level, common.log.json)
+        gs_logging.setup(common.log.level, common.log.json)
+        return lambda stop: app.run(common, settings, key, stop)
 
-    async def service(stop: asyncio.Event) -> int:
-        return await app.run(common, settings, key, stop)
-
-    return run_service(app.SERVICE, service)
+    return service_main(app.SERVICE, build)
 
 
 if __name__ == "__main__":

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
 
 from gpushare_common import logging as gs_logging
-from gpushare_common.settings import SettingsError, load_common
-from gpushare_common.tasks import run_service
+from gpushare_common.settings import load_common
+from gpushare_common.tasks import ServiceMain, service_main
 
 from . import app
 from .settings import load_settings
@@ -16,19 +15,14 @@ DEFAULT_PORT = 8085
 
 
 def main() -> int:
-    try:
+    def build() -> ServiceMain:
         common = load_common(default_port=DEFAULT_PORT)
         settings = load_settings()
         common.node.require()
-    except SettingsError as err:
-        print(f"gpushare-kmod-bridge: {err}", file=sys.stderr)
-        return 2
-    gs_logging.setup(common.log.level, common.log.json)
+        gs_logging.setup(common.log.level, common.log.json)
+        return lambda stop: app.run(common, settings, stop)
 
-    async def service(stop: asyncio.Event) -> int:
-        return await app.run(common, settings, stop)
-
-    return run_service(app.SERVICE, service)
+    return service_main(app.SERVICE, build)
 
 
 if __name__ == "__main__":

@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import os
-import sys
 
 from gpushare_common import logging as gslog
-from gpushare_common.settings import HttpSettings, KubeSettings, LogSettings, SettingsError, load
-from gpushare_common.tasks import run_service
+from gpushare_common.settings import HttpSettings, KubeSettings, LogSettings, load
+from gpushare_common.tasks import ServiceMain, service_main
 
 from .app import AppSettings, ShadowControllerApp
 from .settings import ShadowSettings
 
 
 def main() -> int:
-    try:
+    def build() -> ServiceMain:
         log_settings = load(LogSettings, "GPUSHARE_LOG_")
         settings = AppSettings(
             shadow=load(ShadowSettings, "GPUSHARE_SHADOW_"),
@@ -23,8 +22,7 @@ def main() -> int:
         )
         settings.shadow.tolerations_list()
         settings.shadow.node_selector_map()
-    except SettingsError as err:
-        print(f"gpushare-shadow-controller: bad setting {err}", file=sys.stderr)
-        return 2
-    gslog.setup(log_settings.level, log_settings.json)
-    return run_service("shadow-controller", ShadowControllerApp(settings).run)
+        gslog.setup(log_settings.level, log_settings.json)
+        return ShadowControllerApp(settings).run
+
+    return service_main("shadow-controller", build)

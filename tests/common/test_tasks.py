@@ -1,0 +1,47 @@
+"""Guarded tasks and the service entry point."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from gpushare_common.settings import SettingsError
+from gpushare_common.tasks import ServiceMain, Tasks, service_main, wait_first
+
+
+async def test_a_crashing_critical_task_stops_the_service() -> None:
+    stop = asyncio.Event()
+    tasks = Tasks("test", stop)
+
+    async def crash() -> None:
+        raise RuntimeError("boom")
+
+    tasks.spawn("crasher", crash())
+    await asyncio.wait_for(wait_first(stop, tasks), 5)
+    assert isinstance(tasks.failure, RuntimeError) and str(tasks.failure) == "boom"
+
+
+async def test_tasks_ending_because_of_stop_are_not_failures() -> None:
+    stop = asyncio.Event()
+    tasks = Tasks("test", stop)
+    tasks.spawn("waiter", stop.wait())
+    stop.set()
+    await asyncio.sleep(0)
+    await tasks.cancel_all()
+    assert tasks.failure is None and not tasks.failed.is_set()
+
+
+def test_service_main_reports_a_bad_setting_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    def build() -> ServiceMain:
+        raise SettingsError("GPUSHARE_X_PORT", "eighty", "a number (int)")
+
+    assert service_main("x", build) == 2
+    assert capsys.readouterr().err.strip() == "gpushare-x: GPUSHARE_X_PORT='eighty': expected a number (int)"
+
+
+def test_service_main_runs_the_service_until_it_returns() -> None:
+    async def main(stop: asyncio.Event) -> int:
+        return 0
+
+    assert service_main("x", lambda: main) == 0
