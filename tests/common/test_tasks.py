@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
 from gpushare_common.settings import SettingsError
 from gpushare_common.tasks import ServiceMain, Tasks, service_main, wait_first
 
