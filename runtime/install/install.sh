@@ -5,9 +5,11 @@
 #
 # BIN_DIR defaults to the repository's .venv/bin, PYTHON to .venv/bin/python.
 # Writes BIN_DIR/gpushare-runtime, a small POSIX sh launcher:
-#   - create/run start PYTHON -I -S on the gpushare_runtime package (no site
-#     import, no environment, an explicit sys.path to this checkout), which
-#     edits the bundle and execs the lower runtime;
+#   - create/run of a bundle whose config.json may name a gpushare annotation
+#     start PYTHON -I -S on the gpushare_runtime package (no site import, no
+#     environment, an explicit sys.path to this checkout), which edits the
+#     bundle and execs the lower runtime; a create whose config.json cannot
+#     name one (an exact grep, see launcher.sh.in) goes to the lower runtime;
 #   - every other command (state, start, kill, delete, ps, exec, events, ...)
 #     execs the lower runtime at once: its name is read from the
 #     "lower_runtime" line of the configuration file (runc when absent).
