@@ -162,10 +162,11 @@ def find_source(
         index = BundleIndex.load(index_dir, bundle_parent(target_bundle)[0])
     needles = tuple(fastjson.dumps(part).encode() for part in (wanted.pod, wanted.container))
     best: SourceBundle | None = None
+    wanted_key = str(wanted)
     for name, path in siblings:
         version = _version(path) if index else ""
         known = index.identity(name, version) if index else None
-        if known is not None and known != str(wanted):
+        if known is not None and known != wanted_key:
             continue
         loaded = _read(path, () if index and known is None else needles)
         identity = identity_of(loaded[0]) if loaded else None
