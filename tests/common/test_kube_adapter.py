@@ -82,3 +82,21 @@ async def test_watch_relists_after_410() -> None:
         assert changes[0].kind == "SYNC" and len(changes[0].pods) == 20
         stop.set()
         await asyncio.wait_for(task, 5)
+
+
+async def test_watch_pod_sets_yields_the_whole_set_after_each_change(kube: Kube) -> None:
+    await kube.create_pod("ml", pod("a"))
+    stop, sets = asyncio.Event(), []
+
+    async def collect() -> None:
+        async for pods in kube.watch_pod_sets(stop, field_selector="spec.nodeName=n1"):
+            sets.append(sorted(p["metadata"]["name"] for p in pods))
+
+    task = asyncio.create_task(collect())
+    await wait_until(lambda: sets == [["a"]])
+    await kube.create_pod("ml", pod("b"))
+    await wait_until(lambda: sets[-1] == ["a", "b"])
+    await kube.delete_pod("ml", "a", grace_seconds=0)
+    await wait_until(lambda: sets[-1] == ["b"])
+    stop.set()
+    await asyncio.wait_for(task, 5)

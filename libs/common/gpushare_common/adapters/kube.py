@@ -260,6 +260,21 @@ class Kube:
                     await asyncio.wait_for(stop.wait(), delay)
                 delay = min(delay * 2, 10.0)
 
+    async def watch_pod_sets(
+        self, stop: asyncio.Event, namespace: str | None = None, field_selector: str = "",
+        label_selector: str = "",
+    ) -> AsyncIterator[list[Obj]]:
+        """The whole set of matching pods, yielded again after every change (list + watch)."""
+        pods: dict[str, Obj] = {}
+        async for change in self.watch_pods(stop, namespace, field_selector, label_selector):
+            if change.kind == "SYNC":
+                pods = {_obj_key(p): p for p in change.pods}
+            elif change.pod is not None and change.kind == "DELETED":
+                pods.pop(_obj_key(change.pod), None)
+            elif change.pod is not None:
+                pods[_obj_key(change.pod)] = change.pod
+            yield list(pods.values())
+
     async def _stream(
         self, stop: asyncio.Event, namespace: str | None, field_selector: str, label_selector: str,
         version: str,
@@ -314,6 +329,11 @@ class Kube:
                     response.shutdown()  # unblocks the reader thread's socket read (urllib3 >= 2.3)
                 with contextlib.suppress(Exception):
                     response.close()
+
+
+def _obj_key(obj: Obj) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
 def _lines(response: Any) -> Any:

@@ -18,23 +18,11 @@ PodDoc = dict[str, Any]
 SHADOW_SELECTOR = f"{ids.LABEL_POD_DESCRIPTION}={ids.SHADOW_POD_LABEL_VALUE}"
 
 
-def _key(pod: PodDoc) -> str:
-    meta = pod.get("metadata") or {}
-    return f"{meta.get('namespace')}/{meta.get('name')}"
-
 
 async def watch_shadow_pods(settings: KubeSettings, node: str, stop: asyncio.Event,
                             kube: Kube | None = None) -> AsyncIterator[list[PodDoc]]:
     """Yield every ShadowPod on ``node`` (API JSON form) after each change, until ``stop``."""
     client = kube or Kube(settings)
-    pods: dict[str, PodDoc] = {}
-    changes = client.watch_pods(stop, field_selector=f"spec.nodeName={node}",
-                                label_selector=SHADOW_SELECTOR)
-    async for change in changes:
-        if change.kind == "SYNC":
-            pods = {_key(p): p for p in change.pods}
-        elif change.pod is not None and change.kind == "DELETED":
-            pods.pop(_key(change.pod), None)
-        elif change.pod is not None:
-            pods[_key(change.pod)] = change.pod
-        yield list(pods.values())
+    async for pods in client.watch_pod_sets(stop, field_selector=f"spec.nodeName={node}",
+                                            label_selector=SHADOW_SELECTOR):
+        yield pods

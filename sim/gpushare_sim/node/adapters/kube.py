@@ -73,15 +73,8 @@ class SimKube(Kube):
 
     async def watch_node_pods(self, node: str, stop: asyncio.Event) -> AsyncIterator[list[Obj]]:
         """The full set of pods bound to ``node``, again after every change (list + watch)."""
-        pods: dict[str, Obj] = {}
-        async for change in self.watch_pods(stop, field_selector=f"spec.nodeName={node}"):
-            if change.kind == "SYNC":
-                pods = {_key(p): p for p in change.pods}
-            elif change.pod is not None and change.kind == "DELETED":
-                pods.pop(_key(change.pod), None)
-            elif change.pod is not None:
-                pods[_key(change.pod)] = change.pod
-            yield [p for p in pods.values() if (p.get("spec") or {}).get("nodeName") == node]
+        async for pods in self.watch_pod_sets(stop, field_selector=f"spec.nodeName={node}"):
+            yield [p for p in pods if (p.get("spec") or {}).get("nodeName") == node]
 
     # --- the scheduler's write -----------------------------------------------------
 
