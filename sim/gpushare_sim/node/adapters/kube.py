@@ -22,11 +22,6 @@ Obj = dict[str, Any]
 MERGE = "application/merge-patch+json"
 
 
-def _key(pod: Obj) -> str:
-    meta = pod.get("metadata") or {}
-    return str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
-
-
 class SimKube(Kube):
     @classmethod
     def from_kubeconfig(cls, path: str) -> SimKube:
