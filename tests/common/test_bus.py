@@ -144,3 +144,42 @@ async def test_consumer_survives_server_restart_without_loss(subject_prefix: str
         await bus.drain()
     finally:
         server.cleanup()
+
+
+async def test_consumer_does_not_wait_out_a_fetch_lost_with_the_server(subject_prefix: str) -> None:
+    """The pull request in flight dies with the server: after the reconnect the consumer asks
+    again at once, so a fetch timeout far longer than this test never delays delivery."""
+    server = NatsServer().start()
+    try:
+        settings = NatsSettings(url=server.url, prefix=f"{subject_prefix}.v1", stream="LOSTFETCH",
+                                reconnect_wait_s=0.05, connect_timeout_s=0.5)
+        bus = Bus(settings, "test", CollectorRegistry())
+        await bus.connect()
+        await bus.ensure_stream()
+        subject = bus.subjects.event("n1", "ownerback")
+        seen: list[events.AnyEvent] = []
+
+        async def handler(event: events.AnyEvent) -> None:
+            seen.append(event)
+
+        stop = asyncio.Event()
+        task = asyncio.create_task(bus.consume(subject, "durable", handler, AckPolicy(), stop, batch=1,
+                                               fetch_timeout_s=120))
+        first = events.OwnerBackEvent(node="n1", pidns=1, pid=1, kernel_ts_ns=1)
+        await bus.publish_persistent(subject, first)
+        await wait_for(lambda: seen == [first], 10)
+        await asyncio.to_thread(server.restart)
+        await asyncio.wait_for(bus.connected.wait(), 15)
+        second = events.OwnerBackEvent(node="n1", pidns=2, pid=2, kernel_ts_ns=2)
+        for _ in range(100):
+            try:
+                await bus.publish_persistent(subject, second)
+                break
+            except Exception:
+                await asyncio.sleep(0.05)
+        await wait_for(lambda: seen == [first, second], 15)
+        stop.set()
+        await asyncio.wait_for(task, 5)
+        await bus.drain()
+    finally:
+        server.cleanup()
