@@ -128,7 +128,6 @@ class Bus:
         self._js: JetStreamContext | None = None
         self.connected = asyncio.Event()
         self._closing = False
-        self._reconnected = asyncio.Event()  # replaced after each reconnect; consumers watch it
 
     # --- connection -----------------------------------------------------------
 
@@ -166,8 +165,6 @@ class Bus:
 
     async def _on_reconnect(self) -> None:
         self.connected.set()
-        self._reconnected.set()
-        self._reconnected = asyncio.Event()
         log.info("nats reconnected", service=self.service)
 
     @property
@@ -316,29 +313,22 @@ class Bus:
         policy: AckPolicy,
         stop: asyncio.Event,
         batch: int = 256,
-        fetch_timeout_s: float = 0.5,
     ) -> None:
-        """Run a durable pull consumer until ``stop``; survives server restarts.
-
-        A pull request in flight when the server goes away is lost with it; on reconnect
-        the fetch is abandoned and issued again at once instead of waiting out its timeout.
-        """
+        """Run a durable pull consumer until ``stop``; survives server restarts."""
         sub: Any = None
-        retry = _Backoff()
         try:
             while not stop.is_set():
                 try:
                     if sub is None:
                         sub = await self._pull_subscribe(subject, durable, policy)
-                    msgs = await self._fetch(sub, batch, fetch_timeout_s, stop)
-                    retry.reset()
+                    msgs = await sub.fetch(batch, timeout=0.5)
                 except (TimeoutError, nats.errors.TimeoutError):
                     continue
                 except Exception as err:
                     log.warning("consumer fetch failed, retrying", service=self.service,
                                 durable=durable, error=repr(err))
                     sub = None
-                    await _sleep_or_stop(stop, retry.next())
+                    await _sleep_or_stop(stop, 0.5)
                     continue
                 for msg in msgs:
                     await self._handle_js(msg, handler, policy)
@@ -346,23 +336,6 @@ class Bus:
             if sub is not None:
                 with contextlib.suppress(Exception):
                     await sub.unsubscribe()
-
-    async def _fetch(self, sub: Any, batch: int, timeout: float, stop: asyncio.Event) -> list[Msg]:
-        """One fetch, or ``[]`` as soon as the connection comes back from a disconnect or
-        the consumer is asked to stop."""
-        fetch = asyncio.ensure_future(sub.fetch(batch, timeout=timeout))
-        interrupts = [asyncio.ensure_future(self._reconnected.wait()), asyncio.ensure_future(stop.wait())]
-        try:
-            await asyncio.wait({fetch, *interrupts}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for interrupt in interrupts:
-                interrupt.cancel()
-        if not fetch.done():
-            fetch.cancel()
-            with contextlib.suppress(BaseException):
-                await fetch
-            return []
-        return list(fetch.result())
 
     async def _pull_subscribe(self, subject: str, durable: str, policy: AckPolicy) -> Any:
         config = api.ConsumerConfig(
@@ -420,20 +393,6 @@ class Bus:
 def _is_stream_ack(data: bytes) -> bool:
     """A JetStream publish ack (``{"stream": ..., "seq": ...}``), not an event."""
     return data.startswith(b'{"stream"') and b'"type"' not in data
-
-
-class _Backoff:
-    """0.05 s, doubling up to 2 s; reset after a success."""
-
-    def __init__(self) -> None:
-        self.delay = 0.05
-
-    def reset(self) -> None:
-        self.delay = 0.05
-
-    def next(self) -> float:
-        current, self.delay = self.delay, min(self.delay * 2, 2.0)
-        return current
 
 
 async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
