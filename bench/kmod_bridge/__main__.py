@@ -23,37 +23,22 @@ import contextlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from gpushare_common import events
 from gpushare_common.bus import Bus
 from gpushare_common.settings import NatsSettings
 
+from bench.procs import process
 from bench.report import Row, emit, median, percentile
 from tests.support.nats import NatsServer
 
 NODE = "bench-node"
 PART = "kmod-bridge"
-
-
-@contextlib.contextmanager
-def process(args: list[str], env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
-    proc = subprocess.Popen(args, env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    try:
-        yield proc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 async def wait_path(path: Path, timeout: float = 20) -> None:
@@ -128,7 +113,7 @@ async def host_bench(count: int) -> list[Row]:
     kernel = [sys.executable, "-m", "gpushare_sim.kernel", "--socket", str(tmp / "k.sock"),
               "--hook-socket", str(tmp / "h.sock")]
     try:
-        with process(kernel), process([sys.executable, "-m", "gpushare_kmod_bridge"], env):
+        with process(kernel, quiet=True), process([sys.executable, "-m", "gpushare_kmod_bridge"], env, quiet=True):
             await wait_path(tmp / "h.sock")
             async with subscriber(settings) as (bus, got):
                 await ready(bus)

@@ -17,7 +17,8 @@ from gpushare_common.bus import Bus
 from gpushare_common.events import KmodCommand
 from gpushare_solver.outbox import BusOutbox
 
-from bench.solver.node import NODE, PREFIX, Node, _process
+from bench.procs import process
+from bench.solver.node import NODE, PREFIX, Node
 from tests.solver.world import NAMESPACE
 from tests.support.nats import free_port
 
@@ -40,14 +41,14 @@ def _bridge_env(node: Node, kmod_socket: Path) -> dict[str, str]:
 def kernel_and_bridge(node: Node, work: Path) -> Iterator[Path]:
     """The kernel stand-in and the kmod-bridge as processes; yields the hook socket."""
     kmod, hook = work / "kmod.sock", work / "hook.sock"
-    with _process([sys.executable, "-m", "gpushare_sim.kernel", "--socket", str(kmod),
+    with process([sys.executable, "-m", "gpushare_sim.kernel", "--socket", str(kmod),
                    "--hook-socket", str(hook), "--timeout-ms", "3000"]):
         deadline = time.monotonic() + 20
         while not (kmod.exists() and hook.exists()):
             if time.monotonic() > deadline:
                 raise RuntimeError("the kernel stand-in did not start")
             time.sleep(0.05)
-        with _process([sys.executable, "-m", "gpushare_kmod_bridge"], _bridge_env(node, kmod)):
+        with process([sys.executable, "-m", "gpushare_kmod_bridge"], _bridge_env(node, kmod)):
             yield hook
 
 

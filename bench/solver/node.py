@@ -12,7 +12,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ from typing import Any
 from gpushare_common.events import AnyEvent, KmodCommand, KmodReply
 from gpushare_sim.containerd import Containerd
 
+from bench.procs import process
 from tests.runtime.conftest import make_rootfs
 from tests.support.nats import NatsServer, free_port
 
@@ -51,20 +52,6 @@ def _wait_file(path: Path, proc: subprocess.Popen[bytes], what: str) -> None:
             raise RuntimeError(f"{what} exited with {proc.returncode}")
         time.sleep(0.05)
     raise RuntimeError(f"{what} did not start")
-
-
-@contextlib.contextmanager
-def _process(args: list[str], env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
-    proc = subprocess.Popen(args, env=env, stdin=subprocess.DEVNULL)
-    try:
-        yield proc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 @dataclass
@@ -103,12 +90,12 @@ async def started() -> AsyncIterator[Node]:
     work = Path(tempfile.mkdtemp(prefix="bench-solver-"))
     nats = NatsServer().start()
     try:
-        with Containerd() as ctrd, _process(
+        with Containerd() as ctrd, process(
                 [sys.executable, "-m", "gpushare_sim.apiserver", "--port", str(free_port()),
                  "--kubeconfig", str(work / "kubeconfig")]) as api:
             _wait_file(work / "kubeconfig", api, "API emulator")
             node = Node(nats.url, work / "kubeconfig", ctrd, make_rootfs(work / "rootfs"), free_port())
-            with _process([sys.executable, "-m", "gpushare_solver"], solver_env(node)) as solver:
+            with process([sys.executable, "-m", "gpushare_solver"], solver_env(node)) as solver:
                 deadline = time.monotonic() + 30
                 while not await asyncio.to_thread(node.ready):
                     if solver.poll() is not None or time.monotonic() > deadline:

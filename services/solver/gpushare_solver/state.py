@@ -19,7 +19,6 @@ from gpushare_common.mapping import IDLE_SPACE, MappingCache
 SHADOW = "shadow"
 RESERVED = "reserved"
 SPOT_OWNER = "spot-owner"
-IDLE = "idle-space"
 
 
 class HandlerError(ValueError):
@@ -68,7 +67,7 @@ class SolverState:
         current = self.lent()
         wanted = current + [d for d in spot_devices if d not in current]
         if wanted != current:
-            self.cache.create(IDLE_SPACE, wanted, kind=IDLE)
+            self.cache.create(IDLE_SPACE, wanted, kind=IDLE_SPACE)
 
     def withdraw(self, spot_devices: list[str]) -> list[str]:
         """Take spot devices out of ``idle-space``; returns their borrowers (now freed everywhere)."""
@@ -83,7 +82,7 @@ class SolverState:
         if not remaining:
             self.cache.delete(IDLE_SPACE)
         elif len(remaining) != len(entry.devices):
-            self.cache.create(IDLE_SPACE, remaining, kind=IDLE)
+            self.cache.create(IDLE_SPACE, remaining, kind=IDLE_SPACE)
         return borrowers
 
     def borrowers(self) -> dict[str, str]:
