@@ -37,6 +37,7 @@ def nats_settings(nats_server: NatsServer, subject_prefix: str) -> NatsSettings:
         kv_prefix=subject_prefix,
         stream_max_bytes=64 << 20,
         reconnect_wait_s=0.1,
+        ensure_layout=True,
     )
 
 

@@ -107,7 +107,7 @@ async def request_latency(settings: NatsSettings, subject: str, count: int) -> t
 async def fill_stream(settings: NatsSettings, subject: str, count: int) -> None:
     bus = Bus(settings, "bench-fill")
     await bus.connect()
-    await bus.ensure_stream()
+    await bus.wait_for_stream()
     payload = events.encode(EVENT)
     for _ in range(count):
         await bus.nc.publish(subject, payload)

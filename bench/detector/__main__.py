@@ -165,7 +165,7 @@ async def measure(args: argparse.Namespace, nats: NatsSettings, api: KubeApi, po
                   workdir: Path) -> list[Row]:
     bus = Bus(nats, "bench-detector")
     await bus.connect()
-    await bus.ensure_stream()
+    await bus.wait_for_stream()
     seen = Collector()
     await bus.subscribe(bus.subjects.node_events(NODE), seen)
     detector = build(bus, str(podres.socket))

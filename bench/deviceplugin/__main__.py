@@ -51,7 +51,7 @@ def service_env(work: Path, nats_url: str, kubeconfig: Path) -> dict[str, str]:
     key.chmod(0o600)
     return {
         **os.environ,
-        "GPUSHARE_NODE_NAME": NODE, "GPUSHARE_NATS_URL": nats_url,
+        "GPUSHARE_NODE_NAME": NODE, "GPUSHARE_NATS_ENSURE_LAYOUT": "true", "GPUSHARE_NATS_URL": nats_url,
         "GPUSHARE_NATS_PREFIX": "bench.v1", "GPUSHARE_NATS_KV_PREFIX": "benchdp",
         "GPUSHARE_HTTP_HOST": "127.0.0.1", "GPUSHARE_HTTP_PORT": str(free_port()),
         "GPUSHARE_KUBE_KUBECONFIG": str(kubeconfig), "GPUSHARE_DP_PLUGIN_DIR": str(work),

@@ -107,6 +107,7 @@ async def host_bench(count: int) -> list[Row]:
     tmp = Path(tempfile.mkdtemp(prefix="kbb-", dir="/tmp"))
     settings = NatsSettings(url=server.url, prefix="bench.v1", stream="BENCHKMOD", kv_prefix="benchkmod")
     env = {"GPUSHARE_NODE_NAME": NODE, "GPUSHARE_NATS_URL": server.url, "GPUSHARE_NATS_PREFIX": "bench.v1",
+           "GPUSHARE_NATS_ENSURE_LAYOUT": "true",
            "GPUSHARE_NATS_KV_PREFIX": "benchkmod", "GPUSHARE_KMOD_TRANSPORT": "sim",
            "GPUSHARE_KMOD_SIM_SOCKET": str(tmp / "k.sock"), "GPUSHARE_KMOD_SOURCES": "",
            "GPUSHARE_HTTP_HOST": "127.0.0.1", "GPUSHARE_HTTP_PORT": "0", "GPUSHARE_LOG_LEVEL": "WARNING"}

@@ -29,6 +29,7 @@ CRI = {"io.kubernetes.cri.sandbox-namespace": "dev", "io.kubernetes.cri.sandbox-
 
 def _bridge_env(node: Node, kmod_socket: Path) -> dict[str, str]:
     return {**os.environ, "GPUSHARE_NODE_NAME": NODE, "GPUSHARE_NATS_URL": node.nats_url,
+            "GPUSHARE_NATS_ENSURE_LAYOUT": "true",
             "GPUSHARE_NATS_PREFIX": PREFIX, "GPUSHARE_NATS_STREAM": "BENCHSOLVER",
             "GPUSHARE_NATS_KV_PREFIX": "benchsolver", "GPUSHARE_HTTP_HOST": "127.0.0.1",
             "GPUSHARE_HTTP_PORT": str(free_port()), "GPUSHARE_LOG_LEVEL": "WARNING",

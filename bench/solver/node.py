@@ -78,6 +78,7 @@ class Node:
 
 def solver_env(node: Node) -> dict[str, str]:
     return {**os.environ, "GPUSHARE_NODE_NAME": NODE, "GPUSHARE_NATS_URL": node.nats_url,
+            "GPUSHARE_NATS_ENSURE_LAYOUT": "true",
             "GPUSHARE_NATS_PREFIX": PREFIX, "GPUSHARE_NATS_STREAM": "BENCHSOLVER",
             "GPUSHARE_NATS_KV_PREFIX": "benchsolver", "GPUSHARE_HTTP_HOST": "127.0.0.1",
             "GPUSHARE_HTTP_PORT": str(node.http_port), "GPUSHARE_KUBE_KUBECONFIG": str(node.kubeconfig),

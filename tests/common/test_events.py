@@ -106,7 +106,7 @@ def test_node_names_with_underscore_are_refused() -> None:
 
 
 def test_settings_from_environment() -> None:
-    s = load(NatsSettings, "X_", {"X_URL": "nats://h:1", "X_MAX_DELIVER": "3", "X_UNKNOWN": "1"})
-    assert (s.url, s.max_deliver) == ("nats://h:1", 3)
-    with pytest.raises(SettingsError, match="X_MAX_DELIVER='three': expected a number"):
-        load(NatsSettings, "X_", {"X_MAX_DELIVER": "three"})
+    s = load(NatsSettings, "X_", {"X_URL": "nats://h:1", "X_STREAM_REPLICAS": "3", "X_UNKNOWN": "1"})
+    assert (s.url, s.stream_replicas) == ("nats://h:1", 3)
+    with pytest.raises(SettingsError, match="X_STREAM_REPLICAS='three': expected a number"):
+        load(NatsSettings, "X_", {"X_STREAM_REPLICAS": "three"})

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 from gpushare_common.bus import Bus
-from gpushare_common.kvstore import escape_key, unescape_key
 from gpushare_common.mapping import (
     IDLE_SPACE,
     MappingCache,
@@ -62,17 +61,11 @@ def test_creation_formula_covers_demand_without_excess(pending: int, free: int, 
     assert create == 0 or free + (create - 1) * spec < pending
 
 
-@given(st.text(min_size=1, max_size=40))
-def test_kv_key_escaping_round_trips(key: str) -> None:
-    escaped = escape_key(key)
-    assert unescape_key(escaped) == key
-    assert not escaped.startswith(".") and not escaped.endswith(".")
-
-
 async def test_mapping_survives_a_client_restart(nats_settings: NatsSettings) -> None:
     first = Bus(nats_settings, "test")
     await first.connect()
-    mapping = PersistentMapping(await first.store("mapping"))
+    await first.wait_for_stream()
+    mapping = PersistentMapping(await first.store("solver", "n1.mapping"))
     mapping.cache.create("dev/owner", ["GPU-0"], kind="spot-owner")
     mapping.cache.create(IDLE_SPACE, ["spot-GPU-0", "spot-GPU 1"])
     mapping.cache.use(IDLE_SPACE, "spot/borrower", "spot-GPU-0")
@@ -83,7 +76,7 @@ async def test_mapping_survives_a_client_restart(nats_settings: NatsSettings) ->
 
     second = Bus(nats_settings, "test")
     await second.connect()
-    restored = PersistentMapping(await second.store("mapping"))
+    restored = PersistentMapping(await second.store("solver", "n1.mapping"))
     assert await restored.load() == 1
     assert restored.cache.snapshot() == {IDLE_SPACE: {"spot-GPU 1": "", "spot-GPU-0": "spot/borrower"}}
     await second.drain()

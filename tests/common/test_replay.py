@@ -11,13 +11,13 @@ import sys
 import pytest
 from gpushare_common import events
 from gpushare_common.bus import Bus
-from gpushare_common.replay import Filter, Printer, UsageError, describe, parse_time, replay
+from gpushare_common.bus.replay import Filter, Printer, UsageError, describe, parse_time, replay
 from gpushare_common.settings import NatsSettings
 from prometheus_client import CollectorRegistry
 
 
 async def _publish_sample(bus: Bus) -> list[events.Event]:
-    await bus.ensure_stream()
+    await bus.wait_for_stream()
     sample: list[events.Event] = [
         events.SpotEvent(node="n1", pod="spot/a", container="c", state="using", devices=("spot-G0",)),
         events.OwnerBackEvent(node="n1", pidns=99, pid=5, kernel_ts_ns=1, pod="dev/owner"),
@@ -27,8 +27,8 @@ async def _publish_sample(bus: Bus) -> list[events.Event]:
                 bus.subjects.event("n2", "spot")]
     for subject, event in zip(subjects, sample, strict=True):
         await bus.publish_persistent(subject, event)
-    await bus.nc.publish(subjects[0], b"garbage")
-    await bus.nc.flush()
+    await bus.publish_bytes(subjects[0], b"garbage")
+    await bus.flush()
     return sample
 
 
@@ -82,7 +82,7 @@ def test_describe_is_one_line() -> None:
 
 
 def test_cli_reports_bad_arguments_clearly() -> None:
-    result = subprocess.run([sys.executable, "-m", "gpushare_common.replay", "replay", "--since", "x"],
+    result = subprocess.run([sys.executable, "-m", "gpushare_common.bus.replay", "replay", "--since", "x"],
                             capture_output=True, text=True, timeout=30,
                             env={"GPUSHARE_NATS_URL": "nats://127.0.0.1:1"})
     assert result.returncode == 2

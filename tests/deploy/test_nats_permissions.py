@@ -146,7 +146,7 @@ async def test_services_can_do_their_jetstream_work(secured_nats: str) -> None:
     base = NatsSettings(url=secured_nats, connect_timeout_s=2)
     solver = Bus(replace(base, user="solver", password=USERS["solver"]), "solver", CollectorRegistry())
     await solver.connect()
-    await solver.ensure_stream()
+    await solver.wait_for_stream()
     health = await solver.store("health")
     await health.put("n1/spot-gpu", {"spot-GPU-0": "Healthy"})
     detector = Bus(replace(base, user="detector", password=USERS["detector"]), "detector", CollectorRegistry())

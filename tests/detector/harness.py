@@ -86,9 +86,7 @@ def build(bus: Bus, socket: str, *, scraper: Scraper | None = None, window_s: fl
 
 async def stream_messages(bus: Bus) -> int:
     """Events stored in the stream for this node (kmod commands excluded)."""
-    events = bus.subjects.node_events(NODE).replace(".*", ".>")
-    info = await bus.js.stream_info(bus.settings.stream, subjects_filter=events)
-    return sum((info.state.subjects or {}).values())
+    return len(await bus.read_after(bus.subjects.node_events(NODE), 0))
 
 
 def is_(kind: type[ev.Event], **fields: Any) -> Callable[[ev.AnyEvent], bool]:

@@ -70,6 +70,7 @@ def start_detector(nats: NatsSettings, kubeconfig: Path, socket: Path, workdir: 
         **os.environ,
         "GPUSHARE_NODE_NAME": node, "GPUSHARE_HTTP_HOST": "127.0.0.1", "GPUSHARE_HTTP_PORT": str(port),
         "GPUSHARE_KUBE_KUBECONFIG": str(kubeconfig), "GPUSHARE_NATS_URL": nats.url,
+        "GPUSHARE_NATS_ENSURE_LAYOUT": "true",
         "GPUSHARE_NATS_PREFIX": nats.prefix, "GPUSHARE_NATS_STREAM": nats.stream,
         "GPUSHARE_NATS_KV_PREFIX": nats.kv_prefix, "GPUSHARE_NATS_STREAM_MAX_BYTES": str(64 << 20),
         "GPUSHARE_DETECTOR_POD_RESOURCES_SOCKET": str(socket),

@@ -54,7 +54,7 @@ class Clock:
 async def bus(nats_settings: NatsSettings) -> AsyncIterator[Bus]:
     bus = Bus(nats_settings, "capacity-test")
     await bus.connect()
-    await bus.ensure_stream()
+    await bus.wait_for_stream()
     yield bus
     await bus.drain()
 

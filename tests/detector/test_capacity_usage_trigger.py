@@ -59,7 +59,7 @@ class Node:
 async def bus(nats_settings: NatsSettings) -> AsyncIterator[Bus]:
     bus = Bus(nats_settings, "capacity-usage-test")
     await bus.connect()
-    await bus.ensure_stream()
+    await bus.wait_for_stream()
     yield bus
     await bus.drain()
 

@@ -99,7 +99,7 @@ async def test_allocatable_from_the_node_simulator(tmp_path: Path) -> None:
 async def bus(nats_settings: NatsSettings) -> AsyncIterator[Bus]:
     client = Bus(nats_settings, "detector-test")
     await client.connect()
-    await client.ensure_stream()
+    await client.wait_for_stream()
     yield client
     await client.drain()
 
@@ -133,7 +133,7 @@ async def test_published_after_the_pods_on_start_on_change_and_on_resync(
     assert await stream_messages(bus) == stored  # same inventory, same id: JetStream dropped it
     assert detector.status()["card_inventory"] == {GPU: ["G1"]}
 
-    store = await bus.store("detector-node-1")
+    store = await bus.store("detector", bus.layout.scope(NODE, "fact"))
     await detector.save_facts(store)
     restarted = build(bus, str(podresources.socket))
     restarted.inventory.restore(await store.items(list[ev.AnyEvent]))

@@ -71,7 +71,7 @@ class Rig:
 async def rig(nats_settings: NatsSettings, podresources: PodResourcesServer) -> AsyncIterator[Rig]:
     bus = Bus(nats_settings, "detector-test")
     await bus.connect()
-    await bus.ensure_stream()
+    await bus.wait_for_stream()
     bridge, seen = KmodBridge(), Collector()
     await bus.serve(bus.subjects.kmod_cmd(NODE), bridge.respond)
     await bus.subscribe(bus.subjects.event(NODE, "lowpower"), seen)

@@ -46,7 +46,7 @@ async def world(nats_settings: NatsSettings, kube_api: KubeApi, podresources: Po
                 ) -> AsyncIterator[World]:
     bus = Bus(nats_settings, "detector-test")
     await bus.connect()
-    await bus.ensure_stream()
+    await bus.wait_for_stream()
     bridge, seen = KmodBridge(), Collector()
     await bus.serve(bus.subjects.kmod_cmd(NODE), bridge.respond)
     await bus.subscribe(bus.subjects.node_events(NODE), seen)
@@ -136,7 +136,7 @@ async def _until(condition: object, timeout: float = 5.0) -> None:
 
 
 async def test_a_restarted_detector_clears_pods_deleted_while_it_was_down(world: World) -> None:
-    store = await world.bus.store("detector-node-1")
+    store = await world.bus.store("detector", world.bus.layout.scope(NODE, "fact"))
     world.podres.table["ns/dev"] = {"main": {"nvidia.com/gpu": ("G1",)}}
     world.podres.table["ns/job"] = {"job": {"gpushare/spot-gpu": ("spot-G3",)}}
     await world.create(pf.reserved("dev"))

@@ -21,7 +21,7 @@ from gpushare_common.settings import (
     NatsSettings,
     NodeSettings,
 )
-from gpushare_deviceplugin.app import Service, health_key, run
+from gpushare_deviceplugin.app import Service, run
 from gpushare_deviceplugin.settings import DevicePluginSettings
 
 from tests.support.nats import NatsServer
@@ -56,6 +56,7 @@ async def vendor(plugin_dir: str) -> AsyncIterator[VendorPluginStub]:
 async def bus(nats_settings: NatsSettings) -> AsyncIterator[Bus]:
     publisher = Bus(nats_settings, "test-solver")
     await publisher.connect()
+    await publisher.wait_for_stream()
     yield publisher
     await publisher.drain()
 
@@ -107,11 +108,11 @@ async def test_vendor_plugin_late_changing_and_gone(
 async def test_desired_health_restored_from_key_value(
         nats_settings: NatsSettings, dp_settings: DevicePluginSettings, kubelet: KubeletStub,
         vendor: VendorPluginStub, bus: Bus) -> None:
-    store = await bus.store(dp_settings.health_bucket)
+    store = await bus.store("health", bus.layout.scope(NODE, "health"))
     saved = events.DeviceHealth(node=NODE, resource="spot-gpu", full=True,
                                 devices={"spot-GPU-1": "Healthy"})
-    await store.put(health_key(NODE, "spot-gpu"), saved)
-    await store.put(health_key(NODE, "vcpu"), {"resource": 7})  # garbage: skipped, logged
+    await store.put("spot-gpu", saved)
+    await store.put("vcpu", {"resource": 7})  # garbage: skipped, logged
     svc = Service(common_settings(nats_settings), dp_settings, KEY)
     svc.start_plugins()
     try:
@@ -176,7 +177,7 @@ async def test_missed_health_is_reread_after_reconnect(
         subject_prefix: str) -> None:
     server = await asyncio.to_thread(NatsServer().start)
     nats = NatsSettings(url=server.url, prefix=f"{subject_prefix}.v1", kv_prefix=subject_prefix,
-                        reconnect_wait_s=0.1)
+                        reconnect_wait_s=0.1, ensure_layout=True)
     svc = Service(common_settings(nats), dp_settings, KEY)
     svc.start_plugins()
     writer = Bus(nats, "test-solver")
@@ -185,10 +186,11 @@ async def test_missed_health_is_reread_after_reconnect(
         await kubelet.wait_list(SPOT, lambda d: len(d) == 2)
         await asyncio.to_thread(server.restart)
         await writer.connect()
-        store = await writer.store(dp_settings.health_bucket)
+        await writer.wait_for_stream()
+        store = await writer.store("health", writer.layout.scope(NODE, "health"))
         missed = events.DeviceHealth(node=NODE, resource="spot-gpu", full=True,
                                      devices={"spot-GPU-0": "Healthy"})
-        await store.put(health_key(NODE, "spot-gpu"), missed)
+        await store.put("spot-gpu", missed)
         await kubelet.wait_list(SPOT, lambda d: d["spot-GPU-0"] == "Healthy", timeout=10)
     finally:
         await writer.drain()

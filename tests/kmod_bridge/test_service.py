@@ -170,7 +170,7 @@ async def test_status_and_metrics_over_http(nats_settings: NatsSettings, kernel:
             metrics = (await http_get(port, "/metrics")).decode()
             ready = await http_get(port, "/readyz")
     assert status["registered"] is True and status["transport"].startswith("sim:")
-    assert status["watch_set"] == [{"pidns": 555, "mode": "watched", "pod": "", "container": ""}]
+    assert status["watch_set"] == [{"pidns": 555, "mode": "watched", "pod": "", "container": "", "container_id": ""}]
     (entry,) = status["kernel"]["namespaces"]
     assert (entry["pidns"], entry["flags"], entry["releases"]) == (555, ["watched"], 1)
     assert "gpushare_kmod_notices_total 1.0" in metrics

@@ -177,7 +177,7 @@ async def reload_module(ko: str) -> None:
 async def main(args: argparse.Namespace) -> int:
     gs_logging.setup("ERROR")
     with nats_server() as url:
-        nats = NatsSettings(url=url, prefix="gpushare.v1", reconnect_wait_s=0.2)
+        nats = NatsSettings(url=url, prefix="gpushare.v1", reconnect_wait_s=0.2, ensure_layout=True)
         common = CommonSettings(nats=nats, http=HttpSettings(port=0), log=LogSettings(),
                                 node=NodeSettings(NODE), kube=KubeSettings())
         settings = KmodBridgeSettings(transport="netlink", sources=("cgroup",), cgroup_pattern=PATTERN,

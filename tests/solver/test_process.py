@@ -19,6 +19,7 @@ from tests.support.nats import free_port
 
 def env(nats: NatsSettings, kube_api: KubeApi, port: int, **extra: str) -> dict[str, str]:
     return {**os.environ, "GPUSHARE_NODE_NAME": "node-p", "GPUSHARE_NATS_URL": nats.url,
+            "GPUSHARE_NATS_ENSURE_LAYOUT": "true",
             "GPUSHARE_NATS_PREFIX": nats.prefix, "GPUSHARE_NATS_STREAM": nats.stream,
             "GPUSHARE_NATS_KV_PREFIX": nats.kv_prefix, "GPUSHARE_HTTP_HOST": "127.0.0.1",
             "GPUSHARE_HTTP_PORT": str(port), "GPUSHARE_KUBE_KUBECONFIG": str(kube_api.kubeconfig),

@@ -34,7 +34,7 @@ OWNER = "dev/alice"
 @contextlib.asynccontextmanager
 async def wired(nats: NatsSettings, pods: FakePods, tasks: FakeTasks) -> AsyncIterator[app.Running]:
     stop = asyncio.Event()
-    settings = SolverSettings(retry_delay_s=0.05, ack_wait_s=2.0, kmod_timeout_s=0.3)
+    settings = SolverSettings(retry_first_s=0.05, retry_max_s=0.5, ack_wait_s=2.0, kmod_timeout_s=0.3)
     async with app.started(common_settings(nats, Path("unused-kubeconfig"), NODE), settings,
                            stop, pods=pods, tasks_api=tasks) as running:
         yield running

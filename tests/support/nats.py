@@ -11,6 +11,8 @@ import subprocess
 import tempfile
 import time
 
+from gpushare_sim.natsd import NatsNotInstalled, server_binary
+
 from tests.support import procs
 
 
@@ -21,7 +23,10 @@ def free_port() -> int:
 
 
 def nats_binary() -> str | None:
-    return shutil.which("nats-server")
+    try:
+        return server_binary()
+    except NatsNotInstalled:
+        return None
 
 
 class NatsServer:

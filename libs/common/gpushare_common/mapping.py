@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 if TYPE_CHECKING:  # the store needs nats-py, which cluster services without NATS never load
-    from .kvstore import Store
+    from .bus.kv import Store
 
 IDLE_SPACE = "idle-space"
 

@@ -78,6 +78,7 @@ class NatsSettings:
     user: str = ""
     password: str = ""
     token: str = ""
+    token_file: str = ""  # re-read at every connect (a projected service-account token rotates)
     nkey_seed_file: str = ""
     creds_file: str = ""
     tls_ca_file: str = ""
@@ -91,7 +92,9 @@ class NatsSettings:
     kv_prefix: str = "gpushare"
     connect_timeout_s: float = 2.0
     reconnect_wait_s: float = 0.5
-    max_deliver: int = 5
+    # create the stream and buckets when missing (a single server without auth, tests); with
+    # least-authority users only the installer may, and services wait for them instead
+    ensure_layout: bool = False
 
 
 @dataclass(frozen=True, slots=True)

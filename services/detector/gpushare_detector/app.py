@@ -13,7 +13,6 @@ from gpushare_common.bus import Bus
 from gpushare_common.events import AnyEvent
 from gpushare_common.http import Health, build_app, serve
 from gpushare_common.logging import get_logger
-from gpushare_common.subjects import node_token
 from gpushare_common.tasks import Tasks, wait_first
 from prometheus_client import CollectorRegistry
 
@@ -68,15 +67,15 @@ async def run(settings: Settings, stop: asyncio.Event) -> int:
     health = Health("nats", "pods")
     tasks = Tasks(SERVICE)
     async with contextlib.AsyncExitStack() as stack:
-        bus = Bus(settings.common.nats, SERVICE, registry)
+        bus = Bus(settings.common.nats, SERVICE, registry, node)
+        bus.on_state.append(lambda up: health.set("nats", up, "" if up else "disconnected"))
         await bus.connect(stop)
         stack.push_async_callback(bus.drain)
-        await bus.ensure_stream()
-        health.set("nats", True)
+        await bus.wait_for_stream(stop)
         devices = PodResources(config.pod_resources_socket, config.pod_resources_timeout_s)
         stack.push_async_callback(devices.close)
         detector = build_detector(node, config, bus, devices, metrics)
-        facts = await bus.store(f"detector-{node_token(node)}")
+        facts = await bus.store("detector", bus.layout.scope(node, "fact"))
         saved = await facts.items(list[AnyEvent])
         restored = detector.tracker.restore(saved)
         log.info("restored published facts", node=node, pods=restored,

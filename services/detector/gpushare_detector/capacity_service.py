@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gpushare_common import events as ev
+from gpushare_common.bus import BusError
 from gpushare_common.logging import get_logger
 from gpushare_common.subjects import Subjects
 
@@ -130,7 +131,7 @@ class CapacityService:
                                      unit=found.unit, inputs=found.inputs)
             try:
                 await self.bus.publish_persistent(self.bus.subjects.capacity(self.node, resource), event)
-            except Exception as err:  # any bus failure: try again on the next tick
+            except BusError as err:  # try again on the next tick
                 self.metrics.publish_failures.inc()
                 log.warning("spare capacity not published", node=self.node, resource=resource, error=repr(err))
                 continue

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from gpushare_common import events as ev
 from gpushare_common.adapters.kube import PodChange
+from gpushare_common.bus import BusError
 from gpushare_common.logging import get_logger
 from gpushare_common.subjects import Subjects
 
@@ -33,7 +34,8 @@ log = get_logger("detector")
 class Publisher(Protocol):
     subjects: Subjects
 
-    async def publish_persistent(self, subject: str, event: ev.Event) -> int: ...
+    async def publish_reliably(self, subject: str, event: ev.Event, stop: asyncio.Event | None = None,
+                               deadline_s: float | None = None) -> int: ...
 
 
 class FactStore(Protocol):
@@ -67,29 +69,29 @@ class Detector:
         self.clock = clock
         self.inventory = Inventory(node, tracker.rules.vendor_resources)
         self.holders_known = False  # the last full list of the pods' devices succeeded
-        self.failed: dict[str, ev.Event] = {}
+        self.unpublished = 0  # events waiting for NATS to take them
         self.last_resync = 0.0
         self.synced = asyncio.Event()
 
     # --- publishing -------------------------------------------------------------
 
     async def publish(self, events: list[ev.Event]) -> None:
-        results = await asyncio.gather(*(self._publish_one(e) for e in events))
-        if not all(results):
-            log.warning("events not published, kept for the next resync", node=self.node,
-                        failed=results.count(False))
+        """Publish until the stream has every event: while NATS is away this waits (and the pod
+        changes queue up behind it) instead of dropping a fact until the next resync."""
+        await asyncio.gather(*(self._publish_one(e) for e in events))
 
-    async def _publish_one(self, event: ev.Event) -> bool:
+    async def _publish_one(self, event: ev.Event) -> None:
         kind = kind_of(event)
+        self.unpublished += 1
         try:
-            await self.bus.publish_persistent(self.bus.subjects.event(self.node, kind), event)
-        except Exception:  # any bus failure: keep it for the next resync
-            self.failed[event.id] = event
+            await self.bus.publish_reliably(self.bus.subjects.event(self.node, kind), event)
+        except BusError as err:  # refused for good (permission, size): it would never pass
             self.metrics.publish_failures.inc()
-            return False
-        self.failed.pop(event.id, None)
+            log.error("event refused by NATS", node=self.node, event=kind, id=event.id, error=str(err))
+            return
+        finally:
+            self.unpublished -= 1
         self.metrics.published.labels(kind).inc()
-        return True
 
     # --- pods -------------------------------------------------------------------
 
@@ -162,8 +164,7 @@ class Detector:
             self._after_pods_changed()
             seen = {e.id for e in changes}
             current = [e for e in self.tracker.current() if e.id not in seen]
-            retry = [e for i, e in self.failed.items() if i not in seen]
-            events = [*retry, *changes, *current, *self.away.events()]
+            events = [*changes, *current, *self.away.events()]
             await self.publish(events)
             await self.publish_inventory(resend=True)
             self.kmod.resend()
@@ -205,7 +206,7 @@ class Detector:
             facts = self.tracker.published.get(key)
             try:
                 await (store.put(key, list(facts.values())) if facts else store.delete(key))
-            except Exception as err:  # any bus failure: keep it dirty
+            except BusError as err:  # keep it dirty: the next save tries again
                 self.tracker.dirty.add(key)
                 self.metrics.errors.labels("kv", "unwritable").inc()
                 log.warning("published facts not saved", node=self.node, pod=key, error=repr(err))
@@ -271,7 +272,7 @@ class Detector:
             "node": self.node,
             "pods": self.tracker.by_class(),
             "facts": len(self.tracker.current()),
-            "unpublished": len(self.failed),
+            "unpublished": self.unpublished,
             "card_inventory": {e.vendor_resource: list(e.devices) for e in self.inventory.current()},
             "owners": self.away.status(),
             "scrape": self.scraper.status() if self.scraper is not None else None,

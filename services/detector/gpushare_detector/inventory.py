@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 import msgspec
 from gpushare_common import events as ev
+from gpushare_common.bus import BusError
 from gpushare_common.logging import get_logger
 
 from .adapters.podresources import PodResourcesError
@@ -95,7 +96,7 @@ class Inventory:
         self.dirty = False
         try:
             await store.put(INVENTORY_KEY, self.current())
-        except Exception as err:  # any bus failure: save it next time
+        except BusError as err:  # save it next time
             self.dirty = True
             metrics.errors.labels("kv", "unwritable").inc()
             log.warning("card inventory not saved", node=self.node, error=repr(err))

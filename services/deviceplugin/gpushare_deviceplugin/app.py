@@ -15,9 +15,8 @@ import importlib
 import time
 from typing import Any
 
-import msgspec
 from gpushare_common import events
-from gpushare_common.bus import Bus
+from gpushare_common.bus import Bus, BusError, Permanent
 from gpushare_common.http import Health, build_app, serve
 from gpushare_common.logging import get_logger
 from gpushare_common.settings import CommonSettings
@@ -37,11 +36,6 @@ KUBE_ADAPTER = f"{__package__}.adapters.kube"
 log = get_logger(SERVICE)
 
 
-def health_key(node: str, token: str) -> str:
-    """Key of a resource's desired health in the ``health`` bucket: ``<node>/<resource>``."""
-    return f"{node}/{token}"
-
-
 class Service:
     """All plugins of one node, wired to NATS, the vendor plugins and the API server."""
 
@@ -56,7 +50,8 @@ class Service:
                                      settings.backoff_min_s, settings.backoff_max_s,
                                      on_tick=self._readiness)
         self.health = Health("nats", "kubelet")
-        self.bus = Bus(common.nats, SERVICE, self.registry)
+        self.bus = Bus(common.nats, SERVICE, self.registry, self.node)
+        self.bus.on_state.append(lambda up: self.health.set("nats", up, "" if up else "disconnected"))
         self.tasks = Tasks(SERVICE)
         self.stopping = asyncio.Event()
 
@@ -72,7 +67,7 @@ class Service:
 
     async def connect(self) -> None:
         await self.bus.connect(self.stopping)
-        self.health.set("nats", True)
+        await self.bus.wait_for_stream(self.stopping)
         subjects = self.bus.subjects
         for subject in (subjects.node_health(self.node), subjects.node_capacity(self.node),
                         subjects.event(self.node, "spot")):
@@ -82,15 +77,14 @@ class Service:
 
     async def load_desired_health(self) -> int:
         """Apply every newer desired health kept in the bucket; returns how many applied."""
-        store = await self.bus.store(self.settings.health_bucket)
+        store = await self.bus.store("health", self.bus.layout.scope(self.node, "health"))
         applied = 0
         for token in self.plugins.logics:
-            key = health_key(self.node, token)
             try:
-                saved = await store.get(key, events.DeviceHealth)
-            except msgspec.DecodeError as err:
-                log.warning("undecodable desired health skipped", node=self.node, key=key,
-                            bucket=store.bucket, reason=str(err))
+                saved = await store.get(token, events.DeviceHealth)
+            except Permanent as err:
+                log.warning("undecodable desired health skipped", node=self.node, resource=token,
+                            bucket=store.bucket, reason=err.reason)
                 continue
             if saved is not None and self.plugins.apply(saved):
                 applied += 1
@@ -108,7 +102,7 @@ class Service:
                 continue
             try:
                 applied = await self.load_desired_health()
-            except Exception as err:  # NATS errors of every kind: retry next round
+            except BusError as err:  # retry next round
                 log.warning("desired health resync failed", node=self.node, error=repr(err))
                 continue
             if reconnects != seen:
@@ -117,7 +111,7 @@ class Service:
             seen, last = reconnects, time.monotonic()
 
     def _reconnects(self) -> int:
-        return int(self.bus.nc.stats.get("reconnects", 0))
+        return self.bus.reconnects
 
     async def stop(self) -> None:
         await self.tasks.cancel_all()  # the supervisor stops every plugin as it ends

@@ -34,7 +34,6 @@ class DevicePluginSettings:
     poll_s: float = 0.2
     backoff_min_s: float = 0.5
     backoff_max_s: float = 30.0
-    health_bucket: str = "health"  # KV bucket <nats kv_prefix>-<health_bucket>
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:

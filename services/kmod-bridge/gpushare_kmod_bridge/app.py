@@ -11,18 +11,18 @@ import contextlib
 from collections.abc import Sequence
 from typing import Any
 
-from gpushare_common.bus import Bus
+from gpushare_common import events
+from gpushare_common.bus import Bus, BusError
 from gpushare_common.http import Health, build_app, serve
 from gpushare_common.logging import get_logger
 from gpushare_common.settings import CommonSettings
-from gpushare_common.subjects import node_token
 from gpushare_common.tasks import Tasks, wait_first
 from prometheus_client import CollectorRegistry
 
 from . import protocol
 from .adapters.containerd import ContainerdSource
 from .adapters.netlink import NetlinkTransport
-from .adapters.procfs import CgroupSource, host_pidns, pidns_of
+from .adapters.procfs import CgroupSource, cgroup_of, host_pidns, pidns_of
 from .adapters.simsocket import SimTransport
 from .bridge import Bridge
 from .link import KernelLink, LinkSettings
@@ -69,15 +69,19 @@ class Service:
         self.registry = registry or CollectorRegistry()
         self.metrics = BridgeMetrics(self.registry)
         self.health = Health("nats", "kernel")
-        self.bus = Bus(common.nats, SERVICE, self.registry)
+        self.bus = Bus(common.nats, SERVICE, self.registry, self.node)
+        self.bus.on_state.append(lambda up: self.health.set("nats", up, "" if up else "disconnected"))
+        self.outgoing: asyncio.Queue[events.Event] = asyncio.Queue()
         self.tasks = Tasks(SERVICE)
         self.stopping = asyncio.Event()
         proc = settings.proc_root
         self.resolver = Resolver(build_sources(settings) if sources is None else sources,
-                                 lambda pid: pidns_of(pid, proc), host_pidns(proc))
+                                 lambda pid: pidns_of(pid, proc), host_pidns(proc),
+                                 cgroup_of=lambda pid: cgroup_of(pid, proc))
         self.bridge = Bridge(self.node, self.bus.subjects.event(self.node, "ownerback"),
-                             self.bus.publish, WatchSet(), self.resolver, self.metrics,
+                             self._enqueue, WatchSet(), self.resolver, self.metrics,
                              filter_config(settings))
+        self.resolver.on_refresh.append(self.bridge.prune)
         link_settings = LinkSettings(settings.reply_timeout_s, settings.heartbeat_s,
                                      settings.backoff_min_s, settings.backoff_max_s)
         self.link = KernelLink(transport or build_transport(settings), link_settings, self.metrics,
@@ -87,14 +91,29 @@ class Service:
     def _kernel_state(self, registered: bool, reason: str) -> None:
         self.health.set("kernel", registered, reason)
 
+    async def _enqueue(self, subject: str, event: events.Event) -> None:
+        self.outgoing.put_nowait(event)
+
+    async def _publish_owner_backs(self) -> None:
+        """Owner-backs reach the stream in the order the kernel saw them, each retried until the
+        stream acknowledged it (a NATS restart delays them; nothing drops them)."""
+        subject = self.bus.subjects.event(self.node, "ownerback")
+        while True:
+            event = await self.outgoing.get()
+            try:
+                await self.bus.publish_reliably(subject, event, self.stopping)
+            except BusError as err:
+                log.error("owner-back not published", node=self.node, id=event.id, error=str(err))
+
     async def start(self) -> None:
+        self.tasks.spawn("owner-backs", self._publish_owner_backs())
         await self.bus.connect(self.stopping)
-        self.health.set("nats", True)
         if self.settings.persist:
-            bucket = f"{self.settings.watch_bucket}-{node_token(self.node)}"
-            self.bridge.watchset.store = await self.bus.store(bucket)
+            await self.bus.wait_for_stream(self.stopping)
+            store = await self.bus.store("kmod", self.bus.layout.scope(self.node, "watch"))
+            self.bridge.watchset.store = store
             loaded = await self.bridge.watchset.load()
-            log.info("watch set restored", node=self.node, bucket=bucket, namespaces=loaded)
+            log.info("watch set restored", node=self.node, bucket=store.bucket, namespaces=loaded)
         await self.bus.serve(self.bus.subjects.kmod_cmd(self.node), self.bridge.serve_command)
         self.tasks.spawn("kernel link", self.link.run(self.stopping))
         self.tasks.spawn("resolver", self.resolver.run(self.stopping, self.settings.refresh_s))

@@ -6,9 +6,17 @@
   registered the watch set still changes (it is re-sent on registration) and
   the reply says ``-ENOTCONN``.
 - ``on_notice``: each kernel notice becomes one :class:`OwnerBackEvent` on
-  ``<prefix>.<node>.event.ownerback``, resolved to its pod when possible.
+  ``<prefix>.<node>.event.ownerback``, resolved to its pod when possible, and
+  handed to ``publish``, which must not return before the stream has it (or
+  must queue it for a task that does). A notice from a namespace whose entry
+  is stale (another container lives there now) wakes the caller at once
+  (DELETE) and publishes nothing.
 - ``on_registered``: re-sends the watch set (ADD, then DETECT) and the ioctl
   filter when one is configured.
+- ``prune``: after every refresh of the container map, entries bound to a
+  container that is gone, or whose namespace another container now has, are
+  dropped here and in the kernel. ``delete``, ``undetect`` and ``release`` by
+  pod key also reach the namespaces recorded for a pod that is already gone.
 """
 
 from __future__ import annotations
@@ -23,12 +31,13 @@ from gpushare_common.logging import get_logger
 from . import handlers, protocol
 from .link import KernelLink, KernelUnavailable
 from .metrics import BridgeMetrics
-from .resolver import ResolveError, Resolver, split_key
-from .watchset import Mode, WatchSet
+from .resolver import ResolveError, Resolver, Snapshot, split_key
+from .watchset import Mode, Owned, WatchEntry, WatchSet
 
 log = get_logger("kmod-bridge")
 
 Publish = Callable[[str, events.Event], Awaitable[None]]
+_BY_RECORD = ("delete", "undetect", "release")  # ops that also reach namespaces of pods already gone
 
 
 class Bridge:
@@ -52,7 +61,16 @@ class Bridge:
 
     async def on_notice(self, notice: protocol.Notice, received_ns: int) -> None:
         entry = self.watchset.get(notice.pidns)
-        owner = None if entry is not None and entry.pod else await self.resolver.owner(notice.pidns)
+        owner = await self.resolver.owner(notice.pidns)
+        same = self.resolver.same_container(entry.container_id, notice.pid) if entry and entry.container_id \
+            else None
+        if same is False or (same is None and handlers.is_stale(entry, owner, self.resolver.snapshot)):
+            self.metrics.stale.labels("notice").inc()
+            log.warning("notice from a namespace that is no longer the watched container's; woken, "
+                        "no owner-back", node=self.node, pidns=notice.pidns, pid=notice.pid,
+                        watched=entry.pod if entry else "", now=owner.pod if owner else "")  # fmt: skip
+            await self._drop([notice.pidns])
+            return
         pod, container = handlers.owner_of(entry, owner)
         event = handlers.owner_back(self.node, notice, pod, container, time.monotonic_ns())
         await self.publish(self.subject, event)
@@ -92,22 +110,31 @@ class Bridge:
         except (ResolveError, protocol.ProtocolError) as err:
             return self._reply(op, handlers.EINVAL, request.pidns, str(err))
         if request.pods and not ids:
+            if op in _BY_RECORD:  # nothing watched for these pods (any more): nothing to undo
+                return self._reply(op, 0, (), f"nothing recorded for {list(request.pods)}")
             return self._reply(op, handlers.ENOENT, (), f"no pid namespace found for {list(request.pods)}")
         await self._remember(op, ids, owners)
         return await self._to_kernel(op, ids)
 
-    async def _resolve(self, request: events.KmodCommand) -> tuple[list[int], dict[int, tuple[str, str]]]:
+    async def _resolve(self, request: events.KmodCommand) -> tuple[list[int], dict[int, Owned]]:
         protocol.check_ids(request.pidns)
-        owners: dict[int, tuple[str, str]] = {}
+        recorded = [p for key in request.pods for p in self.watchset.of_pod(*split_key(key))] \
+            if request.op in _BY_RECORD else []
+        owners: dict[int, Owned] = {}
         for key, found in (await self.resolver.namespaces(request.pods)).items():
             for pidns in found:
                 owner = self.resolver.snapshot.owners.get(pidns)
-                owners[pidns] = (owner.pod, owner.container) if owner else split_key(key)
-        ids = list(dict.fromkeys([*request.pidns, *owners]))
+                owners[pidns] = (owner.pod, owner.container, owner.container_id) if owner \
+                    else (*split_key(key), "")
+        ids = list(dict.fromkeys([*request.pidns, *owners, *recorded]))
         protocol.check_ids(ids)
         return ids, owners
 
-    async def _remember(self, op: str, ids: Sequence[int], owners: dict[int, tuple[str, str]]) -> None:
+    async def _remember(self, op: str, ids: Sequence[int], owners: dict[int, Owned]) -> None:
+        replaced = [p for p in owners if _replaced(self.watchset.get(p), owners[p])]
+        if replaced and op in ("add", "detect"):  # the kernel reused an inode: start that entry afresh
+            self.metrics.stale.labels("command").inc(len(replaced))
+            await self._drop(replaced)
         if op == "add":
             fresh = [p for p in ids if self.watchset.get(p) is None]
             await self.watchset.set_mode(fresh, "watched", owners)
@@ -137,6 +164,29 @@ class Bridge:
             log.warning("kmod command refused", node=self.node, op=op, status=status, reason=message)
         return handlers.reply_event(self.node, op, status, ids, message)
 
+    # --- forgetting what is gone -----------------------------------------------------
+
+    async def prune(self, snapshot: Snapshot) -> None:
+        """Drop the entries whose container is gone or whose namespace another container has."""
+        stale = [p for p, e in self.watchset.entries.items()
+                 if handlers.is_stale(e, snapshot.owners.get(p), snapshot)]  # fmt: skip
+        if stale:
+            self.metrics.stale.labels("refresh").inc(len(stale))
+            log.info("forgetting namespaces of containers that are gone", node=self.node,
+                     pidns=",".join(map(str, stale)),
+                     pods=",".join(sorted({self.watchset.entries[p].pod for p in stale})))  # fmt: skip
+            await self._drop(stale)
+
+    async def _drop(self, ids: list[int]) -> None:
+        await self.watchset.remove(ids)
+        self._count_watched()
+        if self.link is not None and self.link.registered.is_set():
+            try:
+                for chunk in handlers.chunks(ids):
+                    await self.link.request(protocol.CMD_DELETE, chunk)
+            except KernelUnavailable as err:  # the kernel forgets everything when it comes back
+                log.info("kernel away while forgetting namespaces", node=self.node, error=str(err))
+
     # --- views ---------------------------------------------------------------------
 
     def pod_of(self, pidns: int) -> str:
@@ -162,9 +212,15 @@ class Bridge:
             "registrations": link.registrations if link else 0,
             "last_error": link.last_error if link else "",
             "watch_set": [
-                {"pidns": e.pidns, "mode": e.mode, "pod": e.pod, "container": e.container}
+                {"pidns": e.pidns, "mode": e.mode, "pod": e.pod, "container": e.container,
+                 "container_id": e.container_id}
                 for e in sorted(self.watchset.entries.values(), key=lambda e: e.pidns)
             ],
             "last_notice": self.last_notice,
             **handlers.stats_view(link.last_stats if link else None, self.pod_of),
         }
+
+
+def _replaced(entry: WatchEntry | None, owner: Owned) -> bool:
+    """An entry bound to another container than the one living in its namespace now."""
+    return entry is not None and bool(entry.container_id) and bool(owner[2]) and entry.container_id != owner[2]

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 import gpushare_common.events as events
 
 from . import protocol
-from .resolver import Owner
+from .resolver import Owner, Snapshot
 from .watchset import WatchEntry
 
 ENOTCONN = -errno.ENOTCONN
@@ -36,12 +36,24 @@ def combine(statuses: Sequence[int]) -> int:
 
 
 def owner_of(entry: WatchEntry | None, owner: Owner | None) -> tuple[str, str]:
-    """Who a pid namespace belongs to: the command that named it first, else the resolver."""
-    if entry is not None and entry.pod:
-        return entry.pod, entry.container
+    """Who a pid namespace belongs to: the container living in it now (the resolver), else the
+    command that named it."""
     if owner is not None and owner.pod:
         return owner.pod, owner.container
+    if entry is not None and entry.pod:
+        return entry.pod, entry.container
     return "", ""
+
+
+def is_stale(entry: WatchEntry | None, owner: Owner | None, snapshot: Snapshot) -> bool:
+    """Whether an entry bound to a container no longer describes its namespace: another
+    container lives there now (the kernel reused the inode), or a complete listing of the
+    node's containers no longer has the entry's container."""
+    if entry is None or not entry.container_id:
+        return False
+    if owner is not None and owner.container_id:
+        return owner.container_id != entry.container_id
+    return snapshot.complete and entry.container_id not in snapshot.container_ids
 
 
 def owner_back(node: str, notice: protocol.Notice, pod: str, container: str,

@@ -24,5 +24,8 @@ class BridgeMetrics:
                                      "Successful REGISTER exchanges", registry=reg)
         self.commands = Counter("gpushare_kmod_commands", "Commands served by op and outcome",
                                 ["op", "outcome"], registry=reg)
+        self.stale = Counter("gpushare_kmod_stale_entries",
+                             "Watch-set entries dropped because their container was gone or replaced",
+                             ["found_by"], registry=reg)
         self.watched = Gauge("gpushare_kmod_watched_namespaces",
                              "Pid namespaces in the watch set by mode", ["mode"], registry=reg)

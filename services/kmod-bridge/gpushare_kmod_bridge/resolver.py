@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -82,6 +82,12 @@ def merge(found: Iterable[ContainerProcs]) -> list[ContainerProcs]:
 class Snapshot:
     owners: dict[int, Owner] = field(default_factory=dict)  # pidns -> owner
     taken: float = 0.0
+    complete: bool = False  # every source answered: what is missing here is gone
+    pids: dict[str, tuple[int, ...]] = field(default_factory=dict)  # container id -> host pids seen
+
+    @property
+    def container_ids(self) -> set[str]:
+        return {o.container_id for o in self.owners.values() if o.container_id}
 
     def pidns_of(self, pod: str, container: str = "") -> list[int]:
         return sorted(p for p, o in self.owners.items()
@@ -90,12 +96,15 @@ class Snapshot:
 
 class Resolver:
     def __init__(self, sources: Sequence[ContainerSource], pidns_of: Callable[[int], int | None],
-                 host_pidns: int | None, min_refresh_s: float = 0.2) -> None:
+                 host_pidns: int | None, min_refresh_s: float = 0.2,
+                 cgroup_of: Callable[[int], str | None] = lambda pid: None) -> None:  # fmt: skip
         self.sources = sources
         self.pidns_of = pidns_of
+        self.cgroup_of = cgroup_of
         self.host_pidns = host_pidns
         self.min_refresh_s = min_refresh_s
         self.snapshot = Snapshot()
+        self.on_refresh: list[Callable[[Snapshot], Awaitable[None]]] = []
         self._lock = asyncio.Lock()
 
     async def refresh(self, force: bool = True) -> Snapshot:
@@ -103,13 +112,19 @@ class Resolver:
             if not force and time.monotonic() - self.snapshot.taken < self.min_refresh_s:
                 return self.snapshot
             found: list[ContainerProcs] = []
+            complete = True
             for source in self.sources:
                 try:
                     found += await source.containers()
                 except Exception as err:  # one broken source must not hide the others
+                    complete = False
                     log.warning("container source failed", source=source.name, error=repr(err))
-            self.snapshot = Snapshot(self._owners(merge(found)), time.monotonic())
-            return self.snapshot
+            merged = merge(found)
+            self.snapshot = Snapshot(self._owners(merged), time.monotonic(), complete,
+                                     {c.container_id: c.pids for c in merged})
+        for listener in self.on_refresh:
+            await listener(self.snapshot)
+        return self.snapshot
 
     def _owners(self, containers: list[ContainerProcs]) -> dict[int, Owner]:
         owners: dict[int, Owner] = {}
@@ -122,6 +137,20 @@ class Resolver:
                 if known is None or (not known.pod and item.pod):
                     owners[pidns] = Owner(item.pod, item.container, item.container_id)
         return owners
+
+    def same_container(self, container_id: str, pid: int) -> bool | None:
+        """Whether ``pid`` runs in container ``container_id``, judged by cgroup membership against a
+        pid of that container seen at the last listing: False when none of those lives any more,
+        None when it cannot be told (no pid known, no cgroup readable). Two small file reads, so
+        it can run on the owner-back path."""
+        known = self.snapshot.pids.get(container_id, ())
+        if not known:
+            return None
+        theirs = next((c for c in map(self.cgroup_of, known) if c is not None), None)
+        if theirs is None:
+            return False
+        mine = self.cgroup_of(pid)
+        return None if mine is None else mine == theirs
 
     async def owner(self, pidns: int) -> Owner | None:
         """The container of ``pidns``, refreshing once (rate-limited) when unknown."""

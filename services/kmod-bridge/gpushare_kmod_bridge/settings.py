@@ -29,7 +29,6 @@ class KmodBridgeSettings:
     containerd_namespaces: tuple[str, ...] = ("k8s.io",)
     ctr: str = "ctr"
     refresh_s: float = 5.0
-    watch_bucket: str = "kmod-watch"  # KV bucket <nats kv_prefix>-<watch_bucket>-<node>
     persist: bool = True
     ioctl_types: tuple[int, ...] = ()  # empty: keep the module's filter
     ioctl_majors: tuple[int, ...] = ()

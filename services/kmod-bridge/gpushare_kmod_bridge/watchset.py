@@ -16,6 +16,7 @@ import msgspec
 
 T = TypeVar("T")
 Mode = Literal["watched", "detected"]
+Owned = tuple[str, str, str]  # pod key, container name, container id
 
 
 class WatchEntry(msgspec.Struct, frozen=True, kw_only=True):
@@ -23,6 +24,7 @@ class WatchEntry(msgspec.Struct, frozen=True, kw_only=True):
     mode: Mode = "watched"
     pod: str = ""
     container: str = ""
+    container_id: str = ""  # the runtime's id of the container the namespace was found in
 
 
 class KeyValue(Protocol):
@@ -56,12 +58,18 @@ class WatchSet:
         if self.store is not None:
             await self.store.put(str(entry.pidns), entry)
 
-    async def set_mode(self, ids: Iterable[int], mode: Mode, owners: dict[int, tuple[str, str]]) -> None:
-        """Add or update entries; the owner keys of an earlier entry stay when none is given."""
+    async def set_mode(self, ids: Iterable[int], mode: Mode, owners: dict[int, Owned]) -> None:
+        """Add or update entries; the owner of an earlier entry stays when none is given."""
         for pidns in ids:
             old = self.entries.get(pidns)
-            pod, container = owners.get(pidns) or ((old.pod, old.container) if old else ("", ""))
-            await self.put(WatchEntry(pidns=pidns, mode=mode, pod=pod, container=container))
+            pod, container, cid = owners.get(pidns) or ((old.pod, old.container, old.container_id)
+                                                        if old else ("", "", ""))  # fmt: skip
+            await self.put(WatchEntry(pidns=pidns, mode=mode, pod=pod, container=container, container_id=cid))
+
+    def of_pod(self, pod: str, container: str = "") -> list[int]:
+        """The namespaces recorded for a pod (or one of its containers), live or gone."""
+        return sorted(p for p, e in self.entries.items()
+                      if e.pod == pod and (not container or e.container == container))  # fmt: skip
 
     async def undetect(self, ids: Iterable[int]) -> None:
         for pidns in ids:

@@ -13,11 +13,11 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from gpushare_common.adapters.kube import Kube
-from gpushare_common.bus import AckPolicy, Bus, Retryable
+from gpushare_common.bus import AckPolicy, Bus
 from gpushare_common.http import Health, bound_port, build_app, serve
 from gpushare_common.logging import get_logger
+from gpushare_common.retry import Backoff
 from gpushare_common.settings import CommonSettings
-from gpushare_common.subjects import node_token
 from gpushare_common.tasks import Tasks, wait_first
 from prometheus_client import CollectorRegistry
 
@@ -27,6 +27,7 @@ from .ports import PodApi, TaskApi
 from .pressure import PRESSURE, PressurePolicy
 from .service import Solver
 from .settings import SolverSettings
+from .state import HandlerError
 
 SERVICE = "solver"
 log = get_logger(SERVICE)
@@ -43,10 +44,11 @@ class Running:
 
 
 def ack_policy(settings: SolverSettings) -> AckPolicy:
-    """Transient failures (Kubernetes, containerd, kmod-bridge unreachable) are retried up to
-    ``max_deliver`` deliveries; anything else (a contradictory event) is terminated and counted."""
-    return AckPolicy(max_deliver=settings.max_deliver, retry_on=(Retryable,),
-                     retry_delay_s=settings.retry_delay_s, ack_wait_s=settings.ack_wait_s)
+    """Only an event that contradicts the state (:class:`HandlerError`) is terminated and counted;
+    any failure around it (NATS, Kubernetes, containerd, the kmod-bridge) is retried, with a
+    growing delay, until it passes: an owner-back is never dropped."""
+    return AckPolicy(invalid=(HandlerError,), backoff=Backoff(settings.retry_first_s, settings.retry_max_s),
+                     ack_wait_s=settings.ack_wait_s)
 
 
 @contextlib.asynccontextmanager
@@ -58,11 +60,11 @@ async def started(common: CommonSettings, settings: SolverSettings, stop: asynci
     health = Health("nats", "state")
     tasks = Tasks(SERVICE)
     async with contextlib.AsyncExitStack() as stack:
-        bus = Bus(common.nats, SERVICE, registry)
+        bus = Bus(common.nats, SERVICE, registry, node)
+        bus.on_state.append(lambda up: health.set("nats", up, "" if up else "disconnected"))
         await bus.connect(stop)
         stack.push_async_callback(bus.drain)
-        await bus.ensure_stream()
-        health.set("nats", True)
+        await bus.wait_for_stream(stop)
         if tasks_api is None:
             client = ContainerdTasks(settings.containerd_address, settings.containerd_namespace,
                                      direct=settings.direct_kill)
@@ -79,9 +81,8 @@ async def started(common: CommonSettings, settings: SolverSettings, stop: asynci
         await solver.recover()
         health.set("state", True, "loaded and reconciled")
         await bus.subscribe(bus.subjects.node_capacity(node), watch.on_event)
-        durable = f"{settings.durable}-{node_token(node)}"
-        tasks.spawn("events", bus.consume(bus.subjects.node_events(node), durable, solver.on_event,
-                                          ack_policy(settings), stop, batch=1))
+        tasks.spawn("events", bus.consume(bus.subjects.node_events(node), bus.layout.durable(node),
+                                          solver.on_event, ack_policy(settings), stop, batch=1))
         yield Running(solver, health, tasks, bound_port(server))
 
 

@@ -22,10 +22,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from gpushare_common.adapters.kube import NotFound
-from gpushare_common.bus import BusError
+from gpushare_common.bus import BusError, Transient
 from gpushare_common.events import EvictionRecord, KmodCommand
 from gpushare_common.ids import parse_pod_key
 from gpushare_common.logging import get_logger
+from gpushare_common.retry import Backoff, Stopped, retry
 
 from .actions import Reclaim, ReclaimProgress
 from .adapters.containerd import ContainerdError
@@ -153,13 +154,18 @@ class Reclaimer:
         return str((obj.get("metadata") or {}).get("uid") or ""), container_ids(obj)
 
     async def _release(self, action: Reclaim, progress: ReclaimProgress, received: float) -> None:
+        """Wake the owner. A release that cannot be delivered is tried again for
+        ``release_retry_s`` (the kmod-bridge may be reconnecting); after that the kernel's own
+        timeout frees the owner, and the borrowers are dead by then."""
         assert action.release is not None
         command = KmodCommand(node=self.node, op="release", pods=action.release.pods,
                               pidns=action.release.pidns, reason=action.reason)
-        progress.released = True  # one attempt: failing that, the kernel's own timeout frees the owner
+        progress.released = True
         try:
-            reply = await self.outbox.kmod(command)
-        except BusError as err:
+            reply = await retry(lambda: self.outbox.kmod(command), (Transient,), "release the owner",
+                                backoff=Backoff(0.02, 0.5), deadline_s=self.settings.release_retry_s,
+                                node=self.node, owner=action.owner)  # fmt: skip
+        except (Stopped, BusError) as err:
             log.error("release not delivered; the owner waits for the kernel's timeout", node=self.node,
                       owner=action.owner, error=str(err))
             return

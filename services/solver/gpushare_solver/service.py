@@ -24,8 +24,7 @@ import uuid
 from typing import Any
 
 from gpushare_common.adapters.kube import KubeError
-from gpushare_common.adapters.kube import Retryable as KubeRetryable
-from gpushare_common.bus import Bus, BusError, Retryable
+from gpushare_common.bus import Bus, Store
 from gpushare_common.events import (
     AnyEvent,
     CardInventory,
@@ -35,14 +34,11 @@ from gpushare_common.events import (
     event_tag,
 )
 from gpushare_common.ids import IdError, load_key
-from gpushare_common.kvstore import Store
 from gpushare_common.logging import get_logger
 from gpushare_common.mapping import PersistentMapping
-from gpushare_common.subjects import node_token
 from prometheus_client import CollectorRegistry
 
 from .actions import DeviceList, Plan, Reclaim
-from .adapters.containerd import ContainerdUnavailable
 from .executor import Executor
 from .handlers import handle
 from .journal import JournalDoc, Seen
@@ -52,19 +48,18 @@ from .ports import Obj, PodApi, TaskApi
 from .rebuild import rebuild
 from .reclaim import Reclaimer
 from .reconcile import reconcile
-from .settings import SolverSettings, bucket_names, health_key
+from .settings import SolverSettings
 from .state import HandlerError, SolverState
 
 log = get_logger("solver")
 _PERSISTED_SEEN = 256
-_TRANSIENT = (KubeRetryable, ContainerdUnavailable, BusError)
+# the solver's state in its buckets: scope (after the node) -> bucket
+_STORES = {"mapping": "solver", "plan": "solver", "journal": "solver", "health": "health"}
+_JOURNAL = "state"
 
 
 async def _settled(persisting: asyncio.Future[None]) -> None:
-    try:
-        await asyncio.shield(persisting)
-    except Exception as err:
-        raise Retryable(f"persisting the solver state failed: {err!r}") from err
+    await asyncio.shield(persisting)
 
 
 class Solver:
@@ -87,22 +82,21 @@ class Solver:
     # --- start-up -------------------------------------------------------------
 
     async def open(self) -> None:
-        for role, bucket in bucket_names(node_token(self.node)).items():
-            self._stores[role] = await self.bus.store(bucket)
+        for kind, bucket in _STORES.items():
+            self._stores[kind] = await self.bus.store(bucket, self.bus.layout.scope(self.node, kind))
         self.mapping = PersistentMapping(self._stores["mapping"])
         self.rebuild_needed = await self.mapping.load() == 0
         self.state.cache = self.mapping.cache
-        spot = await self._stores["health"].get(health_key(self.node, self.settings.spot_resource),
-                                                   DeviceHealth)
+        spot = await self._stores["health"].get(self.settings.spot_resource, DeviceHealth)
         self.state.health = dict(spot.devices) if spot else {}
         self._saved_health = dict(self.state.health)
-        journal = await self._stores["journal"].get("journal", JournalDoc) or JournalDoc()
+        journal = await self._stores["journal"].get(_JOURNAL, JournalDoc) or JournalDoc()
         self.seen.load(journal.seen)
         self.state.terminating = set(journal.terminating)
         self.state.inventory = {r: tuple(c) for r, c in journal.inventory.items()}
         self.state.shadow_cards = {s: tuple(c) for s, c in journal.shadow_cards.items()}
         self.state.lend_after = journal.lend_after
-        self.plans = await self._stores["plans"].items(Plan)
+        self.plans = await self._stores["plan"].items(Plan)
         log.info("state loaded", node=self.node, owners=len(self.state.cache.owners()),
                  pending_plans=len(self.plans))
 
@@ -212,14 +206,13 @@ class Solver:
         assert self.mapping is not None
         writes = [self.mapping.flush(), self._save_journal()]
         if plan is not None:
-            writes.append(self._stores["plans"].put(plan.trigger_id, plan))
+            writes.append(self._stores["plan"].put(plan.trigger_id, plan))
             writes += [self._save_device_list(a) for a in plan.actions if isinstance(a, DeviceList)]
         if self.state.health and self.state.health != self._saved_health:
             self._saved_health = dict(self.state.health)
             spot = DeviceHealth(node=self.node, resource=self.settings.spot_resource,
                                 devices=dict(self.state.health), full=True)
-            key = health_key(self.node, self.settings.spot_resource)
-            writes.append(self._stores["health"].put(key, spot))
+            writes.append(self._stores["health"].put(self.settings.spot_resource, spot))
         await asyncio.gather(*writes)
 
     async def _save_journal(self) -> None:
@@ -227,12 +220,12 @@ class Solver:
                          inventory={r: list(c) for r, c in self.state.inventory.items()},
                          shadow_cards={s: list(c) for s, c in self.state.shadow_cards.items()},
                          lend_after=self.state.lend_after)
-        await self._stores["journal"].put("journal", doc)
+        await self._stores["journal"].put(_JOURNAL, doc)
 
     async def _save_device_list(self, action: DeviceList) -> None:
         event = DeviceHealth(node=self.node, resource=action.resource, full=True, reason=action.reason,
                              devices=dict.fromkeys(action.devices, "Healthy"))
-        await self._stores["health"].put(health_key(self.node, action.resource), event)
+        await self._stores["health"].put(action.resource, event)
 
     async def _execute(self, plan: Plan, persisting: asyncio.Future[None] | None = None) -> None:
         self.plans[plan.trigger_id] = plan
@@ -247,18 +240,18 @@ class Solver:
             await self.executor.run(plan, save)
             if persisting is not None:
                 await _settled(persisting)
-        except _TRANSIENT as err:
+        except Exception as err:  # the event's redelivery resumes the plan from its saved progress
             log.warning("plan interrupted; will resume", node=self.node, trigger=plan.trigger_id,
                         error=str(err))
-            raise Retryable(str(err)) from err
+            raise
         await self._forget(plan)
 
     async def _save_plan(self, plan: Plan) -> None:
-        await self._stores["plans"].put(plan.trigger_id, plan)
+        await self._stores["plan"].put(plan.trigger_id, plan)
 
     async def _forget(self, plan: Plan) -> None:
         self.plans.pop(plan.trigger_id, None)
-        await self._stores["plans"].delete(plan.trigger_id)
+        await self._stores["plan"].delete(plan.trigger_id)
         self.metrics.in_flight.set(len(self.plans))
         self.metrics.borrowers.set(len(self.state.borrowers()))
 

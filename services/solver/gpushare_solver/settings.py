@@ -13,10 +13,10 @@ class SolverSettings:
     kill_timeout_s: float = 10.0  # wait this long for killed tasks to exit
     release_deadline_s: float = 2.0  # release the owner at the latest this long after the kill began
     kmod_timeout_s: float = 2.0
-    durable: str = "solver"
-    max_deliver: int = 5
+    release_retry_s: float = 3.0  # keep trying to deliver a release this long (then the kernel's timeout)
     ack_wait_s: float = 30.0
-    retry_delay_s: float = 0.5
+    retry_first_s: float = 0.05  # redelivery of a failed event: first delay, doubling to retry_max_s
+    retry_max_s: float = 5.0
     spot_resource: str = "spot-gpu"
     seen_events: int = 2048  # event ids remembered for idempotency
     memory_threshold: float = 0.70
@@ -29,21 +29,3 @@ class SolverSettings:
     # long: who holds each card comes with the detector's republication (at most the stream's
     # duplicate window plus one resync)
     rebuild_holdoff_s: float = 200.0
-
-
-def bucket_names(node_token: str) -> dict[str, str]:
-    """The key-value buckets (after the KV prefix) the solver uses for one node.
-
-    ``health`` is shared with the device plugin: key ``<node>/<resource>``, value a
-    full :class:`DeviceHealth` (see :func:`health_key`).
-    """
-    return {
-        "mapping": f"mapping-{node_token}",
-        "health": "health",
-        "plans": f"plans-{node_token}",
-        "journal": f"solver-{node_token}",
-    }
-
-
-def health_key(node: str, resource: str) -> str:
-    return f"{node}/{resource}"

@@ -23,6 +23,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from gpushare_common.bus import Bus, Transient
+from gpushare_common.retry import Backoff, retry
+from gpushare_common.settings import NatsSettings
+
+from gpushare_sim import natsd
 from gpushare_sim.run.narrate import Timeline
 from gpushare_sim.run.procs import Child, ChildError, free_port, wait_path, wait_port
 from gpushare_sim.run.services import ServiceSettings, node_services, shadow_controller
@@ -38,6 +43,7 @@ class ClusterSettings:
     services: ServiceSettings = field(default_factory=ServiceSettings)
     kernel_timeout_ms: int = 10_000
     log_level: str = "INFO"
+    nats_servers: int = 1  # 3: a NATS cluster (routes on loopback), stream and buckets at 3 replicas
 
 
 @dataclass
@@ -62,13 +68,26 @@ class Cluster:
         self.run_dir = settings.run_dir or Path(tempfile.mkdtemp(prefix="gsr-", dir="/tmp"))
         self.logs = self.run_dir / "logs"
         self.kubeconfig = self.run_dir / "kubeconfig"
-        self.nats_port = free_port()
+        names = ["nats-server"] if settings.nats_servers == 1 else \
+            [f"nats-server-{i}" for i in range(1, settings.nats_servers + 1)]
+        self.nats = natsd.members(names, [free_port() for _ in names], [free_port() for _ in names],
+                                  self.run_dir / "nats")
         self.nodes: list[Node] = []
         self.children: dict[str, Child] = {}  # start order
 
     @property
     def nats_url(self) -> str:
-        return f"nats://127.0.0.1:{self.nats_port}"
+        """Every server of the NATS cluster, comma-separated (clients pick one, then fail over)."""
+        return ",".join(f"nats://127.0.0.1:{m.client_port}" for m in self.nats)
+
+    @property
+    def nats_replicas(self) -> int:
+        return min(len(self.nats), 3)
+
+    def nats_settings(self, **overrides: object) -> NatsSettings:
+        """Client settings for this cluster's NATS (the scenarios' and tools' own connections)."""
+        return NatsSettings(url=self.nats_url, stream_replicas=self.nats_replicas, reconnect_wait_s=0.2,
+                            **overrides)  # type: ignore[arg-type]
 
     def env(self, **extra: str) -> dict[str, str]:
         return {**os.environ, "PYTHONUNBUFFERED": "1", "GPUSHARE_LOG_LEVEL": self.settings.log_level,
@@ -98,7 +117,8 @@ class Cluster:
         self.logs.mkdir(parents=True, exist_ok=True)
         say("run directory", path=self.run_dir, logs=self.logs)
         await self._start_nats()
-        say("nats-server -js up", url=self.nats_url)
+        say(f"nats-server -js up ({len(self.nats)} server{'s' if len(self.nats) > 1 else ''}); "
+            f"stream and buckets at {self.nats_replicas} replica(s)", url=self.nats_url)
         await self._start_apiserver()
         say("Kubernetes API emulator up", kubeconfig=self.kubeconfig)
         for index in range(1, self.settings.nodes + 1):
@@ -112,12 +132,28 @@ class Cluster:
         say("every service ready", processes=len(self.children))
 
     async def _start_nats(self) -> None:
-        binary = shutil.which("nats-server")
-        if binary is None:
-            raise ChildError("nats-server", "not installed (make deps installs it)")
-        store = self.run_dir / "nats"
-        argv = [binary, "-a", "127.0.0.1", "-p", str(self.nats_port), "-js", "-sd", str(store)]
-        await wait_port(self.nats_port, self._child("nats-server", argv))
+        try:
+            binary = natsd.server_binary()
+        except natsd.NatsNotInstalled as err:
+            raise ChildError("nats-server", str(err)) from None
+        for member in self.nats:
+            config = self.run_dir / "nats" / f"{member.name}.conf"
+            config.parent.mkdir(parents=True, exist_ok=True)
+            config.write_text(natsd.server_config(member))
+            self._child(member.name, [binary, "-c", str(config)])
+        for member in self.nats:
+            await wait_port(member.client_port, self.children[member.name])
+        await self.install_layout()
+
+    async def install_layout(self) -> None:
+        """Create the event stream and every bucket, as the installer does in a cluster."""
+        bus = Bus(self.nats_settings(), "installer")
+        await asyncio.wait_for(bus.connect(), 30)
+        try:
+            await retry(bus.ensure_layout, (Transient,), "create the stream and buckets",
+                        backoff=Backoff(0.1, 1.0), deadline_s=60)  # fmt: skip
+        finally:
+            await bus.drain()
 
     async def _start_apiserver(self) -> None:
         port = free_port()
@@ -153,7 +189,7 @@ class Cluster:
             port = free_port()
             env = self.env(GPUSHARE_NODE_NAME=node.name, GPUSHARE_HTTP_HOST="127.0.0.1",
                            GPUSHARE_HTTP_PORT=str(port), GPUSHARE_NATS_URL=self.nats_url,
-                           GPUSHARE_NATS_STREAM_MAX_BYTES=str(256 << 20),
+                           GPUSHARE_NATS_STREAM_REPLICAS=str(self.nats_replicas),
                            GPUSHARE_KUBE_KUBECONFIG=str(self.kubeconfig), **extra)  # fmt: skip
             child = self._child(f"{service}@{node.name}", [sys.executable, "-m", module], env,
                                 f"http://127.0.0.1:{port}")  # fmt: skip
@@ -192,9 +228,11 @@ class Cluster:
     async def restart(self, name: str) -> None:
         """Stop and start one part again (same port, settings and, for NATS, store)."""
         child = self.children[name]
-        await asyncio.to_thread(child.restart)
-        if name == "nats-server":
-            await wait_port(self.nats_port, child)
+        await asyncio.to_thread(child.stop)
+        child.start()  # in the loop's own thread: a child dies with the thread that started it
+        member = next((m for m in self.nats if m.name == name), None)
+        if member is not None:
+            await wait_port(member.client_port, child)
         elif child.http:
             await child.wait_ready("/healthz" if name == "shadow-controller" else "/readyz")
 

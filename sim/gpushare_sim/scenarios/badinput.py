@@ -95,8 +95,8 @@ async def malformed_events(s: Scenario) -> dict[str, float]:
     targets = subjects(s)
     for subject in targets:
         for payload in MALFORMED:
-            await s.bus.nc.publish(subject, payload)
-    await s.bus.nc.flush()
+            await s.bus.publish_bytes(subject, payload)
+    await s.bus.flush()
     s.say(f"published {len(MALFORMED)} malformed messages on each of {len(targets)} subjects")
 
     def counted() -> dict[str, float] | None:

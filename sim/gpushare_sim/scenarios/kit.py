@@ -9,6 +9,7 @@ namespace; :func:`play` deletes what is left there afterwards.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -19,8 +20,9 @@ from typing import Any, TypeVar, overload
 
 from gpushare_common import events
 from gpushare_common.adapters.kube import Kube, KubeError, NotFound
-from gpushare_common.bus import Bus
-from gpushare_common.settings import KubeSettings, NatsSettings
+from gpushare_common.bus import Bus, BusError, Transient
+from gpushare_common.retry import retry
+from gpushare_common.settings import KubeSettings
 
 from gpushare_sim.run.cluster import Cluster
 from gpushare_sim.run.narrate import Timeline
@@ -212,7 +214,7 @@ def scenario(
 async def open_clients(cluster: Cluster, stack: AsyncExitStack) -> tuple[Kube, Bus]:
     kube = Kube(KubeSettings(kubeconfig=str(cluster.kubeconfig)))
     stack.callback(kube.api.close)
-    bus = Bus(NatsSettings(url=cluster.nats_url, reconnect_wait_s=0.2), "sim-run")
+    bus = Bus(cluster.nats_settings(), "installer")  # the scenarios also feed malformed input
     await bus.connect()
     stack.push_async_callback(bus.drain)
     return kube, bus
@@ -220,16 +222,36 @@ async def open_clients(cluster: Cluster, stack: AsyncExitStack) -> tuple[Kube, B
 
 @asynccontextmanager
 async def recording(s: Scenario) -> AsyncIterator[Scenario]:
-    """Collect eviction records and owner-back events into ``s``; empty its namespace after."""
-    bus, nodes = s.bus, s.cluster.nodes
-    subs = [await bus.subscribe(bus.subjects.eviction(n.name), _collect(s)) for n in nodes]
-    subs += [await bus.subscribe(bus.subjects.event(n.name, "ownerback"), _collect(s)) for n in nodes]
+    """Collect eviction records and owner-back events into ``s`` from the event stream (what the
+    stream stored, so a NATS restart loses nothing of it); empty the namespace after."""
+    start = await retry(s.bus.last_seq, (Transient,), "read the event stream", deadline_s=30)
+    follower = asyncio.ensure_future(_follow(s, start))
     try:
         yield s
     finally:
-        for sub in subs:
-            await sub.unsubscribe()
+        follower.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await follower
         await clean_namespace(s)
+
+
+async def _follow(s: Scenario, after: int, every_s: float = 0.05) -> None:
+    records = f"{s.bus.subjects.prefix}.*.eviction"
+    backs = f"{s.bus.subjects.prefix}.*.event.ownerback"
+    cursors = {records: after, backs: after}
+    while True:
+        for subject, seq in cursors.items():
+            try:
+                found = await s.bus.read_after(subject, seq)
+            except BusError as err:  # NATS restarting: read on from the same place
+                s.timeline.step(f"[{s.name}] event stream unreadable for now", error=str(err))
+                await asyncio.sleep(0.5)
+                continue
+            for message in found:
+                with contextlib.suppress(events.EventDecodeError):  # the badinput scenario's own input
+                    _collect(s, message.event())
+                cursors[subject] = message.seq
+        await asyncio.sleep(every_s)
 
 
 async def run_scenario(s: Scenario) -> str:
@@ -257,14 +279,11 @@ async def play_one(name: str, cluster: Cluster, timeline: Timeline, kube: Kube, 
     return True
 
 
-def _collect(s: Scenario) -> Callable[[events.AnyEvent], Awaitable[None]]:
-    async def on_eviction(event: events.AnyEvent) -> None:
-        if isinstance(event, events.EvictionRecord):
-            s.evictions.append(event)
-        elif isinstance(event, events.OwnerBackEvent):
-            s.owner_backs.append(event)
-
-    return on_eviction
+def _collect(s: Scenario, event: events.AnyEvent) -> None:
+    if isinstance(event, events.EvictionRecord):
+        s.evictions.append(event)
+    elif isinstance(event, events.OwnerBackEvent):
+        s.owner_backs.append(event)
 
 
 async def clean_namespace(s: Scenario) -> None:

