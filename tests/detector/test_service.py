@@ -161,3 +161,33 @@ async def test_a_restarted_detector_clears_pods_deleted_while_it_was_down(world:
 async def _pods(world: World) -> list[dict[str, object]]:
     pods = await asyncio.to_thread(world.core.list_namespaced_pod, "ns")
     return [world.api.client.sanitize_for_serialization(p) for p in pods.items]  # type: ignore[no-untyped-call]
+
+
+async def test_events_of_a_nats_outage_are_published_when_it_returns(
+        subject_prefix: str, podresources: PodResourcesServer) -> None:
+    """A pod change while NATS is away is not dropped until the next resync: the detector keeps
+    publishing it until the stream has it."""
+    from tests.support.nats import NatsServer
+
+    server = NatsServer().start()
+    try:
+        nats = NatsSettings(url=server.url, prefix=f"{subject_prefix}.v1", stream=subject_prefix.upper(),
+                            kv_prefix=subject_prefix, reconnect_wait_s=0.05, ensure_layout=True)
+        bus = Bus(nats, "detector", node=NODE)
+        await bus.connect()
+        await bus.wait_for_stream()
+        detector = build(bus, str(podresources.socket))
+        await detector.on_change(PodChange("SYNC", pods=[]))
+        podresources.table["ns/job"] = {"job": {"gpushare/spot-gpu": ("spot-GPU-0",)}}
+        await asyncio.to_thread(server.stop)
+        change = asyncio.create_task(detector.on_change(PodChange("ADDED", pod=pf.spot("job"))))
+        await asyncio.sleep(0.3)
+        assert not change.done() and detector.status()["unpublished"] == 1
+        await asyncio.to_thread(server.start)
+        await asyncio.wait_for(change, 20)
+        stored = [m.event() for m in await bus.read_after(bus.subjects.node_events(NODE), 0)]
+        assert any(isinstance(e, ev.SpotEvent) and e.pod == "ns/job" for e in stored), stored
+        assert detector.status()["unpublished"] == 0
+        await bus.drain()
+    finally:
+        server.cleanup()

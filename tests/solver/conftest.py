@@ -27,15 +27,26 @@ class FakeBridge:
     commands: list[tuple[float, KmodCommand]] = field(default_factory=list)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     status: int = 0
+    silent_first: str = ""  # the first command of this op is answered too late (a lost reply)
+    replied: list[KmodCommand] = field(default_factory=list)
 
     async def answer(self, event: AnyEvent) -> KmodReply:
         assert isinstance(event, KmodCommand)
         self.commands.append((time.perf_counter(), event))
         self.changed.set()
+        if event.op == self.silent_first:
+            self.silent_first = ""
+            await asyncio.sleep(2.0)
+        else:
+            self.replied.append(event)
         return KmodReply(node=event.node, op=event.op, status=self.status)
 
     def ops(self, op: str) -> list[KmodCommand]:
         return [c for _, c in self.commands if c.op == op]
+
+    def answered(self, op: str) -> list[KmodCommand]:
+        """Commands answered in time (not the silenced one)."""
+        return [c for c in self.replied if c.op == op]
 
 
 @pytest.fixture

@@ -69,14 +69,11 @@ class Reclaimer:
         self.metrics = metrics
         self.known: dict[str, list[str]] = {}  # borrower pod -> container ids seen earlier
         self.pids: dict[str, int] = {}  # container id -> init pid seen earlier (checked before use)
-        self.after_kill: Callable[[], Awaitable[None]] | None = None  # a test's hook
 
     async def run(self, action: Reclaim, progress: ReclaimProgress, trigger_id: str,
                   received: float, save: Save) -> None:
         if not progress.killed:
             await self._kill(action, progress, received, save)
-            if self.after_kill is not None:
-                await self.after_kill()
         if action.release is not None and not progress.released:
             await self._release(action, progress, received)
             await save()
@@ -125,9 +122,13 @@ class Reclaimer:
 
     async def _release_when_dead(self, killing: asyncio.Future[Any], action: Reclaim,
                                  progress: ReclaimProgress, received: float) -> None:
+        """Release the owner once the kill finished, or at the deadline while it still runs; never
+        after a kill that failed (the borrowers may live: the plan retries the kill first)."""
         if action.release is None or progress.released:
             return
         done, _ = await asyncio.wait({killing}, timeout=self.settings.release_deadline_s)
+        if done and killing.exception() is not None:
+            return
         if not done:
             log.warning("borrowers still running at the release deadline; releasing the owner now",
                         node=self.node, owner=action.owner, pods=",".join(action.pods),
@@ -136,11 +137,14 @@ class Reclaimer:
 
     async def _finish_kill(self, killing: asyncio.Future[Any], action: Reclaim,
                            progress: ReclaimProgress, start: float) -> None:
+        """A kill that failed is retried with the plan (the event is redelivered): the pods are
+        never deleted, nor the owner released, while their tasks may still run."""
         try:
             await killing
         except ContainerdError as err:
-            log.error("killing borrower tasks failed; deleting the pods anyway", node=self.node,
-                      owner=action.owner, error=str(err))
+            log.error("killing borrower tasks failed; retrying", node=self.node, owner=action.owner,
+                      error=str(err))
+            raise
         progress.kill_ms = (time.perf_counter() - start) * 1000
         progress.killed = True
         self.metrics.kill_seconds.labels(action.reason).observe(progress.kill_ms / 1000)
