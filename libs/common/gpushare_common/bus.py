@@ -137,7 +137,7 @@ class Bus:
         while True:
             try:
                 self._nc = await nats.connect(
-                    self.settings.url,
+                    self.settings.servers(),
                     error_cb=self._on_error,
                     disconnected_cb=self._on_disconnect,
                     reconnected_cb=self._on_reconnect,

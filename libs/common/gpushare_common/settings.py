@@ -93,6 +93,10 @@ class NatsSettings:
     reconnect_wait_s: float = 0.5
     max_deliver: int = 5
 
+    def servers(self) -> list[str]:
+        """``url`` is one server or a comma-separated list of a cluster's servers."""
+        return [u.strip() for u in self.url.split(",") if u.strip()]
+
 
 @dataclass(frozen=True, slots=True)
 class HttpSettings:
