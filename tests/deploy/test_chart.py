@@ -269,3 +269,12 @@ def test_install_material_comes_from_the_runtime(rendered: dict[str, list[dict[s
     assert config["containerd-gpushare.toml"] == (install / "containerd-gpushare.toml").read_text()
     runtime_class = find(rendered["defaults"], "RuntimeClass", "gpushare")
     assert runtime_class == yaml.safe_load((install / "runtimeclass.yaml").read_text())
+
+
+@pytest.mark.parametrize("value_set", ["defaults", "1 NATS replica", "console on"])
+def test_helm_lint_finds_nothing_to_fix(value_set: str, tmp_path: Path) -> None:
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump(VALUE_SETS[value_set]))
+    result = subprocess.run([str(tools.binary("helm")), "lint", str(chart.CHART), "--strict", "--values", str(values)],
+                            capture_output=True, text=True, check=False)  # fmt: skip
+    assert result.returncode == 0 and "[WARNING]" not in result.stdout, result.stdout + result.stderr
