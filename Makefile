@@ -16,13 +16,14 @@ export UV_PYTHON := $(PYTHON311)
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 export UV_LINK_MODE := copy
 
-.PHONY: help run test lint bench deps venv protos system clean tools kmod
+.PHONY: help run test lint bench deps venv protos system clean tools kmod manifests
 
 help:
 	@echo "make run   - start the local cluster, every service and the scenarios (SCENARIO=name, ARGS=--keep)"
 	@echo "make test  - install what is missing, then run the whole test suite"
 	@echo "make lint  - ruff, mypy --strict, import-linter"
 	@echo "make bench - every benchmark, one table, bench/results.json"
+	@echo "make manifests - render k8s/base and the kmod component from the Helm chart k8s/chart/gpushare"
 
 $(UV):
 	@test -n "$(PYTHON311)" || { echo "error: Python 3.11 is required (python3.11 not found on PATH)"; exit 1; }
@@ -78,6 +79,10 @@ lint: venv
 
 bench: deps
 	$(PY) -m bench $(BENCH_ARGS)
+
+# k8s/base and k8s/components/kmod are the chart rendered with a real helm (tests/deploy/test_chart.py checks).
+manifests: venv
+	$(PY) -m tests.deploy.chart --write
 
 run: deps
 	$(PY) -m gpushare_sim.run --scenario $(SCENARIO) $(ARGS)

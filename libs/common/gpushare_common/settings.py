@@ -96,6 +96,10 @@ class NatsSettings:
     # least-authority users only the installer may, and services wait for them instead
     ensure_layout: bool = False
 
+    def servers(self) -> list[str]:
+        """``url`` is one server or a comma-separated list of a cluster's servers."""
+        return [u.strip() for u in self.url.split(",") if u.strip()]
+
 
 @dataclass(frozen=True, slots=True)
 class HttpSettings:

@@ -23,6 +23,7 @@ def shadow_pod(quota: QuotaKey, name: str, settings: ShadowSettings) -> dict[str
             "resources": {"limits": {settings.vendor_resource: "1"},
                           "requests": {settings.vendor_resource: "1"}},
         }],
+        "automountServiceAccountToken": False,  # a pause container needs no API access
         "restartPolicy": "Always",
         "terminationGracePeriodSeconds": 0,
         "tolerations": settings.tolerations_list(),
