@@ -176,6 +176,7 @@ def run(pods: int = 10_000, nodes: int = 100, patches: int = 2_000) -> Figures:
             emulator_process(Path(directory), watch_queue=1_000) as (url, kubeconfig):
         api = config.new_client_from_config(config_file=str(kubeconfig))
         core: Any = client.CoreV1Api(api)  # raw responses (_preload_content=False)
+        core.create_namespace({"metadata": {"name": "bench"}}, _preload_content=False).read()
         figures = bench_writes_and_lists(core, pods, nodes)
         figures += asyncio.run(bench_watch(url, core, nodes, min(patches, pods)))
         api.close()
