@@ -62,6 +62,7 @@ class Cluster:
         self.run_dir = settings.run_dir or Path(tempfile.mkdtemp(prefix="gsr-", dir="/tmp"))
         self.logs = self.run_dir / "logs"
         self.kubeconfig = self.run_dir / "kubeconfig"
+        self.api_url = ""
         self.nats_port = free_port()
         self.nodes: list[Node] = []
         self.children: dict[str, Child] = {}  # start order
@@ -100,7 +101,7 @@ class Cluster:
         await self._start_nats()
         say("nats-server -js up", url=self.nats_url)
         await self._start_apiserver()
-        say("Kubernetes API emulator up", kubeconfig=self.kubeconfig)
+        say("Kubernetes API emulator up", url=self.api_url, kubeconfig=self.kubeconfig)
         for index in range(1, self.settings.nodes + 1):
             node = await self._start_node(f"gpu-node-{index}", schedule=index == 1)
             mode = "real containers (private containerd + runc + gpushare-runtime)" if node.containerd \
@@ -123,6 +124,7 @@ class Cluster:
         port = free_port()
         argv = [sys.executable, "-m", "gpushare_sim.apiserver", "--port", str(port),
                 "--kubeconfig", str(self.kubeconfig)]  # fmt: skip
+        self.api_url = f"http://127.0.0.1:{port}"
         await wait_port(port, self._child("apiserver", argv))
 
     async def _start_node(self, name: str, schedule: bool) -> Node:
