@@ -126,8 +126,8 @@ def openapi_document(path: str) -> dict[str, Any] | None:
     for kind in kinds:
         prefix = f"/{path}/namespaces/{{namespace}}" if kind.namespaced else f"/{path}"
         operation = {"x-kubernetes-group-version-kind": _gvk(kind), "parameters": [parameter]}
-        if kind.stored:
-            paths[f"{prefix}/{kind.plural}/{{name}}"] = {"patch": operation, "put": operation}
+        # every kind gets its PATCH: kubectl reads it as "this server validates fields itself"
+        paths[f"{prefix}/{kind.plural}/{{name}}"] = {"patch": operation, "put": operation}
         paths[f"{prefix}/{kind.plural}"] = {"post": operation}
     return {
         "openapi": "3.0.0",

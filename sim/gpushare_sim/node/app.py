@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
+import platform
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -59,9 +62,25 @@ def node_status(
             {"type": "InternalIP", "address": settings.host_ip},
             {"type": "Hostname", "address": settings.name},
         ],
-        "nodeInfo": {"kubeletVersion": "v1.34.0-gpushare-sim", "containerRuntimeVersion": "sim"},
+        "nodeInfo": node_info(settings.name),
         **({"daemonEndpoints": {"kubeletEndpoint": {"Port": kubelet_port}}} if kubelet_port else {}),
     }
+
+
+@functools.cache
+def node_info(name: str) -> dict[str, str]:
+    """What a kubelet reports about its machine (every field: clients require them all)."""
+    machine = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
+    release = {}
+    with contextlib.suppress(OSError):
+        release = dict(line.split("=", 1) for line in Path("/etc/os-release").read_text().splitlines() if "=" in line)
+    identity = str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{name}.gpushare-sim"))
+    return {
+        "architecture": machine, "bootID": identity, "containerRuntimeVersion": "sim",
+        "kernelVersion": platform.release(), "kubeProxyVersion": "", "kubeletVersion": "v1.34.0-gpushare-sim",
+        "machineID": identity.replace("-", ""), "operatingSystem": "linux",
+        "osImage": release.get("PRETTY_NAME", "Linux").strip('"'), "systemUUID": identity,
+    }  # fmt: skip
 
 
 class NodeSim:

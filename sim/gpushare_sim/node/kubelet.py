@@ -199,7 +199,7 @@ class Kubelet:
             self.events.record(involved, NORMAL, "Started", f"Started container: {container.name}")
         except RunnerError as err:
             log.warning("container start failed pod=%s: %s", pod.key, err)
-            self.events.record(involved, WARNING, "Failed", f"Error: {err}")
+            self.events.record(involved, WARNING, "Failed", f"Error: {err.reason}")
             state.started_at = state.finished_at = time.time()
             state.exit_code = 128
             state.message = str(err)
