@@ -12,7 +12,7 @@ from starlette.responses import Response
 from . import authn, namespaces, objects, params
 from .context import Context, json_response
 from .errors import ApiError, bad_request, success
-from .kinds import NAMESPACES, PODS, Kind
+from .kinds import NAMESPACES, Kind
 from .objects import Target
 from .patch import APPLY_PATCH, JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH
 from .reads import list_body
@@ -103,7 +103,7 @@ async def delete(ctx: Context, route: Route, request: Request) -> Response:
     target = _target(route)
     options = params.delete_options(request.query_params, await request.body(), request.headers.get("content-type"))
     entry, removed = namespaces.delete(ctx.store, target, options)
-    if target.kind is PODS or not removed:
+    if target.kind.delete_returns_object or not removed:
         return json_response(entry.raw)
     return json_response(_deleted_status(target.kind, entry))
 

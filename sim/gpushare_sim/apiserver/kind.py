@@ -36,6 +36,7 @@ class Kind:
     subresources: tuple[str, ...] = ()
     verbs: tuple[str, ...] = ALL_VERBS
     stored: bool = True  # False: a review kind, answered and never kept (TokenReview)
+    delete_returns_object: bool = False  # DELETE answers with the object, not a Status (as the API's docs say)
     on_create: Callable[[Obj], None] = field(default=_no_defaults)
     on_update: Callable[[Obj, Obj], None] = field(default=lambda old, new: None)
 

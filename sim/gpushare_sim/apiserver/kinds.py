@@ -99,6 +99,7 @@ PODS = Kind(
     model="V1Pod",
     status_subresource=True,
     graceful_delete=True,
+    delete_returns_object=True,
     field_labels=_META_FIELDS
     | {
         "spec.nodeName",
@@ -160,6 +161,7 @@ SERVICEACCOUNTS = Kind(
     model="V1ServiceAccount",
     short_names=("sa",),
     subresources=("token",),
+    delete_returns_object=True,
 )
 TOKENREVIEWS = Kind(
     plural="tokenreviews",

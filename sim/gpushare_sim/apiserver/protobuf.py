@@ -115,7 +115,11 @@ def _store(result: dict[str, Any], json_name: str, kind: str, value: Any, where:
     elif kind.startswith("[]"):
         result.setdefault(json_name, []).append(_scalar(kind[2:], value, where))
     else:
-        result[json_name] = _scalar(kind, value, where)
+        decoded, earlier = _scalar(kind, value, where), result.get(json_name)
+        # a message field seen twice is merged, as protobuf parsers do
+        if isinstance(earlier, dict) and isinstance(decoded, dict):
+            decoded = {**earlier, **decoded}
+        result[json_name] = decoded
 
 
 def _scalar(kind: str, value: Any, where: str) -> Any:
