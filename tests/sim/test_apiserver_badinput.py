@@ -216,3 +216,51 @@ def test_huge_grace_period_is_clamped(http: Http) -> None:
     assert answer.status == 200, answer.data
     assert json.loads(answer.data)["metadata"]["deletionGracePeriodSeconds"] == 10**9
     assert http("DELETE", f"{PODS}/long?gracePeriodSeconds=0").status == 200
+
+
+NEW_PATHS = [
+    ("POST", "/apis/authentication.k8s.io/v1/tokenreviews"),
+    ("POST", "/api/v1/namespaces/default/serviceaccounts/default/token"),
+    ("POST", "/api/v1/namespaces"),
+    ("POST", "/api/v1/namespaces/default/pods/p1/eviction"),
+    ("POST", "/apis/resource.k8s.io/v1/resourceslices"),
+    ("POST", "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims"),
+    ("PATCH", "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/fuzz/status"),
+    ("POST", "/apis/resource.k8s.io/v1alpha3/devicetaintrules"),
+    ("DELETE", "/api/v1/namespaces/fuzz"),
+]
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    target=st.sampled_from(NEW_PATHS),
+    body=json_values | pod_like | st.binary(max_size=40),
+    content_type=st.sampled_from(["application/json", "application/merge-patch+json",
+                                  "application/vnd.kubernetes.protobuf", "text/plain"]),
+)  # fmt: skip
+def test_fuzzed_bodies_on_tokens_namespaces_and_resources(
+    http: Http, target: tuple[str, str], body: Any, content_type: str
+) -> None:
+    method, path = target
+    response = http(method, path, body, content_type)
+    assert response.status < 500, response.data
+    if response.status >= 400:
+        assert json.loads(response.data)["kind"] == "Status"
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    params=st.dictionaries(
+        st.sampled_from(["container", "follow", "previous", "tailLines", "limitBytes", "timestamps",
+                         "sinceSeconds", "includeObject"]),
+        query_values | st.integers(-(10**20), 10**20).map(str),
+        max_size=4,
+    ),
+)  # fmt: skip
+def test_fuzzed_log_and_table_queries(http: Http, params: dict[str, str]) -> None:
+    response = http.pool.request("GET", f"{http.url}{PODS}/p1/log", fields=params)
+    assert response.status < 500, response.data  # p1 is on no node: 400 (or 422 for a bad number)
+    assert json.loads(response.data)["kind"] == "Status"
+    table = "application/json;as=Table;v=v1;g=meta.k8s.io"
+    response = http.pool.request("GET", f"{http.url}{PODS}", fields=params, headers={"Accept": table})
+    assert response.status < 500, response.data

@@ -22,8 +22,8 @@ from kubernetes.client import ApiException
 SERVICES_NAMESPACE = "gpushare-system"
 
 
-class TokenMintError(Exception):
-    """The API refused to make the token; the message is its answer."""
+class ApiRefused(Exception):
+    """The API refused what the runner asked; the message is its answer."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,12 +34,12 @@ class NodeToken:
     node: str
 
 
-def _refused(what: str, error: ApiException) -> TokenMintError:
+def _refused(what: str, error: ApiException) -> ApiRefused:
     try:
         message = json.loads(error.body or "{}").get("message") or error.reason
     except ValueError:
         message = error.reason
-    return TokenMintError(f"{what}: {error.status} {message}")
+    return ApiRefused(f"{what}: {error.status} {message}")
 
 
 def ensure_namespace(kubeconfig: Path, name: str) -> None:
