@@ -73,6 +73,7 @@ def test_get_pods_table_and_wide(kubectl: Kubectl, kube_api: KubeApi, core: clie
     assert (wide[0]["IP"], wide[0]["NODE"], wide[1]["NODE"]) == ("10.0.0.7", "node-1", "<none>")
     everywhere = table(kubectl.ok("get", "pods", "-A"))
     assert [(r["NAMESPACE"], r["NAME"]) for r in everywhere] == [("team", "p1"), ("team", "p2")]
+    assert kubectl.ok("get", "all", "-n", "team", "-o", "name") == "pod/p1\npod/p2\n"
 
 
 def test_output_formats_and_selectors(kubectl: Kubectl, kube_api: KubeApi, core: client.CoreV1Api) -> None:
@@ -152,6 +153,16 @@ def test_watch_prints_changes(kubectl: Kubectl, core: client.CoreV1Api) -> None:
         process.wait(10)
     rows = table("".join(seen))
     assert [(r["NAME"], r["STATUS"]) for r in rows] == [("watched", "Pending"), ("watched", "Running")]
+
+
+def test_cordon_and_drain_evict_through_protobuf(kubectl: Kubectl, core: client.CoreV1Api) -> None:
+    core.create_node({"metadata": {"name": "node-1"}})
+    core.create_namespaced_pod("default", pod_manifest("p", node="node-1"))
+    assert kubectl.ok("cordon", "node-1") == "node/node-1 cordoned\n"
+    assert table(kubectl.ok("get", "nodes"))[0]["STATUS"] == "Unknown,SchedulingDisabled"
+    drained = kubectl.ok("drain", "node-1", "--force", "--grace-period=0", "--timeout=20s")
+    assert "pod/p evicted" in drained and "node/node-1 drained" in drained
+    assert core.list_namespaced_pod("default").items == []
 
 
 def test_namespace_deletion_cascades(kubectl: Kubectl, core: client.CoreV1Api) -> None:

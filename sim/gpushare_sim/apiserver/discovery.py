@@ -34,6 +34,7 @@ def _resources(kind: Kind) -> list[dict[str, Any]]:
         "kind": kind.kind,
         "verbs": list(kind.verbs),
         "shortNames": list(kind.short_names),
+        "categories": list(kind.categories),
     }
     subs = []
     for sub in kind.subresources:

@@ -33,6 +33,7 @@ class Kind:
     graceful_delete: bool = False
     field_labels: frozenset[str] = META_FIELDS
     short_names: tuple[str, ...] = ()
+    categories: tuple[str, ...] = ()  # `kubectl get all` lists the kinds in category "all"
     subresources: tuple[str, ...] = ()
     verbs: tuple[str, ...] = ALL_VERBS
     stored: bool = True  # False: a review kind, answered and never kept (TokenReview)

@@ -112,6 +112,7 @@ PODS = Kind(
         "status.nominatedNodeName",
     },
     short_names=("po",),
+    categories=("all",),
     subresources=("status", "binding", "eviction", "log"),
     on_create=_pod_create,
     on_update=_pod_update,
