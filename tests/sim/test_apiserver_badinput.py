@@ -97,10 +97,8 @@ def test_wrong_types_and_invalid_objects(http: Http) -> None:
 
 def test_patch_errors(http: Http) -> None:
     patch = {"metadata": {"labels": {"a": "b"}}}
-    assert "server-side apply" in status(
-        http("PATCH", f"{PODS}/p1", patch, "application/apply-patch+yaml"), 415
-    )
-    status(http("PATCH", f"{PODS}/p1", patch, "text/plain"), 415, "UnsupportedMediaType")
+    assert "application/apply-patch+yaml" in status(http("PATCH", f"{PODS}/p1", patch, "text/plain"), 415,
+                                                    "UnsupportedMediaType")  # fmt: skip
     status(http("PATCH", f"{PODS}/p1", [1], "application/merge-patch+json"), 400)
     json_patch = "application/json-patch+json"
     status(http("PATCH", f"{PODS}/p1", [{"op": "jump", "path": "/a"}], json_patch), 400)
@@ -264,3 +262,14 @@ def test_fuzzed_log_and_table_queries(http: Http, params: dict[str, str]) -> Non
     table = "application/json;as=Table;v=v1;g=meta.k8s.io"
     response = http.pool.request("GET", f"{http.url}{PODS}", fields=params, headers={"Accept": table})
     assert response.status < 500, response.data
+
+
+def test_server_side_apply_refusals(http: Http) -> None:
+    apply = "application/apply-patch+yaml"
+    status(http("PATCH", f"{PODS}/p1", POD, apply), 422, "Invalid")  # no fieldManager
+    status(http("PATCH", f"{PODS}/p1?fieldManager=t", b"a: [1", apply), 400, "BadRequest")
+    status(http("PATCH", f"{PODS}/p1?fieldManager=t", b"- 1", apply), 400, "BadRequest")
+    status(http("PATCH", f"{PODS}/p1/status?fieldManager=t", POD, apply), 415, "UnsupportedMediaType")
+    status(http("PATCH", f"{PODS}/p1?fieldManager=t", {**POD, "metadata": {"name": "p2"}}, apply), 400)
+    status(http("PATCH", "/api/v1/namespaces/none/pods/p9?fieldManager=t", {**POD, "metadata": {"name": "p9"}},
+                apply), 404, "NotFound")  # fmt: skip

@@ -104,8 +104,7 @@ def test_label_annotate_patch_delete(kubectl: Kubectl, core: client.CoreV1Api) -
     assert core.list_namespaced_pod("default").items == []
 
 
-def test_apply_client_side_then_server_side_refused_clearly(kubectl: Kubectl, core: client.CoreV1Api,
-                                                            kube_api: KubeApi) -> None:  # fmt: skip
+def test_apply_client_side(kubectl: Kubectl, core: client.CoreV1Api, kube_api: KubeApi) -> None:
     kube_api.namespaces("team")
     assert kubectl.ok("apply", "-f", "-", stdin=POD) == "pod/applied created\n"
     assert kubectl.ok("apply", "-f", "-", stdin=POD) == "pod/applied unchanged\n"
@@ -115,8 +114,23 @@ def test_apply_client_side_then_server_side_refused_clearly(kubectl: Kubectl, co
     assert pod.metadata.labels == {"app": "demo2"}
     applied = json.loads(pod.metadata.annotations["kubectl.kubernetes.io/last-applied-configuration"])
     assert applied["metadata"]["labels"] == {"app": "demo2"}
-    error = kubectl.fails("apply", "--server-side", "-f", "-", stdin=changed)
-    assert "server-side apply is not supported" in error
+
+
+def test_apply_server_side_owns_removes_and_conflicts(kubectl: Kubectl, core: client.CoreV1Api,
+                                                      kube_api: KubeApi) -> None:  # fmt: skip
+    kube_api.namespaces("team")
+    both = POD.replace("app: demo", "app: demo, keep: 'yes'")
+    assert kubectl.ok("apply", "--server-side", "-f", "-", stdin=both) == "pod/applied serverside-applied\n"
+    assert kubectl.ok("apply", "--server-side", "-f", "-", stdin=POD) == "pod/applied serverside-applied\n"
+    pod = core.read_namespaced_pod("applied", "team")
+    assert pod.metadata.labels == {"app": "demo"}  # the field kubectl stopped applying is gone
+    assert [(m.manager, m.operation) for m in pod.metadata.managed_fields] == [("kubectl", "Apply")]
+    assert pod.metadata.managed_fields[0].fields_v1["f:metadata"] == {"f:labels": {"f:app": {}}}
+    other = POD.replace("app: demo", "app: mine")
+    error = kubectl.fails("apply", "--server-side", "--field-manager", "intruder", "-f", "-", stdin=other)
+    assert 'Apply failed with 1 conflict: conflict with "kubectl": .metadata.labels.app' in error
+    kubectl.ok("apply", "--server-side", "--field-manager", "intruder", "--force-conflicts", "-f", "-", stdin=other)
+    assert core.read_namespaced_pod("applied", "team").metadata.labels == {"app": "mine"}
 
 
 def test_describe_pod_and_node_with_events(kubectl: Kubectl, core: client.CoreV1Api) -> None:

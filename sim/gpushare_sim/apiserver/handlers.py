@@ -9,7 +9,7 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
-from . import authn, namespaces, objects, params
+from . import apply, authn, errors, namespaces, objects, params
 from .context import Context, json_response
 from .errors import ApiError, bad_request, success
 from .kinds import NAMESPACES, Kind
@@ -74,10 +74,11 @@ async def replace(ctx: Context, route: Route, request: Request) -> Response:
 async def patch(ctx: Context, route: Route, request: Request) -> Response:
     target = _target(route)
     content_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if content_type == APPLY_PATCH:
+        return await server_side_apply(ctx, route, request)
     if content_type not in _PATCH_TYPES:
-        supported = ", ".join(_PATCH_TYPES)
-        why = "server-side apply is not supported" if content_type == APPLY_PATCH else ""
-        raise ApiError(415, f"unsupported patch type {content_type!r} {why}; use {supported}")
+        supported = ", ".join((*_PATCH_TYPES, APPLY_PATCH))
+        raise ApiError(415, f"unsupported patch type {content_type!r}; use {supported}")
     body = params.decode_json(await request.body())
     if content_type != JSON_PATCH and not isinstance(body, dict):
         raise bad_request(f"a {content_type} body must be a JSON object")
@@ -147,3 +148,30 @@ async def request_token(ctx: Context, route: Route, request: Request) -> Respons
     params.check_object(route.kind, body, request.query_params, model="AuthenticationV1TokenRequest")
     params.check_type(route.kind, body, expected_kind="TokenRequest")
     return json_response(authn.issue(ctx.store, target.namespace, target.name, body), 201)
+
+
+async def server_side_apply(ctx: Context, route: Route, request: Request) -> Response:
+    """PATCH with an apply configuration: create the object, or apply it for its field manager."""
+    target, query = _target(route), request.query_params
+    if route.subresource is not None:
+        raise ApiError(415, f"server-side apply of the {route.subresource} subresource is not supported")
+    manager = query.get("fieldManager", "")
+    if not manager:
+        raise errors.invalid("PatchOptions.meta.k8s.io", "", [("fieldManager", "Required value: is required "
+                                                               "for apply patch")])  # fmt: skip
+    force = params.flag(query, "force")
+    config = params.decode_yaml(await request.body())
+    warnings = params.check_object(target.kind, config, query)
+    params.check_type(target.kind, config)
+    params.check_identity(target.kind, config, target.namespace, target.name)
+    entry = ctx.store.get(target.kind, target.key)
+    if entry is not None:
+        applied = apply.apply(entry.copy(), config, manager, force)
+        return json_response(objects.update(ctx.store, target, applied).raw, 200, warnings)
+    if target.kind.namespaced:
+        namespaces.require_active(ctx.store, target.kind, target.namespace, target.name)
+    fresh = apply.apply({}, config, manager, force)
+    fresh.setdefault("metadata", {})["name"] = target.name
+    create = namespaces.create if target.kind is NAMESPACES else None
+    created = create(ctx.store, fresh) if create else objects.create(ctx.store, target.kind, target.namespace, fresh)
+    return json_response(created.raw, 201, warnings)

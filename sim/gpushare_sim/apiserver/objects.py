@@ -86,6 +86,8 @@ def _write(store: Store, target: Target, entry: Entry, new: Obj, status: bool) -
         raise errors.bad_request("metadata must be an object")
     for server_field in _SERVER_META:
         _copy_field(old["metadata"], meta, server_field)
+    if "managedFields" not in meta and "managedFields" in old["metadata"]:
+        meta["managedFields"] = old["metadata"]["managedFields"]  # an update that omits them keeps them
     meta["name"] = target.name
     if target.kind.namespaced:
         meta["namespace"] = target.namespace

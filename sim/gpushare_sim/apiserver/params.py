@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import msgspec
+import yaml
 
 from . import protobuf
 from .errors import ApiError, bad_request
@@ -16,6 +17,7 @@ from .selectors import SelectorError, parse_field_selector, parse_label_selector
 from .store import Selection
 
 _decode = msgspec.json.Decoder().decode
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _MAX_GRACE = 10**9  # seconds; keeps deletionTimestamp a representable time
 _TRUE = {"1", "t", "T", "true", "TRUE", "True"}
 _FALSE = {"0", "f", "F", "false", "FALSE", "False"}
@@ -75,6 +77,18 @@ def decode_body(body: bytes, content_type: str | None) -> Any:
         raise ApiError(415, str(error)) from None
     except protobuf.ProtobufError as error:
         raise bad_request(f"the request body is not a valid protobuf message: {error}") from None
+
+
+def decode_yaml(body: bytes) -> Any:
+    """An apply configuration: YAML (JSON is YAML too)."""
+    if not body.strip():
+        raise bad_request("the request body is empty")
+    try:
+        return yaml.load(body, Loader=_YAML_LOADER)
+    except yaml.YAMLError as error:
+        raise bad_request(f"the request body is not valid YAML: {error}") from None
+    except RecursionError:
+        raise bad_request("the request body is nested too deeply") from None
 
 
 def decode_json(body: bytes) -> Any:
