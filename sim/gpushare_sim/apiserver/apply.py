@@ -165,7 +165,8 @@ def apply(live: dict[str, Any], config: dict[str, Any], manager: str, force: boo
     others: set[Path] = set().union(*(decode(e.get("fieldsV1")) for e in entries if e is not mine))
     result = json.loads(json.dumps(live))
     dropped = (decode(mine.get("fieldsV1")) if mine else set()) - wanted - others
-    for path in sorted(dropped, key=len, reverse=True):
+    # whole list items first (found by their key, which removing their fields would lose), then deepest first
+    for path in sorted(dropped, key=lambda p: (p[-1] != ".", -len(p))):
         remove(result, path)
     result = strategic_merge_patch(result, _without_server_meta(config))
     taken: set[Path] = set().union(*conflicts.values()) if conflicts else set()
