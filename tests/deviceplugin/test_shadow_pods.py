@@ -22,7 +22,7 @@ from .conftest import KEY
 from .stubs import KubeletStub
 from .test_service import NODE, common_settings
 
-kube_api = kubeapi.kube_api
+kube_api = kubeapi.kube_api_with("ns", "tenant-a", "dev-y", "elsewhere", "shadow-x", "tenant")
 SHARE4 = "gpushare/share-gpu-4"
 
 

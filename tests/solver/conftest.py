@@ -15,7 +15,9 @@ from gpushare_common.events import AnyEvent, KmodCommand, KmodReply
 from gpushare_common.settings import KubeSettings, NatsSettings
 
 from tests.runtime.conftest import containerd, rootfs  # noqa: F401  (fixtures)
-from tests.support.kubeapi import KubeApi, kube_api  # noqa: F401  (fixture)
+from tests.support.kubeapi import KubeApi, kube_api_with
+
+kube_api = kube_api_with("apps", "dev", "team", "batch", "spot")  # the namespaces these tests put pods in
 
 NODE = "node-a"
 
@@ -50,7 +52,7 @@ class FakeBridge:
 
 
 @pytest.fixture
-def kube(kube_api: KubeApi) -> Iterator[Kube]:  # noqa: F811
+def kube(kube_api: KubeApi) -> Iterator[Kube]:
     client = Kube(KubeSettings(kubeconfig=str(kube_api.kubeconfig)))
     yield client
     client.api.close()

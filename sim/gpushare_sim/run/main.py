@@ -49,7 +49,9 @@ async def run(args: argparse.Namespace, timeline: Timeline) -> int:
         if names:
             print("\n" + timeline.summary(), flush=True)
         if args.keep:
-            timeline.step("--keep: everything stays up; Ctrl-C stops it. Status endpoints:")
+            timeline.step("--keep: everything stays up; Ctrl-C stops it.")
+            timeline.step(f"  kubectl --kubeconfig {cluster.kubeconfig} get pods -A   (API {cluster.api_url})")
+            timeline.step("Status endpoints:")
             for name, url in cluster.status_endpoints().items():
                 timeline.step(f"  {name:28} {url}")
             await asyncio.Event().wait()

@@ -25,6 +25,7 @@ from gpushare_common.retry import retry
 from gpushare_common.settings import KubeSettings
 
 from gpushare_sim.run.cluster import Cluster
+from gpushare_sim.run.kubeapi import ensure_namespace
 from gpushare_sim.run.narrate import Timeline
 
 T = TypeVar("T")
@@ -257,6 +258,7 @@ async def _follow(s: Scenario, after: int, every_s: float = 0.05) -> None:
 async def run_scenario(s: Scenario) -> str:
     """Play one scenario (its summary line, or its error raised); its namespace is emptied after."""
     s.timeline.step(f"=== scenario {s.name}")
+    await asyncio.to_thread(ensure_namespace, s.cluster.kubeconfig, s.namespace)
     async with recording(s):
         if s.name in NEEDS_CONTAINERS and not all(n.containerd for n in s.cluster.nodes):
             raise Skipped("needs real containers (root, containerd, runc): the nodes run plain processes")

@@ -39,6 +39,7 @@ class RunnerError(Exception):
 
     def __init__(self, container_id: str, reason: str) -> None:
         self.container_id = container_id
+        self.reason = reason
         super().__init__(f"container {container_id}: {reason}")
 
 
