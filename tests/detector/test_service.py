@@ -37,8 +37,8 @@ class World:
             await asyncio.to_thread(self.core.patch_namespaced_pod_status, meta["name"], meta["namespace"],
                                     {"status": {"phase": phase}})
 
-    async def delete(self, name: str, grace: int = 0) -> None:
-        await asyncio.to_thread(self.core.delete_namespaced_pod, name, "ns", grace_period_seconds=grace)
+    async def delete(self, name: str, grace: int = 0, namespace: str = "ns") -> None:
+        await asyncio.to_thread(self.core.delete_namespaced_pod, name, namespace, grace_period_seconds=grace)
 
 
 @pytest.fixture
@@ -78,9 +78,9 @@ async def test_pods_become_events_and_clear(world: World, running: Detector) -> 
     assert isinstance(using, ev.GenericEvent) and using.devices == ("G1",) and using.lendable
     await _until(lambda: world.bridge.containers() == {"ns/dev/main"})
 
-    world.podres.table["ns/s1"] = {"main": {"nvidia.com/gpu": ("G2",)}}
+    world.podres.table[f"{pf.SYSTEM}/s1"] = {"main": {"nvidia.com/gpu": ("G2",)}}
     await world.create(pf.shadow("s1", spec=4))
-    shadow = await world.seen.wait_for(is_(ev.ShadowEvent, shadow_pod="ns/s1", state="running"))
+    shadow = await world.seen.wait_for(is_(ev.ShadowEvent, shadow_pod=f"{pf.SYSTEM}/s1", state="running"))
     assert isinstance(shadow, ev.ShadowEvent) and shadow.devices == ("G2",) and shadow.resource == "share-gpu-4"
 
     world.podres.table["ns/app"] = {"app": {"gpushare/share-gpu-4": ("ns/s1-0",)}}
@@ -89,8 +89,9 @@ async def test_pods_become_events_and_clear(world: World, running: Detector) -> 
     assert isinstance(share, ev.ShareEvent) and share.devices == ("ns/s1-0",)
 
     await world.create(pf.reserved("elsewhere", node="node-2"))
-    await world.delete("s1", grace=30)  # graceful: terminating first
-    await world.seen.wait_for(is_(ev.ShadowEvent, shadow_pod="ns/s1", terminating=True, state="running"))
+    await world.delete("s1", grace=30, namespace=pf.SYSTEM)  # graceful: terminating first
+    await world.seen.wait_for(is_(ev.ShadowEvent, shadow_pod=f"{pf.SYSTEM}/s1", terminating=True,
+                                  state="running"))
     del world.podres.table["ns/dev"]
     await world.delete("dev")
     await world.seen.wait_for(is_(ev.GenericEvent, pod="ns/dev", state="cleared"))

@@ -6,6 +6,7 @@ import json
 
 import pytest
 from gpushare_common import ids
+from gpushare_common.pods import MANAGED_BY, SHADOW_CONTROLLER, PodRules
 from gpushare_deviceplugin.errors import PluginError
 from gpushare_deviceplugin.handlers.base import PreferredRequest, Signer
 from gpushare_deviceplugin.handlers.capacity import CapacityLogic
@@ -194,10 +195,15 @@ def test_capacity_devices_and_allocate() -> None:
     assert logic.board.devices() == {}
 
 
-def pod(phase: str = "Running", **notes: str) -> dict[str, object]:
+SYSTEM = "gpushare-system"
+RULES = PodRules()
+OURS = {ids.LABEL_POD_DESCRIPTION: ids.SHADOW_POD_LABEL_VALUE, MANAGED_BY: SHADOW_CONTROLLER}
+
+
+def pod(phase: str = "Running", namespace: str = SYSTEM, labels: dict[str, str] | None = None,
+        **notes: str) -> dict[str, object]:
     return {
-        "metadata": {"namespace": "ns", "name": "shadow-a",
-                     "labels": {ids.LABEL_POD_DESCRIPTION: ids.SHADOW_POD_LABEL_VALUE},
+        "metadata": {"namespace": namespace, "name": "shadow-a", "labels": OURS if labels is None else labels,
                      "annotations": notes},
         "spec": {"containers": [{"name": "main"}]},
         "status": {"phase": phase},
@@ -205,17 +211,20 @@ def pod(phase: str = "Running", **notes: str) -> dict[str, object]:
 
 
 @pytest.mark.parametrize(("doc", "view"), [
-    (pod(**{ids.ANN_SHARE_SPEC: "4"}), ShadowPodView("ns", "shadow-a", "share", 4)),
+    (pod(**{ids.ANN_SHARE_SPEC: "4"}), ShadowPodView(SYSTEM, "shadow-a", "share", 4)),
     (pod(**{ids.ANN_SHARE_SPEC: "8", ids.ANN_SHARE_KIND: "share-dev"}),
-     ShadowPodView("ns", "shadow-a", "share-dev", 8)),
+     ShadowPodView(SYSTEM, "shadow-a", "share-dev", 8)),
     (pod("Pending", **{ids.ANN_SHARE_SPEC: "4"}), None),
     (pod(**{ids.ANN_SHARE_SPEC: "four"}), None),
     (pod(), None),
+    # the label in a tenant's namespace, or without the shadow-controller's: not a ShadowPod
+    (pod(namespace="mallory", **{ids.ANN_SHARE_SPEC: "4"}), None),
+    (pod(labels={ids.LABEL_POD_DESCRIPTION: ids.SHADOW_POD_LABEL_VALUE}, **{ids.ANN_SHARE_SPEC: "4"}), None),
     ({"metadata": {"name": "x"}}, None),
     ({}, None),
 ])
 def test_shadow_view(doc: dict[str, object], view: ShadowPodView | None) -> None:
-    assert shadow_view(doc) == view
+    assert shadow_view(doc, RULES) == view
 
 
 @pytest.mark.parametrize(("containers", "name"), [

@@ -126,7 +126,7 @@ class NodeSettings:
 @dataclass(frozen=True, slots=True)
 class KubeSettings:
     kubeconfig: str = ""  # empty: in-cluster config, then ~/.kube/config
-    namespace: str = "gpushare-system"
+    system_namespace: str = "gpushare-system"  # gpushare's own namespace: ShadowPods live only here
     qps_timeout_s: float = 10.0
     watch_timeout_s: int = 300
 

@@ -36,6 +36,7 @@ from gpushare_common.events import (
 from gpushare_common.ids import IdError, load_key
 from gpushare_common.logging import get_logger
 from gpushare_common.mapping import PersistentMapping
+from gpushare_common.pods import PodRules
 from prometheus_client import CollectorRegistry
 
 from .actions import DeviceList, Plan, Reclaim
@@ -64,8 +65,9 @@ async def _settled(persisting: asyncio.Future[None]) -> None:
 
 class Solver:
     def __init__(self, node: str, settings: SolverSettings, bus: Bus, pods: PodApi, tasks: TaskApi,
-                 registry: CollectorRegistry) -> None:
+                 registry: CollectorRegistry, rules: PodRules | None = None) -> None:
         self.node, self.settings, self.bus, self.pods = node, settings, bus, pods
+        self.rules = rules or PodRules()
         self.state = SolverState(spot_resource=settings.spot_resource)
         self.metrics = SolverMetrics(registry)
         self.seen = Seen(settings.seen_events)
@@ -133,7 +135,7 @@ class Solver:
     def _rebuild(self, pods: list[Obj]) -> list[Any]:
         """An empty bucket: what the pods tell; the rest comes with the detector's republication,
         which the ids remembered must not drop."""
-        actions, found = rebuild(self.state, pods, self._signing_key())
+        actions, found = rebuild(self.state, pods, self._signing_key(), self.rules)
         self.seen = Seen(self.settings.seen_events)
         self.rebuild_needed = False
         if found.unknown_holders:  # who holds which card comes with the detector's republication

@@ -7,12 +7,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpushare_common import ids
+from gpushare_common.logging import get_logger
+from gpushare_common.pods import SHARE_KINDS, PodError, PodKind, PodRules, read_pod
 
 from ..devices import HEALTHY, UNHEALTHY, Health
 from ..errors import invalid, not_found
 from .base import Annotations, PluginLogic, PreferredRequest, Signer
 
-SHARE_KINDS = {"share": "share-gpu", "share-dev": "share-dev-gpu"}
+log = get_logger("deviceplugin.share")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,14 +55,6 @@ class ShareLogic(PluginLogic):
     def replace_shadows(self, shadows: list[ShadowPodView]) -> None:
         self.shadows = {s.key: s for s in shadows}
         self.refresh()
-
-    def put_shadow(self, shadow: ShadowPodView) -> None:
-        self.shadows[shadow.key] = shadow
-        self.refresh()
-
-    def drop_shadow(self, key: str) -> None:
-        if self.shadows.pop(key, None) is not None:
-            self.refresh()
 
     def compute(self) -> dict[str, Health]:
         devices: dict[str, Health] = {}
@@ -132,26 +126,20 @@ def _pick_shadow(free: dict[str, list[str]], policy: str, wanted: int) -> str:
                else (1, -len(free[k]), k))
 
 
-def shadow_view(pod: dict[str, Any]) -> ShadowPodView | None:
-    """A Running ShadowPod as a :class:`ShadowPodView`; None for anything else.
-
-    ``pod`` is the API's JSON form (``metadata``/``spec``/``status``).
-    """
-    meta, spec, status = (_object(pod, k) for k in ("metadata", "spec", "status"))
-    labels, notes = _object(meta, "labels"), _object(meta, "annotations")
-    if labels.get(ids.LABEL_POD_DESCRIPTION) != ids.SHADOW_POD_LABEL_VALUE:
-        return None
-    if status.get("phase") != "Running":
-        return None
+def shadow_view(pod: dict[str, Any], rules: PodRules) -> ShadowPodView | None:
+    """A Running ShadowPod as a :class:`ShadowPodView`; None for anything else (a pod that is
+    not the platform's ShadowPod, or one that does not read; the reason is logged once)."""
     try:
-        share_spec = int(str(notes.get(ids.ANN_SHARE_SPEC, "")))
-        namespace, name = ids.parse_pod_key(f"{meta.get('namespace')}/{meta.get('name')}")
-    except (ValueError, ids.IdError):
+        view = read_pod(pod, rules)
+    except PodError as err:
+        log.warning("ShadowPod not readable; ignored", pod=err.pod, reason=err.reason)
         return None
-    containers = spec.get("containers")
-    return ShadowPodView(namespace, name, str(notes.get(ids.ANN_SHARE_KIND, "share")), share_spec,
+    if view.kind is not PodKind.SHADOW or view.share is None or view.phase != "Running":
+        return None
+    containers = pod["spec"].get("containers") if isinstance(pod.get("spec"), dict) else []
+    return ShadowPodView(view.namespace, view.name, view.share.kind, view.share.count,
                          gpu_container(containers if isinstance(containers, list) else []),
-                         terminating=bool(meta.get("deletionTimestamp")))
+                         terminating=view.terminating)
 
 
 def _object(doc: object, key: str) -> dict[str, Any]:
