@@ -97,8 +97,8 @@ def test_signed_cross_pod_reference(runc: Runc, tmp_path: Path, rootfs: Path,
                                     fake_card: dict[str, Any]) -> None:
     key = write_key(tmp_path / "signing.key")
     write_config(tmp_path / "runtime.json", key_file=str(tmp_path / "signing.key"))
-    directory = bundles_with_source(tmp_path, rootfs, fake_card, "shadow-ns", "shadow-1")
-    annotations = signed(key, "*", "from", "shadow-ns/shadow-1/main")
+    directory = bundles_with_source(tmp_path, rootfs, fake_card, "gpushare-system", "shadow-1")
+    annotations = signed(key, "*", "from", "gpushare-system/shadow-1/main")
     result = run_target(runc, directory, rootfs, annotations)
     assert result.returncode == 0, result.stderr
     assert "written" in result.stdout
@@ -106,18 +106,18 @@ def test_signed_cross_pod_reference(runc: Runc, tmp_path: Path, rootfs: Path,
 
 def test_unsigned_cross_pod_reference_fails_clearly(runc: Runc, tmp_path: Path, rootfs: Path,
                                                     fake_card: dict[str, Any]) -> None:
-    directory = bundles_with_source(tmp_path, rootfs, fake_card, "shadow-ns", "shadow-1")
+    directory = bundles_with_source(tmp_path, rootfs, fake_card, "gpushare-system", "shadow-1")
     log = tmp_path / "runtime.log"
     annotation = ids.ANN_DEVICES_FROM + "dind"
-    content = spec({**identity("ns1", "pod1", "dind"), annotation: "shadow-ns/shadow-1/main"},
+    content = spec({**identity("ns1", "pod1", "dind"), annotation: "gpushare-system/shadow-1/main"},
                    rootfs=rootfs)
     bundle = write_bundle(directory / "target", content)
     before = (bundle / "config.json").read_bytes()
     result = runc("create", "--bundle", str(bundle), "gpushare-unsigned", log=log)
     assert result.returncode == 1
     for text in (result.stderr, log.read_text()):
-        assert annotation in text and "shadow-ns/shadow-1/main" in text
-        assert "signature.dind is missing" in text
+        assert annotation in text and "gpushare-system/shadow-1/main" in text
+        assert "signature-from.dind is missing" in text
     assert json.loads(log.read_text().splitlines()[-1])["level"] == "error"
     assert (bundle / "config.json").read_bytes() == before
     assert runc("state", "gpushare-unsigned").returncode != 0

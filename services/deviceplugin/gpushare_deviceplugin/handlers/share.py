@@ -78,7 +78,7 @@ class ShareLogic(PluginLogic):
             shadow = self._shadow_of(device_id)
             source = f"{shadow.namespace}/{shadow.name}/{shadow.container}"
             sources.setdefault(source, {ids.ALL_RESOURCES: []})[ids.ALL_RESOURCES].append(device_id)
-        return self._signer.annotations(ids.ANN_DEVICES_FROM, ids.format_devices_from(sources))
+        return self._signer.annotations(ids.KIND_FROM, ids.format_devices_from(sources))
 
     def _shadow_of(self, device_id: str) -> ShadowPodView:
         try:
