@@ -50,7 +50,7 @@ class Where:
 
     def error(self, field: str, reason: str) -> CdiError:
         scope = f"device {self.device!r}" if self.device is not None else "spec-level"
-        return CdiError(self.path, f"{scope} containerEdits.{field}: {reason}")
+        return CdiError(self.path, f"{scope} containerEdits{'.' * bool(field)}{field}: {reason}")
 
 
 def _object(where: Where, field: str, value: object, allowed: frozenset[str]) -> dict[str, Any]:
@@ -58,7 +58,8 @@ def _object(where: Where, field: str, value: object, allowed: frozenset[str]) ->
         raise where.error(field, "expected an object")
     unknown = sorted(set(value) - allowed)
     if unknown:
-        raise where.error(f"{field}.{unknown[0]}", "not a field of the CDI specification")
+        raise where.error(f"{field}.{unknown[0]}" if field else unknown[0],
+                          "not a field of the CDI specification")
     return value
 
 

@@ -66,7 +66,6 @@ NVIDIA_MPS: dict[str, object] = {
         {"source": "{shadow_dir}/shm", "destination": SHM_DIR},
     ],
 }
-SHADOW_SUBDIRS = ("pipe", "log", "shm")
 _OPERATORS = "+-*/()"
 _NAME_START = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_")
 _NAME_CHARS = _NAME_START | frozenset("0123456789")
