@@ -267,7 +267,8 @@ def step_kill(node: Node) -> dict[str, Any]:
 
 
 VECTOR_ADD = """#include <cstdio>
-__global__ void add(int n, float *x, float *y) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] += x[i]; }
+__global__ void add(int n, float *x, float *y) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] += x[i]; }
 int main() { int n = 1 << 20; float *x, *y; cudaMallocManaged(&x, n * 4); cudaMallocManaged(&y, n * 4);
   for (int i = 0; i < n; i++) { x[i] = 1; y[i] = 2; }
   add<<<(n + 255) / 256, 256>>>(n, x, y); cudaError_t e = cudaDeviceSynchronize();
