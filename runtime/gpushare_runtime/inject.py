@@ -190,8 +190,10 @@ class Injector:
                     found = registry.resolve(resource, device_id, _user(self.spec), seen)
                 except RuntimeFailure as err:
                     raise AnnotationError(request.annotation, source, str(err)) from None
-                edits.update(found or self._from_vendor_table(request.annotation, resource,
-                                                              device_id, registry.unreadable))
+                if found is None:
+                    found = self._from_vendor_table(request.annotation, resource, device_id,
+                                                    registry.unreadable)
+                edits.update(found)
             self.actions.append(
                 f"{self.target}: injected {resource} devices {', '.join(device_ids)} "
                 f"per {request.annotation}"

@@ -35,7 +35,7 @@ def test_without_mps_the_shadow_pod_is_unchanged(mps_kinds: tuple[str, ...]) -> 
 
 @pytest.mark.parametrize("quota", [SHARE, DEV])
 def test_with_mps_main_runs_the_daemon_on_the_shadow_pods_directories(quota: QuotaKey) -> None:
-    settings = ShadowSettings(mps_kinds=("share", "share-dev"), isolation_dir="/run/iso")
+    settings = ShadowSettings(mps_kinds=("share", "share-dev"), isolation_host_path="/run/iso")
     pod = shadow_pod(quota, "sh-1", settings)
     assert pod["metadata"]["annotations"][ids.ANN_ISOLATION] == "mps"
     (main,) = pod["spec"]["containers"]
@@ -66,7 +66,7 @@ def test_the_daemon_script_is_posix_shell() -> None:
 
 @pytest.mark.parametrize(("environ", "variable"), [
     ({"GPUSHARE_SHADOW_MPS_KINDS": "share,inference"}, "GPUSHARE_SHADOW_MPS_KINDS"),
-    ({"GPUSHARE_SHADOW_ISOLATION_DIR": "run/iso"}, "GPUSHARE_SHADOW_ISOLATION_DIR"),
+    ({"GPUSHARE_SHADOW_ISOLATION_HOST_PATH": "run/iso"}, "GPUSHARE_SHADOW_ISOLATION_HOST_PATH"),
 ])
 def test_bad_mps_settings_name_the_variable(environ: dict[str, str], variable: str) -> None:
     with pytest.raises(SettingsError, match=variable):

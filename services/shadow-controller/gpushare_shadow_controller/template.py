@@ -2,7 +2,7 @@
 
 When its share kind is capped with MPS (``mps_kinds``), ``main`` runs NVIDIA's MPS
 control daemon for the card instead, on the ShadowPod's own host directories
-(``<isolation_dir>/<namespace>_<pod>/{pipe,log,shm}``, the ones the runtime mounts
+(``<isolation_host_path>/<namespace>_<pod>/{pipe,log,shm}``, the ones the runtime mounts
 into each SharePod), sets one share of N as every client's default, and is Ready
 only while the daemon answers.  The pod is annotated with its isolation profile,
 which tells the device plugin to sign the caps of each share.
@@ -83,7 +83,7 @@ def shadow_pod(quota: QuotaKey, name: str, settings: ShadowSettings) -> dict[str
 def _run_mps(spec: dict[str, Any], container: dict[str, Any], quota: QuotaKey, key: str,
              settings: ShadowSettings) -> None:
     """``main`` runs the MPS control daemon on the ShadowPod's host directories."""
-    host = isolation.shadow_dir(settings.isolation_dir, key)
+    host = isolation.shadow_dir(settings.isolation_host_path, key)
     container.update({
         "image": settings.mps_image,
         "command": ["/bin/sh", "-c", MPS_SCRIPT],
