@@ -18,15 +18,16 @@ from gpushare_deviceplugin.handlers.share import (
 )
 from gpushare_deviceplugin.handlers.spot import SpotLogic
 
-from .conftest import KEY
+from .conftest import KEY, NODE
 
 FROM = ids.ANN_DEVICES_FROM + "*"
 IDS = ids.ANN_DEVICES_IDS + "*"
-SIG = ids.ANN_SIGNATURE + "*"
+SIG_FROM = ids.signature_annotation(ids.KIND_FROM, "*")
+SIG_IDS = ids.signature_annotation(ids.KIND_IDS, "*")
 
 
 def share(policy: str = "packed", spec: int = 4) -> ShareLogic:
-    logic = ShareLogic(f"gpushare/share-gpu-{spec}", spec, Signer(KEY), policy)
+    logic = ShareLogic(f"gpushare/share-gpu-{spec}", spec, Signer(KEY, NODE), policy)
     logic.replace_shadows([
         ShadowPodView("ns", "shadow-a", "share", spec),
         ShadowPodView("ns", "shadow-b", "share", spec, container="gpu"),
@@ -36,7 +37,7 @@ def share(policy: str = "packed", spec: int = 4) -> ShareLogic:
 
 
 def spot() -> SpotLogic:
-    logic = SpotLogic("gpushare/spot-gpu", Signer(KEY))
+    logic = SpotLogic("gpushare/spot-gpu", Signer(KEY, NODE))
     logic.set_vendor_cards("nvidia.com/gpu", {"GPU-0": "Healthy", "GPU-1": "Healthy",
                                               "GPU-2": "Unhealthy", "GPU-3": "Healthy"})
     logic.set_vendor_cards("example.com/npu", {"NPU-0": "Healthy"})
@@ -55,9 +56,9 @@ def spot() -> SpotLogic:
 def test_share_allocate_returns_signed_devices_from(request_ids: list[str],
                                                     sources: dict[str, object]) -> None:
     [annotations] = share().allocate([request_ids])
-    assert set(annotations) == {FROM, SIG}
+    assert set(annotations) == {FROM, SIG_FROM}
     assert json.loads(annotations[FROM]) == sources
-    assert ids.verify(KEY, "*", annotations[FROM], annotations[SIG])
+    assert ids.verify(KEY, ids.KIND_FROM, NODE, "*", annotations[FROM], annotations[SIG_FROM])
     assert ids.parse_devices_from("*", annotations[FROM]).leaves_pod("tenant", "pod")
 
 
@@ -137,9 +138,9 @@ def test_share_devices_per_shadow_pod() -> None:
 def test_spot_allocate_returns_signed_real_ids(request_ids: list[str],
                                                devices: dict[str, list[str]]) -> None:
     [annotations] = spot().allocate([request_ids])
-    assert set(annotations) == {IDS, SIG}
+    assert set(annotations) == {IDS, SIG_IDS}
     assert json.loads(annotations[IDS]) == devices
-    assert ids.verify(KEY, "*", annotations[IDS], annotations[SIG])
+    assert ids.verify(KEY, ids.KIND_IDS, NODE, "*", annotations[IDS], annotations[SIG_IDS])
     ids.parse_devices_ids("*", annotations[IDS])
 
 

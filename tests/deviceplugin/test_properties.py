@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
-from .conftest import KEY
+from .conftest import KEY, NODE
 
 KNOWN_SHARE = [f"ns/shadow-a-{i}" for i in range(4)]
 KNOWN_SPOT = ["spot-GPU-0", "spot-GPU-1"]
@@ -49,9 +49,9 @@ id_lists = st.lists(device_id, max_size=6)
 
 
 def logics() -> list[PluginLogic]:
-    share = ShareLogic("gpushare/share-gpu-4", 4, Signer(KEY))
+    share = ShareLogic("gpushare/share-gpu-4", 4, Signer(KEY, NODE))
     share.replace_shadows([ShadowPodView("ns", "shadow-a", "share", 4)])
-    spot = SpotLogic("gpushare/spot-gpu", Signer(KEY))
+    spot = SpotLogic("gpushare/spot-gpu", Signer(KEY, NODE))
     spot.set_vendor_cards("nvidia.com/gpu", {"GPU-0": "Healthy", "GPU-1": "Healthy"})
     spot.apply_health({"spot-GPU-0": "Healthy"}, full=True)
     return [share, spot]

@@ -17,12 +17,13 @@ from gpushare_common.ids import (
     ANN_DEVICES_IDS,
     ANN_SHARE_KIND,
     ANN_SHARE_SPEC,
-    ANN_SIGNATURE,
     CONDITION_USING,
+    KIND_IDS,
     LABEL_POD_DESCRIPTION,
     SHADOW_POD_LABEL_VALUE,
     format_devices_ids,
     sign,
+    signature_annotation,
 )
 from gpushare_common.mapping import IDLE_SPACE
 from gpushare_common.pods import MANAGED_BY, SHADOW_CONTROLLER, PodRules
@@ -76,7 +77,7 @@ def borrower(key: str, cards: list[str], key_bytes: bytes | None = KEY) -> Obj:
     value = format_devices_ids({"nvidia.com/gpu": cards})
     annotations = {ANN_DEVICES_IDS + "*": value}
     if key_bytes is not None:
-        annotations[ANN_SIGNATURE + "*"] = sign(key_bytes, "*", value)
+        annotations[signature_annotation(KIND_IDS, "*")] = sign(key_bytes, KIND_IDS, NODE, "*", value)
     return pod(key, annotations=annotations, requests={"gpushare/spot-gpu": "1"})
 
 

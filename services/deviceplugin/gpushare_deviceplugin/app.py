@@ -46,7 +46,7 @@ class Service:
         self.settings = settings
         self.node = common.node.require()
         self.registry = registry or CollectorRegistry()
-        self.plugins = PluginSet(settings, Signer(key), PluginMetrics(self.registry))
+        self.plugins = PluginSet(settings, Signer(key, self.node), PluginMetrics(self.registry))
         self.supervisor = Supervisor(self.plugins.plugins, settings.kubelet_path, settings.poll_s,
                                      settings.backoff_min_s, settings.backoff_max_s,
                                      on_tick=self._readiness)

@@ -28,10 +28,11 @@ from typing import Any
 
 from gpushare_common.ids import (
     ANN_DEVICES_IDS,
-    ANN_SIGNATURE,
+    KIND_IDS,
     IdError,
     parse_devices_ids,
     share_device_ids,
+    signature_annotation,
     spot_device_id,
     verify,
 )
@@ -130,7 +131,9 @@ def _signed_spot_devices(pod: Obj, key: bytes) -> list[str]:
         if not name.startswith(ANN_DEVICES_IDS):
             continue
         target = name[len(ANN_DEVICES_IDS):]
-        if not verify(key, target, value, annotations.get(ANN_SIGNATURE + target)):
+        node = str((pod.get("spec") or {}).get("nodeName") or "")  # the node whose key signed it
+        signature = annotations.get(signature_annotation(KIND_IDS, target))
+        if not verify(key, KIND_IDS, node, target, value, signature):
             raise ValueError(f"{name}: missing or wrong signature")
         request = parse_devices_ids(target, value)
         devices += [spot_device_id(card) for _, cards in request.devices for card in cards]

@@ -51,6 +51,7 @@ def runtime_config(settings: NodeSimSettings) -> Path:
         "lower_runtime": "runc",
         "key_file": str(signing_key(settings.node_dir)),
         "cdi_dirs": [str(settings.node_dir / "cdi")],
+        "node_name": settings.name,  # signatures bind it
     }
     path.write_text(json.dumps(doc, indent=1))
     return path
