@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 from gpushare_common import ids
-from gpushare_common.pods import PodRules
 from gpushare_common.isolation import ShareCaps, parse_share_caps
+from gpushare_common.pods import PodRules
 from gpushare_common.settings import SettingsError
 from gpushare_deviceplugin.errors import PluginError
 from gpushare_deviceplugin.handlers.base import Signer
