@@ -5,6 +5,7 @@ network listen on the node's address only."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -88,7 +89,7 @@ def test_node_install_is_idempotent(tmp_path: Path) -> None:
     (host / "usr" / "bin" / "python3").write_text("")
     (host / "usr" / "bin" / "python3").chmod(0o755)
     script = K8S / "node-install.sh"
-    env = {"PATH": "/usr/bin:/bin", "GPUSHARE_CONFIG_DIR": str(tmp_path / "none")}
+    env = {"PATH": "/usr/bin:/bin", "GPUSHARE_CONFIG_DIR": str(tmp_path / "none"), "GPUSHARE_NODE_NAME": "gpu-7.x"}
     first = subprocess.run([str(script), str(host)], capture_output=True, text=True, env=env, check=True)
     assert "creating the node signing key" in first.stdout
     key = host / "etc" / "gpushare" / "signing.key"
@@ -97,9 +98,23 @@ def test_node_install_is_idempotent(tmp_path: Path) -> None:
     assert "'/usr/bin/python3' -I -S" in launcher and "/opt/gpushare/runtime/runtime" in launcher
     assert (host / "opt/gpushare/runtime/runtime/gpushare_runtime/main.py").is_file()
     assert (host / "etc/containerd/conf.d/gpushare.toml").is_file()
+    assert (host / "opt/gpushare/runtime/common/gpushare_common/isolation.py").is_file()
+    config = json.loads((host / "etc/gpushare/runtime.json").read_text())
+    assert config["node_name"] == "gpu-7.x" and config["lower_runtime"] == "runc"
     before = key.read_text()
     second = subprocess.run([str(script), str(host)], capture_output=True, text=True, env=env, check=True)
     assert "creating the node signing key" not in second.stdout and key.read_text() == before
+    assert json.loads((host / "etc/gpushare/runtime.json").read_text()) == config
+
+
+def test_node_install_refuses_a_node_name_that_is_not_one(tmp_path: Path) -> None:
+    host = tmp_path / "host"
+    (host / "usr" / "bin").mkdir(parents=True)
+    (host / "usr" / "bin" / "python3").write_text("")
+    (host / "usr" / "bin" / "python3").chmod(0o755)
+    env = {"PATH": "/usr/bin:/bin", "GPUSHARE_CONFIG_DIR": str(tmp_path / "none"), "GPUSHARE_NODE_NAME": "a b\"c"}
+    result = subprocess.run([str(K8S / "node-install.sh"), str(host)], capture_output=True, text=True, env=env)
+    assert result.returncode == 1 and "set GPUSHARE_NODE_NAME" in result.stderr
 
 
 def test_node_install_without_python_says_what_to_do(tmp_path: Path) -> None:
