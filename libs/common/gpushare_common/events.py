@@ -55,6 +55,7 @@ class ShareEvent(Event, frozen=True, kw_only=True, tag="share"):
     resource: str  # e.g. share-gpu-4
     state: PodState
     devices: tuple[str, ...] = ()  # virtual device ids
+    pod_uid: str = ""  # the SharePod's uid: an eviction verifies it before it kills
 
 
 class GenericEvent(Event, frozen=True, kw_only=True, tag="generic"):
@@ -66,6 +67,7 @@ class GenericEvent(Event, frozen=True, kw_only=True, tag="generic"):
     state: PodState
     devices: tuple[str, ...] = ()  # real device ids
     lendable: bool = False  # a dev machine whose idle cards may be lent
+    pod_uid: str = ""
 
 
 class SpotEvent(Event, frozen=True, kw_only=True, tag="spot"):
@@ -76,6 +78,7 @@ class SpotEvent(Event, frozen=True, kw_only=True, tag="spot"):
     state: PodState
     devices: tuple[str, ...] = ()  # spot-<real id>
     priority: int = 0
+    pod_uid: str = ""  # the borrower's uid: an eviction verifies it before it kills
 
 
 class CardInventory(Event, frozen=True, kw_only=True, tag="inventory"):

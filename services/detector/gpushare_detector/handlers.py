@@ -85,7 +85,7 @@ def _per_container(view: PodView, devices: DevicesOf, wanted: object
 def _share(view: PodView, rules: PodRules, node: str, devices: DevicesOf) -> list[ev.Event]:
     return [
         ev.ShareEvent(node=node, share_pod=view.key, container=container, state="using",
-                      resource=resource_token(resource, rules.domain), devices=ids)
+                      resource=resource_token(resource, rules.domain), devices=ids, pod_uid=view.uid)
         for container, resource, ids in _per_container(view, devices, rules.is_share)
     ]
 
@@ -93,7 +93,7 @@ def _share(view: PodView, rules: PodRules, node: str, devices: DevicesOf) -> lis
 def _spot(view: PodView, rules: PodRules, node: str, devices: DevicesOf) -> list[ev.Event]:
     return [
         ev.SpotEvent(node=node, pod=view.key, container=container, state="using", devices=ids,
-                     priority=view.priority)
+                     priority=view.priority, pod_uid=view.uid)
         for container, _, ids in _per_container(view, devices, rules.spot_resource.__eq__)
     ]
 
@@ -102,7 +102,7 @@ def _generic(view: PodView, rules: PodRules, node: str, devices: DevicesOf) -> l
     vendor = set(rules.vendor_resources)
     return [
         ev.GenericEvent(node=node, pod=view.key, container=container, vendor_resource=resource,
-                        state="using", devices=ids, lendable=view.lendable)
+                        state="using", devices=ids, lendable=view.lendable, pod_uid=view.uid)
         for container, resource, ids in _per_container(view, devices, vendor.__contains__)
     ]
 
