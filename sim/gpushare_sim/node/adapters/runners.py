@@ -27,6 +27,7 @@ from typing import Any, BinaryIO, Protocol
 
 from gpushare_sim.node.adapters.rootfs import container_rootfs
 from gpushare_sim.node.model import ContainerSpec
+from gpushare_sim.run.lifeline import owned
 
 log = logging.getLogger("gpushare_sim.node.runners")
 
@@ -100,7 +101,7 @@ class ProcessRunner:
         with _open_log(spec.workdir) as out:
             try:
                 process = await asyncio.create_subprocess_exec(
-                    *spec.args, env=self._env(spec), stdin=subprocess.DEVNULL,
+                    *owned(spec.args, "KILL"), env=self._env(spec), stdin=subprocess.DEVNULL,
                     stdout=out, stderr=out, start_new_session=True, cwd=spec.workdir,
                 )  # fmt: skip
             except OSError as err:
@@ -188,8 +189,8 @@ class CtrRunner:
         runtime = ["--runc-binary", str(self._runtime)] if self._runtime else []
         with _open_log(spec.workdir) as out:
             process = await asyncio.create_subprocess_exec(
-                *self._ctr, "run", *self._run_flags, "--rm", "--config", str(config),
-                "--pid-file", str(pid_file), *runtime, spec.container_id,
+                *owned([*self._ctr, "run", *self._run_flags, "--rm", "--config", str(config),
+                        "--pid-file", str(pid_file), *runtime, spec.container_id]),
                 stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True,
             )  # fmt: skip
         self._procs[spec.container_id] = _Proc(process, spec)
