@@ -181,6 +181,10 @@ class EvictionRecord(Event, frozen=True, kw_only=True, tag="eviction"):
     trigger_id: str = ""  # id of the event that caused it
     outcome: str = "evicted"  # evicted | already-gone | failed
     error: str = ""
+    # from the trigger's handling to the moment every task of the pod had exited (kill_ms spans
+    # the whole kill step, reading the pods from the API included); 0 when nothing was killed
+    tasks_dead_ms: float = 0.0
+    released_ms: float = 0.0  # from the trigger's handling to the owner's release sent (0: none)
 
 
 AnyEvent: TypeAlias = (

@@ -84,6 +84,8 @@ class ReclaimProgress(msgspec.Struct, kw_only=True):
     released: bool = False
     kill_ms: float = 0.0
     started: float = 0.0
+    dead_at: float = 0.0  # wall clock when the last task killed had exited
+    released_at: float = 0.0  # wall clock when the release was sent
 
 
 class Plan(msgspec.Struct, kw_only=True):

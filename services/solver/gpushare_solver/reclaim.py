@@ -149,7 +149,7 @@ class Reclaimer:
         all_known = all(pod in self.known for pod in pods)
         ahead = [c for pod in pods for c in self._known_containers(pod)]
         pids = {c: self.pids.pop(c) for c in ahead if c in self.pids}
-        kills = [asyncio.ensure_future(self.tasks.kill_all(ahead, self.settings.kill_timeout_s, pids))]
+        kills = [self._timed_kill(ahead, progress, pids)]
         if all_known:  # the pods are read after the release: reading threads would slow both down
             await self._release_when_dead(kills[0], action, progress, received)
         reading = asyncio.gather(*(self._read(pod) for pod in pods))
@@ -166,11 +166,22 @@ class Reclaimer:
         if late and all_known:
             log.warning("containers unknown ahead killed after the release", node=self.node,
                         owner=action.owner, containers=",".join(late))
-        kills.append(asyncio.ensure_future(self.tasks.kill_all(late, self.settings.kill_timeout_s)))
+        kills.append(self._timed_kill(late, progress))
         killing = asyncio.ensure_future(asyncio.gather(*kills))
         await self._release_when_dead(killing, action, progress, received)
         await self._finish_kill(killing, action, progress, start)
         await save()
+
+    def _timed_kill(self, containers: list[str], progress: ReclaimProgress,
+                    pids: dict[str, int] | None = None) -> asyncio.Future[Any]:
+        """Kill ``containers``; the moment they had all exited is the reclaim's ``dead_at``."""
+        async def kill() -> Any:
+            exits = await self.tasks.kill_all(containers, self.settings.kill_timeout_s, pids)
+            if containers:
+                progress.dead_at = max(progress.dead_at, time.time())
+            return exits
+
+        return asyncio.ensure_future(kill())
 
     async def _release_when_dead(self, killing: asyncio.Future[Any], action: Reclaim,
                                  progress: ReclaimProgress, received: float) -> None:
@@ -224,7 +235,7 @@ class Reclaimer:
         assert action.release is not None
         command = KmodCommand(node=self.node, op="release", pods=action.release.pods,
                               pidns=action.release.pidns, reason=action.reason)
-        progress.released = True
+        progress.released, progress.released_at = True, time.time()
         try:
             reply = await retry(lambda: self.outbox.kmod(command), (Transient,), "release the owner",
                                 backoff=Backoff(0.02, 0.5), deadline_s=self.settings.release_retry_s,
@@ -258,8 +269,13 @@ class Reclaimer:
             owner=action.owner, containers=tuple(progress.containers.get(pod, ())),
             kill_ms=round(progress.kill_ms, 3), delete_ms=round(delete_ms, 3),
             total_ms=round((time.time() - received) * 1000, 3), trigger_id=trigger_id,
-            outcome=outcome, error=error)
+            outcome=outcome, error=error, tasks_dead_ms=_since(received, progress.dead_at),
+            released_ms=_since(received, progress.released_at))
         await self.outbox.publish_once(self.subject, record)
         self.metrics.evictions.labels(action.reason, outcome).inc()
         log.info("evicted", node=self.node, pod=pod, reason=action.reason, owner=action.owner,
                  outcome=outcome, kill_ms=record.kill_ms, total_ms=record.total_ms)
+
+
+def _since(start: float, at: float) -> float:
+    return round(max(0.0, at - start) * 1000, 3) if at else 0.0
