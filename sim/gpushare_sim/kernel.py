@@ -87,6 +87,48 @@ class Entry:
         return self.blocked
 
 
+class Guards:
+    """A test instrument, not part of the module: the borrowers an owner's return must outlive.
+
+    ``arm(owner, borrowers)`` names the pid namespaces of the borrowers of an owner's card; the
+    instant the owner's blocked call is let go (RELEASE, DELETE or the timeout), every process
+    of the node is looked at, and a borrower namespace that still has a live process makes a
+    verdict with ``alive`` set: the owner ran beside its borrower. Checked causally, at the
+    release itself, not from timestamps."""
+
+    def __init__(self, proc: str = "/proc") -> None:
+        self.proc = proc
+        self.armed: dict[int, tuple[int, ...]] = {}
+        self.verdicts: list[dict[str, object]] = []
+
+    def arm(self, owner: int, borrowers: list[int]) -> None:
+        self.armed[owner] = tuple(borrowers)
+
+    def settle(self, owner: int, how: str) -> None:
+        borrowers = self.armed.pop(owner, ())
+        if borrowers:
+            alive = sorted(self._live_pids(set(borrowers)))
+            self.verdicts.append({"owner": owner, "borrowers": list(borrowers), "how": how,
+                                  "alive": alive, "ts": time.time()})  # fmt: skip
+
+    def _live_pids(self, namespaces: set[int]) -> list[int]:
+        found = []
+        for name in os.listdir(self.proc):
+            if not name.isdigit():
+                continue
+            try:
+                if os.stat(f"{self.proc}/{name}/ns/pid").st_ino in namespaces and not _zombie(self.proc, name):
+                    found.append(int(name))
+            except OSError:
+                continue
+        return found
+
+
+def _zombie(proc: str, pid: str) -> bool:
+    with open(f"{proc}/{pid}/stat", encoding="ascii", errors="replace") as handle:
+        return handle.read().rsplit(")", 1)[-1].split()[0] in ("Z", "X")
+
+
 class KernelState:
     """The container map and the owner-back wait, as the module keeps them."""
 
@@ -97,6 +139,7 @@ class KernelState:
         self.types: bytes = bytes([0x46])
         self.majors: tuple[int, ...] = ()
         self.notify = lambda pidns, pid, ioctl_cmd, ts_ns: False  # set by the server
+        self.guards = Guards()
 
     def add(self, pidns: int, detect: bool) -> int:
         entry = self.entries.get(pidns)
@@ -109,6 +152,8 @@ class KernelState:
 
     def delete(self, pidns: int) -> int:
         entry = self.entries.pop(pidns, None)
+        if entry is not None and entry.reclaiming:
+            self.guards.settle(pidns, "delete")
         return entry.end_reclaim(dead=True) if entry else 0
 
     def undetect(self, pidns: int) -> int:
@@ -118,6 +163,8 @@ class KernelState:
 
     def release(self, pidns: int) -> int:
         entry = self.entries.get(pidns)
+        if entry is not None and entry.reclaiming:
+            self.guards.settle(pidns, "release")
         return entry.end_reclaim() if entry else 0
 
     async def hit(self, pidns: int, pid: int, ioctl_type: int) -> float:
@@ -145,6 +192,7 @@ class KernelState:
         except TimeoutError:
             if entry.reclaiming and entry.wake is wake:
                 entry.timeouts += 1
+                self.guards.settle(entry.pidns, "timeout")
                 entry.reclaiming = False
                 entry.wake.set()
                 entry.wake = asyncio.Event()
@@ -276,11 +324,18 @@ class KernelStandIn:
 
     # --- the hook socket ------------------------------------------------------------
 
+    def _instrument(self, call: dict[str, object]) -> dict[str, object]:
+        return _instrument(self.state, call)
+
     async def _hook_conn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while line := await reader.readline():
                 try:
                     call = json.loads(line)
+                    if isinstance(call, dict) and "op" in call:
+                        writer.write(json.dumps(self._instrument(call)).encode() + b"\n")
+                        await writer.drain()
+                        continue
                     pidns, pid, ioctl_type = int(call["pidns"]), int(call["pid"]), int(call.get("type", 0x46))
                 except (ValueError, KeyError, TypeError) as err:
                     writer.write(json.dumps({"error": f"bad hook line: {err!r}"}).encode() + b"\n")
@@ -292,6 +347,22 @@ class KernelStandIn:
             pass
         finally:
             writer.close()
+
+
+def _instrument(state: KernelState, call: dict[str, object]) -> dict[str, object]:
+    """The test instrument's lines: ``{"op": "guard", "owner": ns, "borrowers": [ns, ...]}``
+    and ``{"op": "verdicts"}`` (every verdict so far)."""
+    if call.get("op") == "guard":
+        listed, owner = call.get("borrowers"), call.get("owner")
+        try:
+            borrowers = [int(b) for b in listed] if isinstance(listed, list) else []
+            state.guards.arm(int(str(owner)), borrowers)
+        except (TypeError, ValueError) as err:
+            return {"error": f"bad guard line: {err!r}"}
+        return {"armed": True}
+    if call.get("op") == "verdicts":
+        return {"verdicts": state.guards.verdicts}
+    return {"error": f"unknown op {call.get('op')!r}"}
 
 
 def check(nl_type: int, payload: bytes) -> int:

@@ -157,3 +157,24 @@ def test_runs_as_a_program(sock_dir: Path) -> None:
         if proc.stdout is not None:
             proc.stdout.close()
     assert not sock.exists() and not hook.exists()
+
+
+async def test_a_guard_sees_a_borrower_alive_at_the_release(kernel: KernelStandIn) -> None:
+    """The instrument the soak uses: at the instant the owner's call is let go, a borrower's
+    pid namespace that still has a live process is a verdict with ``alive`` set."""
+    mine = os.stat("/proc/self/ns/pid").st_ino  # this test's own namespace: alive for sure
+    kernel.state.add(77, detect=True)
+    kernel.state.guards.arm(77, [mine, 123456789])
+    call = asyncio.create_task(ioctl(kernel.hook_path, 77))
+    await wait_until(lambda: kernel.state.entries[77].reclaiming)
+    assert kernel.state.release(77) == 1
+    await call
+    (verdict,) = kernel.state.guards.verdicts
+    assert verdict["how"] == "release" and verdict["alive"] and verdict["borrowers"] == [mine, 123456789]
+    kernel.state.add(78, detect=True)
+    kernel.state.guards.arm(78, [123456789])  # nothing lives there
+    call = asyncio.create_task(ioctl(kernel.hook_path, 78))
+    await wait_until(lambda: kernel.state.entries[78].reclaiming)
+    kernel.state.release(78)
+    await call
+    assert kernel.state.guards.verdicts[-1]["alive"] == []

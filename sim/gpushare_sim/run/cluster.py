@@ -159,7 +159,8 @@ class Cluster:
     async def _start_apiserver(self) -> None:
         port = free_port()
         argv = [sys.executable, "-m", "gpushare_sim.apiserver", "--port", str(port),
-                "--kubeconfig", str(self.kubeconfig)]  # fmt: skip
+                "--kubeconfig", str(self.kubeconfig),
+                "--state-file", str(self.run_dir / "apiserver-state.json")]  # survives a restart
         self.api_url = f"http://127.0.0.1:{port}"
         await wait_port(port, self._child("apiserver", argv))
 
@@ -235,6 +236,8 @@ class Cluster:
         member = next((m for m in self.nats if m.name == name), None)
         if member is not None:
             await wait_port(member.client_port, child)
+        elif name == "apiserver":
+            await wait_port(int(self.api_url.rsplit(":", 1)[1]), child)
         elif child.http:
             await child.wait_ready("/healthz" if name == "shadow-controller" else "/readyz")
 
