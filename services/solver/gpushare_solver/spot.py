@@ -64,8 +64,13 @@ def owner_back(owner: str, release: Release, state: SolverState) -> list[Action]
 
 
 def lowpower(event: LowPowerEvent, state: SolverState) -> list[Action]:
+    """The detector's away/back machine moved. Back is news only while the solver still lends
+    the owner's cards: after the kernel's owner-back (which the detector echoes as back) the
+    return has been handled once, and a second reclaim or release would be noise."""
     if not event.using:
         return owner_away(event, state)
+    if state.kind_of(event.owner) != SPOT_OWNER:
+        return []
     return owner_back(event.owner, Release(pods=(event.owner,)), state)
 
 
