@@ -231,7 +231,7 @@ async def test_services_use_every_server_and_the_stream_survives_losing_its_lead
     assert solver_settings.servers() == cluster.urls.split(",") and solver_settings.stream_replicas == 3
     async with connected(solver_settings, "solver") as solver, \
             connected(_settings(cluster, "kmod-bridge"), "kmod-bridge") as bridge:  # fmt: skip
-        await solver.ensure_stream()
+        await solver.ensure_layout()
         info = await solver.js.stream_info(solver.settings.stream)
         assert info.config.num_replicas == 3 and info.cluster is not None and len(info.cluster.replicas or []) == 2
         stop = asyncio.Event()

@@ -98,10 +98,14 @@ class ProcessRunner:
     async def start(self, spec: ContainerSpec) -> None:
         spec.workdir.mkdir(parents=True, exist_ok=True)
         (spec.workdir / "annotations.json").write_text(json.dumps(spec.annotations, indent=1))
+        env = self._env(spec)
+        program = shutil.which(spec.args[0], path=env["PATH"]) if spec.args else None
+        if program is None:  # what exec would say: the lifeline (setpriv) would say it later
+            raise RunnerError(spec.container_id, f"cannot exec {spec.args[:1]}: no such program on PATH")
         with _open_log(spec.workdir) as out:
             try:
                 process = await asyncio.create_subprocess_exec(
-                    *owned(spec.args, "KILL"), env=self._env(spec), stdin=subprocess.DEVNULL,
+                    *owned([program, *spec.args[1:]], "KILL"), env=env, stdin=subprocess.DEVNULL,
                     stdout=out, stderr=out, start_new_session=True, cwd=spec.workdir,
                 )  # fmt: skip
             except OSError as err:
