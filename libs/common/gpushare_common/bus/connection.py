@@ -43,6 +43,7 @@ log = get_logger("bus")
 
 Handler = Callable[[AnyEvent], Awaitable[None]]
 Responder = Callable[[AnyEvent], Awaitable[Event]]
+RawHandler = Callable[[bytes, str], Awaitable[None]]
 StateListener = Callable[[bool], None]
 
 
@@ -274,6 +275,22 @@ class Bus:
                 self.metrics.dropped.inc()
                 log.exception("handler failed", service=self.service, subject=msg.subject,
                               event=event_tag(event), id=event.id)  # fmt: skip
+
+        try:
+            return Subscription(await self.client.subscribe(subject, queue=queue, cb=on_message))
+        except Exception as err:
+            raise classify(f"subscribe {subject}", err) from err
+
+    async def subscribe_raw(self, subject: str, handler: RawHandler, queue: str = "") -> Subscription:
+        """Core subscription to a protocol that is not gpushare's events (the NATS auth callout):
+        ``handler(payload, reply subject)``; answer with :meth:`publish_bytes` to the reply subject."""
+
+        async def on_message(msg: Msg) -> None:
+            try:
+                await handler(msg.data, msg.reply)
+            except Exception:
+                self.metrics.dropped.inc()
+                log.exception("handler failed", service=self.service, subject=msg.subject)
 
         try:
             return Subscription(await self.client.subscribe(subject, queue=queue, cb=on_message))
