@@ -32,6 +32,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--containerd", default="auto", help="auto (real containers when root) or none")
     p.add_argument("--dir", type=Path, default=None, help="run directory (default: a new one in /tmp)")
     p.add_argument("--keep-logs", action="store_true", help="keep the run directory and its logs")
+    p.add_argument("--no-nats-auth", action="store_true",
+                   help="an open NATS server without the auth callout (debugging only)")
     a = p.parse_args(argv)
     if a.scenario not in ("all", "none", *SCENARIOS):
         p.error(f"unknown scenario {a.scenario!r}: all, none or one of {', '.join(SCENARIOS)}")
@@ -42,7 +44,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 async def run(args: argparse.Namespace, timeline: Timeline) -> int:
     settings = ClusterSettings(nodes=args.nodes, gpus=args.gpus, containerd=args.containerd,
-                               run_dir=args.dir, keep_dir=args.keep_logs or args.dir is not None)  # fmt: skip
+                               run_dir=args.dir, keep_dir=args.keep_logs or args.dir is not None,
+                               nats_auth=not args.no_nats_auth)  # fmt: skip
     names = list(SCENARIOS) if args.scenario == "all" else [] if args.scenario == "none" else [args.scenario]
     async with Cluster(settings, timeline) as cluster:
         ok = await play(cluster, timeline, names)
