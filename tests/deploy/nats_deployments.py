@@ -56,13 +56,16 @@ class Probe:
         self.errors.append(str(err))
 
     async def refused(self, action: str, subject: str) -> bool:
-        """Whether the server answered ``pub``/``sub`` on ``subject`` with a permissions violation
-        (it does before the PONG of the flush that follows)."""
+        """Whether the server answered ``pub``/``sub`` on ``subject`` with a permissions violation.
+        The server answers in order, so the violation comes before the PONG of a PING sent after
+        the command; nats-py writes a flush's PING ahead of its buffered commands (and the buffer
+        right after it), so only the second flush's PONG is sure to follow the answer."""
         before = len(self.errors)
         if action == "pub":
             await self.nc.publish(subject, b"{}")
         else:
             await self.nc.subscribe(subject)
+        await self.nc.flush(5)
         await self.nc.flush(5)
         return any("permissions violation" in e.lower() and subject.lower() in e.lower() for e in self.errors[before:])
 
@@ -164,8 +167,8 @@ class ChartNats(Deployment):
     name = "chart"
     NODES = (NODE_A, NODE_B)
 
-    def __init__(self, work: Path, kube: KubeApi) -> None:
-        self.work, self.kube = work, kube
+    def __init__(self, work: Path, kube: KubeApi, callout_env: dict[str, str] | None = None) -> None:
+        self.work, self.kube, self.extra_env = work, kube, callout_env or {}
         docs = render({"nats": {"replicas": 1}})
         self.docs = {(d["kind"], d["metadata"]["name"]): d for d in docs}
         self.passwords = {"AUTH_PASSWORD": secrets.token_hex(8), "INSTALLER_PASSWORD": secrets.token_hex(8)}
@@ -211,15 +214,22 @@ class ChartNats(Deployment):
                "GPUSHARE_AUTH_ISSUER_SEED_FILE": str(self.issuer),
                "GPUSHARE_KUBE_KUBECONFIG": str(self.kube.kubeconfig),
                "GPUSHARE_HTTP_HOST": "127.0.0.1", "GPUSHARE_HTTP_PORT": str(port := free_port()),
-               "GPUSHARE_LOG_JSON": "false"}  # fmt: skip
+               "GPUSHARE_LOG_JSON": "false", **self.extra_env}  # fmt: skip
         self.status_url = f"http://127.0.0.1:{port}/status"
         log = self.work / "nats-auth.log"
         with log.open("ab") as out:
             proc = subprocess.Popen([sys.executable, "-m", "gpushare_nats_auth"], env={**os.environ, **env},
                                     stdout=out, stderr=out)  # fmt: skip
         procs.allow(proc.pid)
-        wait_for(lambda: "answering authorization requests" in log.read_text(), proc, log)
+        started = log.read_text().count("answering authorization requests")
+        wait_for(lambda: log.read_text().count("answering authorization requests") > started, proc, log)
         return proc
+
+    def restart_callout(self, down: bool = False) -> None:
+        """Stop the callout; start it again unless ``down``."""
+        stop(self.callout)
+        if not down:
+            self.callout = self._start_callout()
 
     def _install(self) -> None:
         (container,) = self._pod("Job", "gpushare-nats-install")["containers"]
@@ -244,7 +254,8 @@ class ChartNats(Deployment):
             return json.loads(answer.read())  # type: ignore[no-any-return]
 
     def stop(self) -> None:
-        stop(self.callout)
+        if self.callout.poll() is None:
+            stop(self.callout)
         self.server.stop()
 
 
@@ -267,9 +278,9 @@ def compose_nats() -> Iterator[ComposeNats]:
 
 
 @contextlib.contextmanager
-def chart_nats() -> Iterator[ChartNats]:
+def chart_nats(callout_env: dict[str, str] | None = None) -> Iterator[ChartNats]:
     with tempfile.TemporaryDirectory(prefix="gsn-") as work, start_kube_api(directory=Path(work)) as kube:
-        deployment = ChartNats(Path(work), kube)
+        deployment = ChartNats(Path(work), kube, callout_env)
         try:
             yield deployment
         finally:

@@ -1,0 +1,75 @@
+"""The callout service against real servers (nats-server with the chart's config, the API
+emulator): an authorisation ends with its token and the service reconnects with its rotated
+token; while the callout is down, connections made stay and new ones wait until it is back."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from gpushare_common import events
+from gpushare_common.bus import Bus
+from gpushare_sim.run.kubeapi import mint_node_token
+
+from tests.deploy.nats_deployments import NODE_A, ChartNats, chart_nats
+
+USER_TTL_S = 2
+
+
+@pytest.fixture(scope="module")
+def chart() -> Iterator[ChartNats]:
+    with chart_nats({"GPUSHARE_AUTH_MAX_TTL_S": str(USER_TTL_S)}) as running:
+        yield running
+
+
+def token_file(chart: ChartNats, tmp_path: Path, role: str) -> Path:
+    path = tmp_path / f"{role}.token"
+    path.write_text(chart.token(role, NODE_A))
+    return path
+
+
+async def test_an_expired_authorisation_reconnects_with_the_rotated_token(chart: ChartNats, tmp_path: Path) -> None:
+    path = token_file(chart, tmp_path, "detector")
+    settings = replace(chart.settings("detector"), token="", token_file=str(path))
+    bus = Bus(settings, "detector", node=NODE_A)
+    await bus.connect()
+    changes: asyncio.Queue[bool] = asyncio.Queue()
+    bus.on_state.append(changes.put_nowait)
+    try:
+        rotated = mint_node_token(chart.kube.kubeconfig, NODE_A, "gpushare-detector", audiences=[chart.audience])
+        path.write_text(rotated.token)  # as the kubelet rotates a projected token
+        assert await asyncio.wait_for(changes.get(), USER_TTL_S + 10) is False  # the server ends it with its JWT
+        assert await asyncio.wait_for(changes.get(), 20) is True  # back, with the token re-read
+        event = events.SpotEvent(node=NODE_A, pod="t/p", container="c", state="using")
+        assert await bus.publish_reliably(bus.subjects.event(NODE_A, "spot"), event, deadline_s=10) > 0
+    finally:
+        await bus.drain()
+
+
+async def test_callout_down_keeps_connections_and_new_ones_wait(chart: ChartNats, tmp_path: Path) -> None:
+    chart.restart_callout()  # a fresh one for this test's grant counts
+    made = Bus(replace(chart.settings("kmod-bridge"), token="", token_file=str(token_file(chart, tmp_path,
+                                                                                           "kmod-bridge"))),
+               "kmod-bridge", node=NODE_A)  # fmt: skip
+    await made.connect()
+    later = Bus(chart.settings("solver"), "solver", node=NODE_A)
+    chart.restart_callout(down=True)
+    log = chart.server.log
+    timeouts = log.read_text().count("callout")
+    try:
+        back = events.OwnerBackEvent(node=NODE_A, pidns=1, pid=1, kernel_ts_ns=1)
+        assert await made.publish_reliably(made.subjects.event(NODE_A, "ownerback"), back, deadline_s=5) > 0
+        connecting = asyncio.create_task(later.connect())
+        while log.read_text().count("callout") == timeouts:  # the server gave up waiting for an answer
+            assert not connecting.done()
+            await asyncio.wait_for(asyncio.shield(asyncio.sleep(0.05)), 1)
+        assert not connecting.done() and not later.is_connected
+        chart.restart_callout()
+        await asyncio.wait_for(connecting, 30)
+        assert later.is_connected and made.is_connected and made.reconnects == 0
+    finally:
+        await later.drain()
+        await made.drain()
