@@ -38,6 +38,7 @@ from ..retry import Backoff, retry, wait_for_stop  # noqa: E402
 from ..settings import NatsSettings  # noqa: E402
 from ..subjects import Subjects  # noqa: E402
 from .errors import BusError, Permanent, Transient, classify  # noqa: E402
+from .renewal import renew_in, token_expiry  # noqa: E402
 
 log = get_logger("bus")
 
@@ -71,19 +72,22 @@ def _tls_context(settings: NatsSettings) -> ssl.SSLContext | None:
     return context
 
 
-def _read_token(path: str) -> Callable[[], str]:
+def _read_token(path: str, presented: Callable[[str], None] = lambda _: None) -> Callable[[], str]:
     def token() -> str:
         try:
             with open(path, encoding="utf-8") as handle:
-                return handle.read().strip()
+                text = handle.read().strip()
         except OSError as err:
             log.error("cannot read the NATS token file", path=path, error=str(err))
             return ""
+        presented(text)
+        return text
 
     return token
 
 
-def connect_options(settings: NatsSettings, inbox: str) -> dict[str, Any]:
+def connect_options(settings: NatsSettings, inbox: str,
+                    presented: Callable[[str], None] = lambda _: None) -> dict[str, Any]:  # fmt: skip
     options: dict[str, Any] = {
         "name": settings.name,
         "connect_timeout": settings.connect_timeout_s,
@@ -97,7 +101,7 @@ def connect_options(settings: NatsSettings, inbox: str) -> dict[str, Any]:
     if settings.user:
         options.update(user=settings.user, password=settings.password)
     if settings.token_file:
-        options["token"] = _read_token(settings.token_file)
+        options["token"] = _read_token(settings.token_file, presented)
     elif settings.token:
         options["token"] = settings.token
     if settings.nkey_seed_file:
@@ -126,6 +130,8 @@ class Bus:
         self._nc: Client | None = None
         self._closing = False
         self._denied: dict[str, float] = {}  # subject -> when the server refused it
+        self._token: tuple[float, float] | None = None  # (expiry, read at) of the token presented
+        self._renewal: asyncio.Task[None] | None = None
 
     @property
     def inbox(self) -> str:
@@ -141,15 +147,35 @@ class Bus:
             try:
                 return await nats.connect(servers, error_cb=self._on_error, disconnected_cb=self._on_disconnect,
                                           reconnected_cb=self._on_reconnect,
-                                          **connect_options(self.settings, self.inbox))  # fmt: skip
+                                          **connect_options(self.settings, self.inbox, self._presented))  # fmt: skip
             except Exception as err:  # nats-py raises several unrelated types here
                 raise classify(f"connect {self.settings.url}", err) from err
 
         self._nc = await retry(attempt, (Transient,), f"connect to NATS at {self.settings.url}", stop,
                                Backoff(0.1, 5.0), service=self.service)  # fmt: skip
         self._set_state(True)
+        if self.settings.token_file:
+            self._renewal = asyncio.ensure_future(self._renew())
         log.info("nats connected", service=self.service, url=self._nc.connected_url.netloc
                  if self._nc.connected_url else self.settings.url)  # fmt: skip
+
+    def _presented(self, token: str) -> None:
+        expires = token_expiry(token)
+        self._token = None if expires is None else (expires, time.time())
+
+    async def _renew(self) -> None:
+        """Reconnect before the presented token's authorisation ends (``renewal``)."""
+        while True:
+            token = self._token
+            await asyncio.sleep(renew_in(*token) if token is not None else 60.0)
+            if token is None or self._token is not token or self._nc is None:
+                continue  # no expiry, or it reconnected meanwhile with a newer token
+            log.info("renewing the NATS authorisation before the token expires", service=self.service,
+                     expires_in_s=round(token[0] - time.time(), 1))  # fmt: skip
+            try:
+                await self._nc.force_reconnect()
+            except Exception as err:  # nats-py raises its own types here; the next round retries
+                log.warning("could not renew the NATS authorisation", service=self.service, error=repr(err))
 
     def _set_state(self, up: bool) -> None:
         (self.connected.set if up else self.connected.clear)()
@@ -211,6 +237,8 @@ class Bus:
 
     async def drain(self) -> None:
         self._closing = True
+        if self._renewal is not None:
+            self._renewal.cancel()
         if self._nc is not None and not self._nc.is_closed:
             with contextlib.suppress(Exception):
                 await self._nc.drain()
