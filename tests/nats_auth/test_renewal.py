@@ -39,4 +39,4 @@ def test_any_text_has_an_expiry_or_none(text: str) -> None:
 @given(st.floats(0, 1e9), st.floats(0, 1e6), st.floats(0, 1e9))
 def test_renewal_is_never_negative_nor_after_expiry(issued: float, lifetime: float, now: float) -> None:
     delay = renew_in(issued + lifetime, issued, now)
-    assert 0 <= delay and (now + delay <= issued + lifetime or delay == 0)
+    assert delay >= 0 and (now + delay <= issued + lifetime or delay == 0)
