@@ -78,15 +78,18 @@ class Server:
     """One nats-server process from a config file, stopped on ``stop()``."""
 
     def __init__(self, config: Path, env: dict[str, str]) -> None:
-        self.port, self.config = free_port(), config
+        self.port, self.config, self.env = free_port(), config, env
         self.log = config.with_suffix(".log")
+        self.start()
+
+    def start(self) -> None:
+        started = self.log.read_text().count("Server is ready") if self.log.exists() else 0
         with self.log.open("ab") as out:
-            self.proc = subprocess.Popen([str(tools.nats_server()), "-c", str(config), "-a", "127.0.0.1", "-p",
-                                          str(self.port), "-m", "0"], env={**os.environ, **env},
+            self.proc = subprocess.Popen([str(tools.nats_server()), "-c", str(self.config), "-a", "127.0.0.1", "-p",
+                                          str(self.port), "-m", "0"], env={**os.environ, **self.env},
                                          stdout=out, stderr=out)  # fmt: skip
         procs.allow(self.proc.pid)
-        wait_for(lambda: f"Listening for client connections on 127.0.0.1:{self.port}" in self.log.read_text(),
-                 self.proc, self.log)  # fmt: skip
+        wait_for(lambda: self.log.read_text().count("Server is ready") > started, self.proc, self.log)
 
     @property
     def url(self) -> str:

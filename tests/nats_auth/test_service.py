@@ -90,3 +90,25 @@ async def test_callout_down_keeps_connections_and_new_ones_wait(chart: ChartNats
     finally:
         await later.drain()
         await made.drain()
+
+
+async def test_a_nats_restart_while_the_callout_is_down_reconnects_when_it_is_back(chart: ChartNats) -> None:
+    bus = Bus(chart.settings("deviceplugin"), "deviceplugin", node=NODE_A)
+    await bus.connect()
+    changes: asyncio.Queue[bool] = asyncio.Queue()
+    bus.on_state.append(changes.put_nowait)
+    try:
+        chart.restart_callout(down=True)
+        chart.server.stop()
+        assert await asyncio.wait_for(changes.get(), 10) is False
+        chart.server.start()  # the reconnects are refused (no callout answers) and retried
+        log = chart.server.log
+        while log.read_text().count("authentication error") == 0:
+            assert changes.empty()
+            await asyncio.wait_for(asyncio.shield(asyncio.sleep(0.05)), 1)
+        chart.restart_callout()
+        assert await asyncio.wait_for(changes.get(), 30) is True
+        store = await bus.store("health", bus.layout.scope(NODE_A, "health"))
+        assert await store.keys() is not None
+    finally:
+        await bus.drain()
