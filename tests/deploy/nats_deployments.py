@@ -8,8 +8,7 @@
   service's account bound to its Node (as the projected tokens of its pods are), audience as the
   chart sets it; the installer Job's command makes the layout.
 
-Both give :meth:`settings` (a Bus's settings as that role on that node) and :meth:`probe` (a raw
-connection that records the server's permission errors).
+Both give :meth:`settings` (a Bus's, as a role on a node) and :meth:`probe` (a raw connection).
 """
 
 from __future__ import annotations

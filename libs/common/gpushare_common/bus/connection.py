@@ -38,7 +38,7 @@ from ..retry import Backoff, retry, wait_for_stop  # noqa: E402
 from ..settings import NatsSettings  # noqa: E402
 from ..subjects import Subjects  # noqa: E402
 from .errors import BusError, Permanent, Transient, classify  # noqa: E402
-from .renewal import renew_in, token_expiry  # noqa: E402
+from .renewal import Renewal  # noqa: E402
 
 log = get_logger("bus")
 
@@ -130,8 +130,7 @@ class Bus:
         self._nc: Client | None = None
         self._closing = False
         self._denied: dict[str, float] = {}  # subject -> when the server refused it
-        self._token: tuple[float, float] | None = None  # (expiry, read at) of the token presented
-        self._renewal: asyncio.Task[None] | None = None
+        self._renewal = Renewal(service)
 
     @property
     def inbox(self) -> str:
@@ -142,12 +141,13 @@ class Bus:
     async def connect(self, stop: asyncio.Event | None = None) -> None:
         """Connect, retrying with backoff until a server answers (or ``stop`` is set)."""
         servers = self.settings.servers()
+        options = connect_options(self.settings, self.inbox, self._renewal.presented)
 
         async def attempt() -> Client:
             try:
                 return await nats.connect(servers, error_cb=self._on_error, disconnected_cb=self._on_disconnect,
                                           reconnected_cb=self._on_reconnect,
-                                          **connect_options(self.settings, self.inbox, self._presented))  # fmt: skip
+                                          **options)  # fmt: skip
             except Exception as err:  # nats-py raises several unrelated types here
                 raise classify(f"connect {self.settings.url}", err) from err
 
@@ -155,27 +155,9 @@ class Bus:
                                Backoff(0.1, 5.0), service=self.service)  # fmt: skip
         self._set_state(True)
         if self.settings.token_file:
-            self._renewal = asyncio.ensure_future(self._renew())
+            self._renewal.start(self._nc.force_reconnect)
         log.info("nats connected", service=self.service, url=self._nc.connected_url.netloc
                  if self._nc.connected_url else self.settings.url)  # fmt: skip
-
-    def _presented(self, token: str) -> None:
-        expires = token_expiry(token)
-        self._token = None if expires is None else (expires, time.time())
-
-    async def _renew(self) -> None:
-        """Reconnect before the presented token's authorisation ends (``renewal``)."""
-        while True:
-            token = self._token
-            await asyncio.sleep(renew_in(*token) if token is not None else 60.0)
-            if token is None or self._token is not token or self._nc is None:
-                continue  # no expiry, or it reconnected meanwhile with a newer token
-            log.info("renewing the NATS authorisation before the token expires", service=self.service,
-                     expires_in_s=round(token[0] - time.time(), 1))  # fmt: skip
-            try:
-                await self._nc.force_reconnect()
-            except Exception as err:  # nats-py raises its own types here; the next round retries
-                log.warning("could not renew the NATS authorisation", service=self.service, error=repr(err))
 
     def _set_state(self, up: bool) -> None:
         (self.connected.set if up else self.connected.clear)()
@@ -237,8 +219,7 @@ class Bus:
 
     async def drain(self) -> None:
         self._closing = True
-        if self._renewal is not None:
-            self._renewal.cancel()
+        self._renewal.stop()
         if self._nc is not None and not self._nc.is_closed:
             with contextlib.suppress(Exception):
                 await self._nc.drain()
