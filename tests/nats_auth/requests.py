@@ -19,7 +19,7 @@ def user_key() -> str:
 
 def request_claims(token: str = "a-token", user: str | None = None, **overrides: Any) -> dict[str, Any]:
     claims: dict[str, Any] = {
-        "aud": REQUEST_AUDIENCE, "sub": ISSUER.public, "exp": int(time.time()) + 2,
+        "aud": REQUEST_AUDIENCE, "sub": ISSUER.public, "exp": int(time.time()) + 3600,
         "nats": {"server_id": {"id": SERVER.public, "name": "n", "host": "127.0.0.1"},
                  "user_nkey": user or user_key(),
                  "client_info": {"host": "10.1.2.3", "id": 7, "kind": "Client", "type": "nats"},
