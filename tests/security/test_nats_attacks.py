@@ -9,9 +9,11 @@ prefix, ``S`` the solver's durable consumer of the node.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
-from tests.deploy.nats_deployments import NODE_A, Deployment
+from tests.deploy.nats_deployments import NODE_A, Deployment, chart_nats, compose_nats
 
 A, B = "gpu-node-1", "gpu-node-2"
 KV, DG, CC = "$KV.gpushare-", "$JS.API.DIRECT.GET.KV_gpushare-", "$JS.API.CONSUMER.CREATE.KV_gpushare-"
@@ -106,6 +108,12 @@ OWN = [
     ("detector", "sub", f"_INBOX.detector.{A}.>"),
     ("observer", "sub", "gpushare.v1.>"),
 ]  # fmt: skip
+
+
+@pytest.fixture(scope="module", params=["compose", "chart"])
+def deployment(request: pytest.FixtureRequest) -> Iterator[Deployment]:
+    with (compose_nats() if request.param == "compose" else chart_nats()) as running:
+        yield running
 
 
 def _id(case: tuple[str, str, str]) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import base64
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -16,7 +16,13 @@ from gpushare_sim.apiserver.tokens import sign
 from gpushare_sim.run.kubeapi import mint_node_token
 from kubernetes import client
 
-from tests.deploy.nats_deployments import NODE_A, NODE_B, ChartNats, refused_connect
+from tests.deploy.nats_deployments import NODE_A, NODE_B, ChartNats, chart_nats, refused_connect
+
+
+@pytest.fixture(scope="module")
+def chart() -> Iterator[ChartNats]:
+    with chart_nats() as running:
+        yield running
 
 
 def claims_of(token: str) -> dict[str, Any]:
