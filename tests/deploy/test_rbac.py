@@ -26,7 +26,7 @@ from gpushare_common.settings import KubeSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 RBAC = ROOT / "k8s" / "base" / "rbac.yaml"
-SERVICES = ("detector", "solver", "deviceplugin", "kmod-bridge", "shadow-controller")
+SERVICES = ("detector", "solver", "deviceplugin", "kmod-bridge", "shadow-controller", "nats-auth")
 SYSTEM_NAMESPACE = "gpushare-system"
 # (group, resource, verb) a service uses in the system namespace only: its settings name that
 # namespace (GPUSHARE_SHADOW_LEASE_NAMESPACE; ShadowPods live in the system namespace)

@@ -121,7 +121,8 @@ class Layout:
             raise LayoutError(f"role {role} acts for one node: a node name is required")
         token = node_token(node)
         node_subjects = f"{self.prefix}.{token}"
-        publish = [f"{node_subjects}.{c}" for c in _PUBLISHES[role]]
+        # every node service waits for the event stream to exist (read-only: its config and counts)
+        publish = [f"{node_subjects}.{c}" for c in _PUBLISHES[role]] + [f"$JS.API.STREAM.INFO.{self.stream}"]
         subscribe = [f"{node_subjects}.{c}" for c in _SUBSCRIBES[role]] + [f"{self.inbox(role, node)}.>"]
         for name in _READS.get(role, ()):
             publish += self._kv_read(self.bucket(name), token)
@@ -138,8 +139,7 @@ class Layout:
 
     def _durable_consumer(self, node: str) -> list[str]:
         name, s = self.durable(node), self.stream
-        return [f"$JS.API.STREAM.INFO.{s}",
-                f"$JS.API.CONSUMER.CREATE.{s}.{name}.{self.prefix}.{node_token(node)}.event.*",
+        return [f"$JS.API.CONSUMER.CREATE.{s}.{name}.{self.prefix}.{node_token(node)}.event.*",
                 f"$JS.API.CONSUMER.INFO.{s}.{name}",
                 f"$JS.API.CONSUMER.MSG.NEXT.{s}.{name}",
                 f"$JS.ACK.{s}.{name}.>"]

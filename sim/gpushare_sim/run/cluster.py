@@ -1,6 +1,10 @@
 """The local cluster: nats-server, the API emulator, simulated nodes with their
 kernel stand-in, and every gpushare service, each as its own process.
 
+NATS authorises as in Kubernetes (``natsauth``): the auth callout grants each node
+service its role's permissions on its own node only; ``nats_auth=False`` (``make
+run ARGS=--no-nats-auth``) runs an open server instead, for debugging.
+
 ``async with Cluster(settings, timeline) as cluster:`` starts everything in
 order, waits until each part answers, and on exit (also on an error or a
 cancellation) stops everything in reverse order and removes the run
@@ -23,12 +27,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from gpushare_common.bus import Bus, Transient
-from gpushare_common.retry import Backoff, retry
+from gpushare_common.bus.install import install
 from gpushare_common.settings import NatsSettings
 
 from gpushare_sim import natsd
 from gpushare_sim.run.narrate import Timeline
+from gpushare_sim.run.natsauth import NatsAuth
 from gpushare_sim.run.procs import Child, ChildError, free_port, wait_path, wait_port
 from gpushare_sim.run.services import ServiceSettings, node_services, shadow_controller
 
@@ -44,6 +48,7 @@ class ClusterSettings:
     kernel_timeout_ms: int = 10_000
     log_level: str = "INFO"
     nats_servers: int = 1  # 3: a NATS cluster (routes on loopback), stream and buckets at 3 replicas
+    nats_auth: bool = True  # the auth callout and per-node tokens (False: an open server, for debugging)
 
 
 @dataclass
@@ -75,6 +80,8 @@ class Cluster:
                                   self.run_dir / "nats")
         self.nodes: list[Node] = []
         self.children: dict[str, Child] = {}  # start order
+        self.auth = NatsAuth(self.run_dir / "nats") if settings.nats_auth else None
+        self._rotation: asyncio.Task[None] | None = None
 
     @property
     def nats_url(self) -> str:
@@ -86,9 +93,11 @@ class Cluster:
         return min(len(self.nats), 3)
 
     def nats_settings(self, **overrides: object) -> NatsSettings:
-        """Client settings for this cluster's NATS (the scenarios' and tools' own connections)."""
+        """Client settings for this cluster's NATS (the scenarios' and tools' own connections: the
+        installer's user, which may do anything)."""
+        credentials: dict[str, object] = dict(self.auth.installer()) if self.auth is not None else {}
         return NatsSettings(url=self.nats_url, stream_replicas=self.nats_replicas, reconnect_wait_s=0.2,
-                            **overrides)  # type: ignore[arg-type]
+                            **{**credentials, **overrides})  # type: ignore[arg-type]
 
     def env(self, **extra: str) -> dict[str, str]:
         return {**os.environ, "PYTHONUNBUFFERED": "1", "GPUSHARE_LOG_LEVEL": self.settings.log_level,
@@ -122,14 +131,19 @@ class Cluster:
             f"stream and buckets at {self.nats_replicas} replica(s)", url=self.nats_url)
         await self._start_apiserver()
         say("Kubernetes API emulator up", url=self.api_url, kubeconfig=self.kubeconfig)
+        if self.auth is not None:
+            await self._start_callout(self.auth)
         for index in range(1, self.settings.nodes + 1):
             node = await self._start_node(f"gpu-node-{index}", schedule=index == 1)
             mode = "real containers (private containerd + runc + gpushare-runtime)" if node.containerd \
                 else "plain processes (no root or no containerd here)"
             say(f"node {node.name} up: {self.settings.gpus} fake cards, kernel stand-in, containers as {mode}")
         waits: list[Awaitable[None]] = [self._start_shadow_controller()]
-        waits += [wait for node in self.nodes for wait in self._start_services(node)]
+        for node in self.nodes:
+            waits += await self._start_services(node)
         await asyncio.gather(*waits)
+        if self.auth is not None:
+            self._rotation = asyncio.ensure_future(self.auth.rotate(self.kubeconfig))
         say("every service ready", processes=len(self.children))
 
     async def _start_nats(self) -> None:
@@ -137,24 +151,22 @@ class Cluster:
             binary = natsd.server_binary()
         except natsd.NatsNotInstalled as err:
             raise ChildError("nats-server", str(err)) from None
+        authorization = ""
+        if self.auth is not None:
+            await asyncio.to_thread(self.auth.prepare)
+            authorization = self.auth.authorization()
         for member in self.nats:
             config = self.run_dir / "nats" / f"{member.name}.conf"
             config.parent.mkdir(parents=True, exist_ok=True)
-            config.write_text(natsd.server_config(member))
+            config.write_text(natsd.server_config(member, authorization=authorization))
             self._child(member.name, [binary, "-c", str(config)])
         for member in self.nats:
             await wait_port(member.client_port, self.children[member.name])
         await self.install_layout()
 
     async def install_layout(self) -> None:
-        """Create the event stream and every bucket, as the installer does in a cluster."""
-        bus = Bus(self.nats_settings(), "installer")
-        await asyncio.wait_for(bus.connect(), 30)
-        try:
-            await retry(bus.ensure_layout, (Transient,), "create the stream and buckets",
-                        backoff=Backoff(0.1, 1.0), deadline_s=60)  # fmt: skip
-        finally:
-            await bus.drain()
+        """Create the event stream and every bucket as the installer, as its Job does in a cluster."""
+        await install(self.nats_settings(), deadline_s=60)
 
     async def _start_apiserver(self) -> None:
         port = free_port()
@@ -185,10 +197,25 @@ class Cluster:
         self.nodes.append(node)
         return node
 
-    def _start_services(self, node: Node) -> list[Awaitable[None]]:
+    async def _start_callout(self, auth: NatsAuth) -> None:
+        port = free_port()
+        env = self.env(GPUSHARE_HTTP_HOST="127.0.0.1", GPUSHARE_HTTP_PORT=str(port),
+                       **auth.callout_env(self.nats_url, self.kubeconfig))  # fmt: skip
+        child = self._child("nats-auth", [sys.executable, "-m", "gpushare_nats_auth"], env, f"http://127.0.0.1:{port}")
+        await self._ready(child, "NATS auth callout ready: each node service gets its role on its own node only")
+
+    async def _token_env(self, service: str, node: Node) -> dict[str, str]:
+        """``GPUSHARE_NATS_TOKEN_FILE``: the service's token, bound to its Node (with the callout)."""
+        if self.auth is None:
+            return {}
+        path = await asyncio.to_thread(self.auth.mint, self.kubeconfig, service, node.name)
+        return {"GPUSHARE_NATS_TOKEN_FILE": str(path)}
+
+    async def _start_services(self, node: Node) -> list[Awaitable[None]]:
         """Start the node's services at once (they wait for each other); one readiness wait each."""
         waits: list[Awaitable[None]] = []
         for service, module, extra in node_services(self, node):
+            extra = {**extra, **await self._token_env(service, node)}
             port = free_port()
             env = self.env(GPUSHARE_NODE_NAME=node.name, GPUSHARE_HTTP_HOST="127.0.0.1",
                            GPUSHARE_HTTP_PORT=str(port), GPUSHARE_NATS_URL=self.nats_url,
@@ -245,6 +272,10 @@ class Cluster:
 
     async def stop(self) -> None:
         """Stop every part in reverse order (nodes stop their containers and containerd)."""
+        if self._rotation is not None:
+            self._rotation.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._rotation
         for name in reversed(list(self.children)):
             child = self.children[name]
             if child.proc is not None:

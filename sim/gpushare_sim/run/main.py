@@ -34,6 +34,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--keep-logs", action="store_true", help="keep the run directory and its logs")
     p.add_argument("--nats-cluster", type=int, default=1, metavar="N",
                    help="NATS servers: 1, or 3 (a cluster; the stream and buckets at 3 replicas)")
+    p.add_argument("--no-nats-auth", action="store_true",
+                   help="an open NATS server without the auth callout (debugging only)")
     a = p.parse_args(argv)
     if a.scenario not in ("all", "none", *SCENARIOS):
         p.error(f"unknown scenario {a.scenario!r}: all, none or one of {', '.join(SCENARIOS)}")
@@ -47,7 +49,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 async def run(args: argparse.Namespace, timeline: Timeline) -> int:
     settings = ClusterSettings(nodes=args.nodes, gpus=args.gpus, containerd=args.containerd,
                                run_dir=args.dir, keep_dir=args.keep_logs or args.dir is not None,
-                               nats_servers=args.nats_cluster)  # fmt: skip
+                               nats_servers=args.nats_cluster, nats_auth=not args.no_nats_auth)  # fmt: skip
     names = list(SCENARIOS) if args.scenario == "all" else [] if args.scenario == "none" else [args.scenario]
     async with Cluster(settings, timeline) as cluster:
         ok = await play(cluster, timeline, names)

@@ -23,9 +23,14 @@ app.kubernetes.io/part-of: gpushare
 system:serviceaccount:{{ $root.Release.Namespace }}:gpushare-{{ index . 1 }}
 {{- end -}}
 
-{{/* The Secret with the NATS users' passwords. */}}
+{{/* The Secret with the passwords of the two static NATS users (auth, installer) and the routes. */}}
 {{- define "gpushare.natsSecret" -}}
 {{ .Values.nats.auth.existingSecret | default "nats-users" }}
+{{- end -}}
+
+{{/* The Secret with the auth callout's issuer secret (key "issuer"). */}}
+{{- define "gpushare.natsIssuerSecret" -}}
+{{ .Values.nats.auth.existingIssuerSecret | default "nats-auth-issuer" }}
 {{- end -}}
 
 {{/* Host names of the in-chart NATS servers (the StatefulSet's pods through the headless Service). */}}
@@ -64,19 +69,35 @@ system:serviceaccount:{{ $root.Release.Namespace }}:gpushare-{{ index . 1 }}
 {{- end -}}
 {{- end -}}
 
-{{/* The environment every NATS client service gets: node, NATS servers and user, logging, port.
-     Arguments: root, NATS user, password key in the Secret, HTTP port. */}}
+{{/* The environment every node service gets: node, NATS servers and its token, logging, port.
+     Arguments: root, HTTP port. */}}
 {{- define "gpushare.serviceEnv" -}}
 {{- $root := index . 0 -}}
 - name: GPUSHARE_NODE_NAME
   valueFrom: {fieldRef: {fieldPath: spec.nodeName}}
 - {name: GPUSHARE_NATS_URL, value: {{ include "gpushare.natsUrls" $root | quote }}}
-- {name: GPUSHARE_NATS_USER, value: {{ index . 1 | quote }}}
-- name: GPUSHARE_NATS_PASSWORD
-  valueFrom: {secretKeyRef: {name: {{ include "gpushare.natsSecret" $root }}, key: {{ index . 2 }}}}
+- {name: GPUSHARE_NATS_TOKEN_FILE, value: /var/run/secrets/gpushare/nats/token}
 - {name: GPUSHARE_NATS_STREAM_REPLICAS, value: {{ include "gpushare.streamReplicas" $root | quote }}}
 - {name: GPUSHARE_LOG_JSON, value: {{ $root.Values.logJson | quote }}}
-- {name: GPUSHARE_HTTP_PORT, value: {{ index . 3 | quote }}}
+- {name: GPUSHARE_HTTP_PORT, value: {{ index . 1 | quote }}}
+{{- end -}}
+
+{{/* The mount of the NATS token (GPUSHARE_NATS_TOKEN_FILE). */}}
+{{- define "gpushare.natsTokenMount" -}}
+- {name: nats-token, mountPath: /var/run/secrets/gpushare/nats, readOnly: true}
+{{- end -}}
+
+{{/* The pod's projected service-account token for NATS: audience gpushare-nats, short-lived;
+     the kubelet rotates it, the service re-reads it at every connect, and the auth callout's
+     TokenReview names the pod's node. */}}
+{{- define "gpushare.natsTokenVolume" -}}
+- name: nats-token
+  projected:
+    sources:
+      - serviceAccountToken:
+          audience: {{ .Values.nats.auth.audience }}
+          expirationSeconds: {{ int .Values.nats.auth.tokenExpirationSeconds }}
+          path: token
 {{- end -}}
 
 {{/* Pod-level settings every node DaemonSet shares. */}}

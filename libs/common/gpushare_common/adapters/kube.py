@@ -227,6 +227,16 @@ class Kube:
     async def get_node(self, name: str) -> Obj:
         return await self._rest(f"get node {name}", "GET", f"/api/v1/nodes/{_q(name)}")  # type: ignore[no-any-return]
 
+    # --- authentication ---------------------------------------------------------
+
+    async def review_token(self, token: str, audiences: list[str]) -> Obj:
+        """A TokenReview of ``token`` for ``audiences``: its ``status`` (``authenticated``, ``user``,
+        ``audiences``, ``error``); the API's refusal of the token is an answer, not an error."""
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+                "spec": {"token": token, "audiences": audiences}}  # fmt: skip
+        doc = await self._rest("review a token", "POST", "/apis/authentication.k8s.io/v1/tokenreviews", body)
+        return dict((doc or {}).get("status") or {})
+
     # --- watch ------------------------------------------------------------------
 
     async def watch_pods(

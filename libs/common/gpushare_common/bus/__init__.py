@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from .connection import Bus as _Connection
-from .connection import Handler, Responder, Subscription
+from .connection import Handler, RawHandler, Responder, Subscription
 from .errors import BusError, NotFound, Permanent, Transient
 from .jetstream import AckPolicy, StreamMessage, consume, ensure_layout, last_seq, read_after, wait_for_stream
 from .kv import Store, escape_key, unescape_key
@@ -46,5 +46,5 @@ class Bus(_Connection):
         return await read_after(self, subject, after_seq, limit)
 
 
-__all__ = ["AckPolicy", "Bus", "BusError", "Handler", "NotFound", "Permanent", "Responder", "Store",
+__all__ = ["AckPolicy", "Bus", "BusError", "Handler", "NotFound", "Permanent", "RawHandler", "Responder", "Store",
            "StreamMessage", "Subscription", "Transient", "escape_key", "unescape_key"]

@@ -38,11 +38,13 @@ from ..retry import Backoff, retry, wait_for_stop  # noqa: E402
 from ..settings import NatsSettings  # noqa: E402
 from ..subjects import Subjects  # noqa: E402
 from .errors import BusError, Permanent, Transient, classify  # noqa: E402
+from .renewal import Renewal  # noqa: E402
 
 log = get_logger("bus")
 
 Handler = Callable[[AnyEvent], Awaitable[None]]
 Responder = Callable[[AnyEvent], Awaitable[Event]]
+RawHandler = Callable[[bytes, str], Awaitable[None]]
 StateListener = Callable[[bool], None]
 
 
@@ -70,19 +72,22 @@ def _tls_context(settings: NatsSettings) -> ssl.SSLContext | None:
     return context
 
 
-def _read_token(path: str) -> Callable[[], str]:
+def _read_token(path: str, presented: Callable[[str], None] = lambda _: None) -> Callable[[], str]:
     def token() -> str:
         try:
             with open(path, encoding="utf-8") as handle:
-                return handle.read().strip()
+                text = handle.read().strip()
         except OSError as err:
             log.error("cannot read the NATS token file", path=path, error=str(err))
             return ""
+        presented(text)
+        return text
 
     return token
 
 
-def connect_options(settings: NatsSettings, inbox: str) -> dict[str, Any]:
+def connect_options(settings: NatsSettings, inbox: str,
+                    presented: Callable[[str], None] = lambda _: None) -> dict[str, Any]:  # fmt: skip
     options: dict[str, Any] = {
         "name": settings.name,
         "connect_timeout": settings.connect_timeout_s,
@@ -96,7 +101,7 @@ def connect_options(settings: NatsSettings, inbox: str) -> dict[str, Any]:
     if settings.user:
         options.update(user=settings.user, password=settings.password)
     if settings.token_file:
-        options["token"] = _read_token(settings.token_file)
+        options["token"] = _read_token(settings.token_file, presented)
     elif settings.token:
         options["token"] = settings.token
     if settings.nkey_seed_file:
@@ -125,6 +130,7 @@ class Bus:
         self._nc: Client | None = None
         self._closing = False
         self._denied: dict[str, float] = {}  # subject -> when the server refused it
+        self._renewal = Renewal(service)
 
     @property
     def inbox(self) -> str:
@@ -135,18 +141,21 @@ class Bus:
     async def connect(self, stop: asyncio.Event | None = None) -> None:
         """Connect, retrying with backoff until a server answers (or ``stop`` is set)."""
         servers = self.settings.servers()
+        options = connect_options(self.settings, self.inbox, self._renewal.presented)
 
         async def attempt() -> Client:
             try:
                 return await nats.connect(servers, error_cb=self._on_error, disconnected_cb=self._on_disconnect,
                                           reconnected_cb=self._on_reconnect,
-                                          **connect_options(self.settings, self.inbox))  # fmt: skip
+                                          **options)  # fmt: skip
             except Exception as err:  # nats-py raises several unrelated types here
                 raise classify(f"connect {self.settings.url}", err) from err
 
         self._nc = await retry(attempt, (Transient,), f"connect to NATS at {self.settings.url}", stop,
                                Backoff(0.1, 5.0), service=self.service)  # fmt: skip
         self._set_state(True)
+        if self.settings.token_file:
+            self._renewal.start(self._nc.force_reconnect)
         log.info("nats connected", service=self.service, url=self._nc.connected_url.netloc
                  if self._nc.connected_url else self.settings.url)  # fmt: skip
 
@@ -210,6 +219,7 @@ class Bus:
 
     async def drain(self) -> None:
         self._closing = True
+        self._renewal.stop()
         if self._nc is not None and not self._nc.is_closed:
             with contextlib.suppress(Exception):
                 await self._nc.drain()
@@ -274,6 +284,22 @@ class Bus:
                 self.metrics.dropped.inc()
                 log.exception("handler failed", service=self.service, subject=msg.subject,
                               event=event_tag(event), id=event.id)  # fmt: skip
+
+        try:
+            return Subscription(await self.client.subscribe(subject, queue=queue, cb=on_message))
+        except Exception as err:
+            raise classify(f"subscribe {subject}", err) from err
+
+    async def subscribe_raw(self, subject: str, handler: RawHandler, queue: str = "") -> Subscription:
+        """Core subscription to a protocol that is not gpushare's events (the NATS auth callout):
+        ``handler(payload, reply subject)``; answer with :meth:`publish_bytes` to the reply subject."""
+
+        async def on_message(msg: Msg) -> None:
+            try:
+                await handler(msg.data, msg.reply)
+            except Exception:
+                self.metrics.dropped.inc()
+                log.exception("handler failed", service=self.service, subject=msg.subject)
 
         try:
             return Subscription(await self.client.subscribe(subject, queue=queue, cb=on_message))

@@ -1,0 +1,58 @@
+"""``gpushare-nats-install``: create or update the event stream and every key-value bucket.
+
+The installer's job (a Kubernetes Job on install and upgrade, a one-shot compose
+container, the local cluster's start): no service may create, update or delete a
+stream or a bucket. Settings are the services' ``GPUSHARE_NATS_*`` (the servers,
+the installer's credentials, ``GPUSHARE_NATS_STREAM_REPLICAS``). It waits for a
+server to answer and for JetStream to accept the layout (a cluster electing its
+leader), up to ``--timeout`` seconds; exit 0 when done, 1 when it could not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+
+from ..logging import get_logger, setup
+from ..retry import Backoff, Stopped, retry
+from ..settings import NatsSettings, SettingsError, load
+from . import Bus, BusError, Transient
+
+log = get_logger("install")
+
+
+async def install(settings: NatsSettings, deadline_s: float) -> None:
+    """Connect as the installer and create or update the layout; :class:`Stopped` at the deadline."""
+    bus = Bus(settings, "installer")
+    stop = asyncio.Event()
+    timer = asyncio.get_running_loop().call_later(deadline_s, stop.set)
+    try:
+        await bus.connect(stop)
+        await retry(bus.ensure_layout, (Transient,), "create the stream and buckets", stop, Backoff(0.1, 2.0))
+    finally:
+        timer.cancel()
+        await bus.drain()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="gpushare-nats-install", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for NATS (default 300)")
+    args = parser.parse_args(argv)
+    setup("INFO")
+    try:
+        settings = load(NatsSettings, "GPUSHARE_NATS_")
+    except SettingsError as err:
+        print(f"gpushare-nats-install: {err}", file=sys.stderr)
+        return 2
+    try:
+        asyncio.run(install(settings, args.timeout))
+    except (Stopped, BusError) as err:
+        print(f"gpushare-nats-install: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

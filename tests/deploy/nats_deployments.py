@@ -1,0 +1,300 @@
+"""The shipped NATS configurations, run on this machine with the nats-server k8s/ deploys.
+
+- :class:`ComposeNats`: compose/nats.conf with the users compose's nats-config container writes
+  (its entrypoint, run here), the stream and buckets made by its nats-install container.
+- :class:`ChartNats`: the chart's nats.conf (one server) with AUTH_ISSUER from the StatefulSet's
+  init container command, the auth callout service with the environment of the chart's
+  Deployment, a TokenReview against the API emulator, and service-account tokens minted for each
+  service's account bound to its Node (as the projected tokens of its pods are), audience as the
+  chart sets it; the installer Job's command makes the layout.
+
+Both give :meth:`settings` (a Bus's, as a role on a node) and :meth:`probe` (a raw connection).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import nats
+import yaml
+from gpushare_common.settings import NatsSettings
+from gpushare_sim.run.kubeapi import mint_node_token
+from kubernetes import client
+
+from tests.deploy import tools
+from tests.deploy.chart import render
+from tests.support import procs
+from tests.support.kubeapi import KubeApi, start_kube_api
+from tests.support.nats import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+NODE_A, NODE_B = "gpu-node-1", "gpu-node-2"
+BIN = Path(sys.executable).parent
+NODE_ROLES = ("detector", "solver", "deviceplugin", "kmod-bridge")
+
+
+class Probe:
+    """A raw connection: publish or subscribe, and whether the server refused it."""
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+        self.nc: Any = None
+
+    async def on_error(self, err: Exception) -> None:
+        self.errors.append(str(err))
+
+    async def refused(self, action: str, subject: str) -> bool:
+        """Whether the server answered ``pub``/``sub`` on ``subject`` with a permissions violation.
+        The server answers in order, so the violation comes before the PONG of a PING sent after
+        the command; nats-py writes a flush's PING ahead of its buffered commands (and the buffer
+        right after it), so only the second flush's PONG is sure to follow the answer."""
+        before = len(self.errors)
+        if action == "pub":
+            await self.nc.publish(subject, b"{}")
+        else:
+            await self.nc.subscribe(subject)
+        await self.nc.flush(5)
+        await self.nc.flush(5)
+        return any("permissions violation" in e.lower() and subject.lower() in e.lower() for e in self.errors[before:])
+
+    async def close(self) -> None:
+        if self.nc is not None:
+            await self.nc.close()
+
+
+class Server:
+    """One nats-server process from a config file, stopped on ``stop()``."""
+
+    def __init__(self, config: Path, env: dict[str, str]) -> None:
+        self.port, self.config, self.env = free_port(), config, env
+        self.log = config.with_suffix(".log")
+        self.start()
+
+    def start(self) -> None:
+        started = self.log.read_text().count("Server is ready") if self.log.exists() else 0
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen([str(tools.nats_server()), "-c", str(self.config), "-a", "127.0.0.1", "-p",
+                                          str(self.port), "-m", "0"], env={**os.environ, **self.env},
+                                         stdout=out, stderr=out)  # fmt: skip
+        procs.allow(self.proc.pid)
+        wait_for(lambda: self.log.read_text().count("Server is ready") > started, self.proc, self.log)
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        stop(self.proc)
+
+
+def wait_for(ready: Any, proc: subprocess.Popen[bytes], log: Path, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise AssertionError(f"{proc.args!r} (exit {proc.poll()}):\n{log.read_text(errors='replace')[-3000:]}")
+        time.sleep(0.02)
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    procs.disallow(proc.pid)
+
+
+def run(argv: list[str], env: dict[str, str]) -> None:
+    """A one-shot container's command, here (its console script from this environment)."""
+    done = subprocess.run([str(BIN / argv[0]), *argv[1:]], env={**os.environ, **env}, capture_output=True,
+                          text=True, timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 0, f"{argv}: {done.stdout}{done.stderr}"
+
+
+class Deployment:
+    name = ""
+    server: Server
+
+    def credentials(self, role: str, node: str) -> dict[str, str]:
+        raise NotImplementedError
+
+    def settings(self, role: str, node: str = NODE_A) -> NatsSettings:
+        return NatsSettings(url=self.server.url, reconnect_wait_s=0.1, connect_timeout_s=2,
+                            **self.credentials(role, node))  # type: ignore[arg-type]
+
+    async def probe(self, role: str, node: str = NODE_A, **options: Any) -> Probe:
+        probe = Probe()
+        probe.nc = await nats.connect(self.server.url, error_cb=probe.on_error, max_reconnect_attempts=0,
+                                      inbox_prefix=f"_INBOX.{role}.{node}" if role in NODE_ROLES else
+                                      f"_INBOX.{role}", **{**self.credentials(role, node), **options})  # fmt: skip
+        return probe
+
+
+class ComposeNats(Deployment):
+    name = "compose"
+    PASSWORDS = {f"{r.replace('-', '_').upper()}_PASSWORD": secrets.token_hex(8)
+                 for r in (*NODE_ROLES, "observer", "installer")}  # fmt: skip
+
+    def __init__(self, work: Path) -> None:
+        services = yaml.safe_load((ROOT / "compose" / "docker-compose.yaml").read_text())["services"]
+        (work / "users").mkdir(parents=True)
+        entry = [a.replace("${NODE_NAME:-gpu-node-1}", NODE_A).replace("/etc/nats/users", str(work / "users"))
+                 for a in services["nats-config"]["entrypoint"]]  # fmt: skip
+        run(entry, {})
+        config = work / "nats.conf"
+        config.write_text((ROOT / "compose" / "nats.conf").read_text().replace("/data/jetstream", f"{work}/js"))
+        self.server = Server(config, self.PASSWORDS)
+        install = services["nats-install"]
+        env = {k: str(v) for k, v in install["environment"].items()}
+        run(install["entrypoint"], {**env, "GPUSHARE_NATS_URL": self.server.url,
+                                    "GPUSHARE_NATS_PASSWORD": self.PASSWORDS["INSTALLER_PASSWORD"]})
+
+    def credentials(self, role: str, node: str) -> dict[str, str]:
+        return {"user": role, "password": self.PASSWORDS[f"{role.replace('-', '_').upper()}_PASSWORD"]}
+
+
+class ChartNats(Deployment):
+    name = "chart"
+    NODES = (NODE_A, NODE_B)
+
+    def __init__(self, work: Path, kube: KubeApi, callout_env: dict[str, str] | None = None) -> None:
+        self.work, self.kube, self.extra_env = work, kube, callout_env or {}
+        docs = render({"nats": {"replicas": 1}})
+        self.docs = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+        self.passwords = {"AUTH_PASSWORD": secrets.token_hex(8), "INSTALLER_PASSWORD": secrets.token_hex(8)}
+        self.issuer = work / "secret" / "issuer"
+        self.issuer.parent.mkdir(parents=True)
+        self.issuer.write_text(secrets.token_hex(32))
+        self.server = self._start_server()
+        self.audience = self._callout_env()["GPUSHARE_AUTH_AUDIENCE"]
+        # the service account of each role, from the callout's role table as the chart sets it
+        pairs = (p.split("=") for p in self._callout_env()["GPUSHARE_AUTH_ROLES"].split(","))
+        self.accounts = {role: key.split("/")[1] for key, role in pairs}
+        self.callout = self._start_callout()
+        core = client.CoreV1Api(kube.client)
+        for node in self.NODES:
+            core.create_node({"metadata": {"name": node}})
+        self.tokens: dict[tuple[str, str, str], str] = {}
+        self._install()
+
+    def _pod(self, kind: str, name: str) -> dict[str, Any]:
+        return self.docs[(kind, name)]["spec"]["template"]["spec"]  # type: ignore[no-any-return]
+
+    def _start_server(self) -> Server:
+        (config_dir := self.work / "nats").mkdir()
+        (config_dir / "nats.conf").write_text(self.docs[("ConfigMap", "nats-config")]["data"]["nats.conf"].replace(
+            "/data/jetstream", f"{self.work}/js"))
+        (init,) = self._pod("StatefulSet", "gpushare-nats")["initContainers"]
+        local = {"issuer-secret": self.issuer.parent, "issuer": self.work / "nats-auth"}  # volume -> here
+        mounts = {m["mountPath"]: local[m["name"]] for m in init["volumeMounts"]}
+        (self.work / "nats-auth").mkdir()
+        run([_localise(a, mounts) for a in init["command"]], {})
+        return Server(config_dir / "nats.conf", self.passwords)
+
+    def _callout_env(self) -> dict[str, str]:
+        (container,) = self._pod("Deployment", "gpushare-nats-auth")["containers"]
+        env = {e["name"]: str(e["value"]) for e in container["env"] if "value" in e}
+        for item in container["env"]:
+            if "valueFrom" in item:
+                env[item["name"]] = self.passwords[item["valueFrom"]["secretKeyRef"]["key"]]
+        return env
+
+    def _start_callout(self) -> subprocess.Popen[bytes]:
+        env = {**self._callout_env(), "GPUSHARE_NATS_URL": self.server.url, "GPUSHARE_NATS_RECONNECT_WAIT_S": "0.1",
+               "GPUSHARE_AUTH_ISSUER_SEED_FILE": str(self.issuer),
+               "GPUSHARE_KUBE_KUBECONFIG": str(self.kube.kubeconfig),
+               "GPUSHARE_HTTP_HOST": "127.0.0.1", "GPUSHARE_HTTP_PORT": str(port := free_port()),
+               "GPUSHARE_LOG_JSON": "false", **self.extra_env}  # fmt: skip
+        self.status_url = f"http://127.0.0.1:{port}/status"
+        log = self.work / "nats-auth.log"
+        with log.open("ab") as out:
+            proc = subprocess.Popen([sys.executable, "-m", "gpushare_nats_auth"], env={**os.environ, **env},
+                                    stdout=out, stderr=out)  # fmt: skip
+        procs.allow(proc.pid)
+        started = log.read_text().count("answering authorization requests")
+        wait_for(lambda: log.read_text().count("answering authorization requests") > started, proc, log)
+        return proc
+
+    def restart_callout(self, down: bool = False) -> None:
+        """Stop the callout; start it again unless ``down``."""
+        stop(self.callout)
+        if not down:
+            self.callout = self._start_callout()
+
+    def _install(self) -> None:
+        (container,) = self._pod("Job", "gpushare-nats-install")["containers"]
+        env = {e["name"]: str(e["value"]) for e in container["env"] if "value" in e}
+        run(container["command"], {**env, "GPUSHARE_NATS_URL": self.server.url,
+                                   "GPUSHARE_NATS_PASSWORD": self.passwords["INSTALLER_PASSWORD"]})
+
+    def token(self, role: str, node: str = NODE_A, account: str = "", audience: str = "") -> str:
+        """A token of the service account of ``role`` (or ``account``) bound to ``node``."""
+        key = (account or self.accounts[role], node, audience or self.audience)
+        if key not in self.tokens:
+            self.tokens[key] = mint_node_token(self.kube.kubeconfig, node, key[0], audiences=[key[2]]).token
+        return self.tokens[key]
+
+    def credentials(self, role: str, node: str) -> dict[str, str]:
+        if role == "installer":
+            return {"user": "installer", "password": self.passwords["INSTALLER_PASSWORD"]}
+        return {"token": self.token(role, node)}
+
+    def status(self) -> dict[str, Any]:
+        with urllib.request.urlopen(self.status_url, timeout=2) as answer:
+            return json.loads(answer.read())  # type: ignore[no-any-return]
+
+    def stop(self) -> None:
+        if self.callout.poll() is None:
+            stop(self.callout)
+        self.server.stop()
+
+
+def _localise(arg: str, mounts: dict[str, Path]) -> str:
+    """A container's argument with a path inside a mount moved to where that volume is here."""
+    for path, here in mounts.items():
+        if arg.startswith(path + "/"):
+            return str(here) + arg[len(path):]
+    return arg
+
+
+@contextlib.contextmanager
+def compose_nats() -> Iterator[ComposeNats]:
+    with tempfile.TemporaryDirectory(prefix="gsn-") as work:
+        deployment = ComposeNats(Path(work))
+        try:
+            yield deployment
+        finally:
+            deployment.server.stop()
+
+
+@contextlib.contextmanager
+def chart_nats(callout_env: dict[str, str] | None = None) -> Iterator[ChartNats]:
+    with tempfile.TemporaryDirectory(prefix="gsn-") as work, start_kube_api(directory=Path(work)) as kube:
+        deployment = ChartNats(Path(work), kube, callout_env)
+        try:
+            yield deployment
+        finally:
+            deployment.stop()
+
+
+async def refused_connect(deployment: Deployment, **credentials: Any) -> str:
+    """The error of a connection the server refuses (AuthorizationError), as text."""
+    try:
+        nc = await nats.connect(deployment.server.url, max_reconnect_attempts=0, connect_timeout=5,
+                                allow_reconnect=False, **credentials)  # fmt: skip
+    except Exception as err:  # nats-py raises its own types for a refused CONNECT
+        return f"{type(err).__name__}: {err}"
+    await nc.close()
+    raise AssertionError("the server accepted the connection")

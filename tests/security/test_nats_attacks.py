@@ -1,0 +1,138 @@
+"""A compromised node service against the shipped NATS configurations: each attack is refused by
+the server, and the same action on what is the service's own is allowed (so a permission that is
+too tight fails here too, not only one that is too wide).
+
+The service runs on gpu-node-1 with its role's credentials (compose: its static user; chart: its
+service-account token bound to its Node, through the auth callout). ``K`` is the key-value
+prefix, ``S`` the solver's durable consumer of the node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.deploy.nats_deployments import NODE_A, Deployment, chart_nats, compose_nats
+
+A, B = "gpu-node-1", "gpu-node-2"
+KV, DG, CC = "$KV.gpushare-", "$JS.API.DIRECT.GET.KV_gpushare-", "$JS.API.CONSUMER.CREATE.KV_gpushare-"
+
+# (role, action, subject): what an attacker on node A tries, each refused
+ATTACKS = [
+    # write another role's state (a detector planting a solver plan, the reported attack) ...
+    ("detector", "pub", f"{KV}solver.{A}.plan.owner-back"),
+    ("detector", "pub", f"{KV}health.{A}.health.spot-gpu"),
+    ("kmod-bridge", "pub", f"{KV}solver.{A}.mapping.x"),
+    ("deviceplugin", "pub", f"{KV}health.{A}.health.spot-gpu"),
+    ("solver", "pub", f"{KV}detector.{A}.fact.x"),
+    # ... or its own bucket under another node's key
+    ("detector", "pub", f"{KV}detector.{B}.fact.x"),
+    ("solver", "pub", f"{KV}solver.{B}.plan.x"),
+    ("kmod-bridge", "pub", f"{KV}kmod.{B}.watch.x"),
+    # read another node's state: by key, by sequence, by a consumer with or without a filter
+    ("solver", "pub", f"{DG}solver.$KV.gpushare-solver.{B}.plan.x"),
+    ("solver", "pub", f"{DG}solver"),
+    ("deviceplugin", "pub", f"{DG}health.$KV.gpushare-health.{B}.health.spot-gpu"),
+    ("detector", "pub", f"{CC}detector.scan.$KV.gpushare-detector.{B}.>"),
+    ("detector", "pub", f"{CC}detector"),
+    ("detector", "pub", f"{CC}solver.scan.$KV.gpushare-solver.{A}.>"),
+    # the solver's durable consumer: delete, bind or ack it, or another node's
+    ("detector", "pub", f"$JS.API.CONSUMER.DELETE.GPUSHARE.solver-{A}"),
+    ("deviceplugin", "pub", f"$JS.API.CONSUMER.DELETE.GPUSHARE.solver-{A}"),
+    ("kmod-bridge", "pub", f"$JS.API.CONSUMER.DELETE.GPUSHARE.solver-{A}"),
+    ("solver", "pub", f"$JS.API.CONSUMER.DELETE.GPUSHARE.solver-{A}"),
+    ("detector", "pub", f"$JS.API.CONSUMER.MSG.NEXT.GPUSHARE.solver-{A}"),
+    ("solver", "pub", f"$JS.API.CONSUMER.MSG.NEXT.GPUSHARE.solver-{B}"),
+    ("solver", "pub", f"$JS.ACK.GPUSHARE.solver-{B}.1.1.1.1.1"),
+    ("solver", "pub", f"$JS.API.CONSUMER.CREATE.GPUSHARE.solver-{B}.gpushare.v1.{B}.event.*"),
+    ("solver", "pub", f"$JS.API.CONSUMER.CREATE.GPUSHARE.solver-{A}.gpushare.v1.{B}.event.*"),
+    # create, update, purge or delete a stream or a bucket
+    *[(role, "pub", f"$JS.API.STREAM.{op}.GPUSHARE") for role in ("detector", "solver", "deviceplugin", "kmod-bridge",
+                                                                   "observer")
+      for op in ("CREATE", "UPDATE", "DELETE", "PURGE", "MSG.DELETE")],
+    ("solver", "pub", "$JS.API.STREAM.CREATE.KV_gpushare-evil"),
+    ("solver", "pub", "$JS.API.STREAM.DELETE.KV_gpushare-solver"),
+    ("kmod-bridge", "pub", "$JS.API.STREAM.PURGE.KV_gpushare-kmod"),
+    # publish for another node ...
+    ("detector", "pub", f"gpushare.v1.{B}.event.spot"),
+    ("kmod-bridge", "pub", f"gpushare.v1.{B}.event.ownerback"),
+    ("solver", "pub", f"gpushare.v1.{B}.health.spot-gpu"),
+    ("solver", "pub", f"gpushare.v1.{B}.kmod.cmd"),
+    ("detector", "pub", f"gpushare.v1.{B}.capacity.vcpu"),
+    # ... or on another role's channels of its own node
+    ("detector", "pub", f"gpushare.v1.{A}.event.ownerback"),
+    ("detector", "pub", f"gpushare.v1.{A}.health.spot-gpu"),
+    ("detector", "pub", f"gpushare.v1.{A}.eviction"),
+    ("kmod-bridge", "pub", f"gpushare.v1.{A}.event.spot"),
+    ("kmod-bridge", "pub", f"gpushare.v1.{A}.kmod.cmd"),
+    ("deviceplugin", "pub", f"gpushare.v1.{A}.health.spot-gpu"),
+    ("deviceplugin", "pub", f"gpushare.v1.{A}.event.spot"),
+    ("solver", "pub", f"gpushare.v1.{A}.event.ownerback"),
+    ("solver", "pub", f"gpushare.v1.{A}.event.lowpower"),
+    ("observer", "pub", f"gpushare.v1.{A}.event.spot"),
+    ("observer", "pub", f"{KV}solver.{A}.plan.x"),
+    # listen to another node ...
+    ("deviceplugin", "sub", f"gpushare.v1.{B}.health.*"),
+    ("kmod-bridge", "sub", f"gpushare.v1.{B}.kmod.cmd"),
+    ("detector", "sub", "gpushare.v1.*.event.ownerback"),
+    ("deviceplugin", "sub", "gpushare.v1.>"),
+    # ... or to another service's replies, or to the authorization requests (others' tokens)
+    ("detector", "sub", f"_INBOX.solver.{A}.>"),
+    ("solver", "sub", f"_INBOX.detector.{A}.*"),
+    ("kmod-bridge", "sub", f"_INBOX.kmod-bridge.{B}.>"),
+    ("detector", "sub", "_INBOX.>"),
+    ("detector", "sub", "$SYS.REQ.USER.AUTH"),
+    ("observer", "sub", "$SYS.REQ.USER.AUTH"),
+    ("solver", "pub", "$SYS.REQ.USER.AUTH"),
+]  # fmt: skip
+
+# the same kinds of action on the service's own things: allowed
+OWN = [
+    ("detector", "pub", f"{KV}detector.{A}.fact.x"),
+    ("solver", "pub", f"{KV}solver.{A}.plan.x"),
+    ("solver", "pub", f"{KV}health.{A}.health.spot-gpu"),
+    ("kmod-bridge", "pub", f"{KV}kmod.{A}.watch.x"),
+    ("solver", "pub", f"{DG}solver.$KV.gpushare-solver.{A}.plan.x"),
+    ("deviceplugin", "pub", f"{DG}health.$KV.gpushare-health.{A}.health.spot-gpu"),
+    ("detector", "pub", f"{CC}detector.scan.$KV.gpushare-detector.{A}.>"),
+    ("solver", "pub", f"$JS.API.CONSUMER.MSG.NEXT.GPUSHARE.solver-{A}"),
+    ("solver", "pub", f"$JS.API.CONSUMER.CREATE.GPUSHARE.solver-{A}.gpushare.v1.{A}.event.*"),
+    ("detector", "pub", f"gpushare.v1.{A}.event.spot"),
+    ("detector", "pub", f"gpushare.v1.{A}.kmod.cmd"),
+    ("kmod-bridge", "pub", f"gpushare.v1.{A}.event.ownerback"),
+    ("solver", "pub", f"gpushare.v1.{A}.health.spot-gpu"),
+    ("solver", "pub", f"gpushare.v1.{A}.kmod.cmd"),
+    ("deviceplugin", "sub", f"gpushare.v1.{A}.health.*"),
+    ("kmod-bridge", "sub", f"gpushare.v1.{A}.kmod.cmd"),
+    ("detector", "sub", f"_INBOX.detector.{A}.>"),
+    ("observer", "sub", "gpushare.v1.>"),
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module", params=["compose", "chart"])
+def deployment(request: pytest.FixtureRequest) -> Iterator[Deployment]:
+    with (compose_nats() if request.param == "compose" else chart_nats()) as running:
+        yield running
+
+
+def _id(case: tuple[str, str, str]) -> str:
+    return " ".join(case)
+
+
+@pytest.mark.parametrize(("role", "action", "subject"), ATTACKS, ids=map(_id, ATTACKS))
+async def test_attack_is_refused(deployment: Deployment, role: str, action: str, subject: str) -> None:
+    probe = await deployment.probe(role, NODE_A)
+    try:
+        assert await probe.refused(action, subject), f"{role} on {NODE_A} may {action} {subject}"
+    finally:
+        await probe.close()
+
+
+@pytest.mark.parametrize(("role", "action", "subject"), OWN, ids=map(_id, OWN))
+async def test_own_action_is_allowed(deployment: Deployment, role: str, action: str, subject: str) -> None:
+    probe = await deployment.probe(role, NODE_A)
+    try:
+        assert not await probe.refused(action, subject), f"{role} on {NODE_A} may not {action} {subject}"
+    finally:
+        await probe.close()

@@ -1,0 +1,125 @@
+"""Stolen, forged or misused tokens against the chart's auth callout: each connection is refused
+with an answer (never left to time out), and the refusal is counted by its reason. A service's
+own token gets its role on its own node only, whatever else the client claims.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from gpushare_sim.apiserver.tokens import sign
+from gpushare_sim.run.kubeapi import mint_node_token
+from kubernetes import client
+
+from tests.deploy.nats_deployments import NODE_A, NODE_B, ChartNats, chart_nats, refused_connect
+
+
+@pytest.fixture(scope="module")
+def chart() -> Iterator[ChartNats]:
+    with chart_nats() as running:
+        yield running
+
+
+def claims_of(token: str) -> dict[str, Any]:
+    body = token.split(".")[1]
+    return json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))  # type: ignore[no-any-return]
+
+
+def resigned(chart: ChartNats, token: str, **changes: Any) -> str:
+    """``token`` with changed claims, signed again by the API's own key (a token the API issued
+    that way, e.g. an expired one)."""
+    claims = {**claims_of(token), **changes}
+    return chart.kube.server.call(lambda store: sign(claims, store.signing_key), chart.kube.server.store)  # type: ignore[no-any-return]
+
+
+def tampered(token: str, **changes: Any) -> str:
+    """``token`` with changed claims and its old signature."""
+    head, _, signature = token.split(".")
+    body = base64.urlsafe_b64encode(json.dumps({**claims_of(token), **changes}).encode()).decode().rstrip("=")
+    return f"{head}.{body}.{signature}"
+
+
+def unbound(chart: ChartNats, account: str) -> str:
+    """A token of ``gpushare-system/<account>`` bound to no pod and no node."""
+    body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+            "spec": {"audiences": [chart.audience], "expirationSeconds": 600}}  # fmt: skip
+    answer = client.CoreV1Api(chart.kube.client).create_namespaced_service_account_token(account, "gpushare-system",
+                                                                                         body)  # fmt: skip
+    return str(answer.status.token)
+
+
+def other_namespace(chart: ChartNats) -> str:
+    chart.kube.namespaces("mallory")
+    return mint_node_token(chart.kube.kubeconfig, NODE_A, "gpushare-solver", namespace="mallory",
+                           audiences=[chart.audience]).token  # fmt: skip
+
+
+def node_b_token_after_node_b_is_gone(chart: ChartNats) -> str:
+    token = mint_node_token(chart.kube.kubeconfig, NODE_B, "gpushare-kmod-bridge", audiences=[chart.audience]).token
+    core = client.CoreV1Api(chart.kube.client)
+    core.delete_node(NODE_B)
+    core.create_node({"metadata": {"name": NODE_B}})  # the same name again: another Node
+    return token
+
+
+Forge = Callable[[ChartNats], str]
+SOLVER: Forge = lambda chart: chart.token("solver", NODE_A)  # noqa: E731
+REFUSED: list[tuple[str, Forge, str]] = [
+    ("another audience", lambda c: c.token("solver", NODE_A, audience="https://kubernetes.default.svc"),
+     "token-rejected"),
+    ("expired (past the API's leeway)", lambda c: resigned(c, SOLVER(c), exp=int(time.time()) - 120),
+     "token-rejected"),
+    ("expired (within the API's leeway)", lambda c: resigned(c, SOLVER(c), exp=int(time.time()) - 5),
+     "token-expired"),
+    ("tampered to name node B", lambda c: tampered(SOLVER(c), **{"kubernetes.io": {
+        **claims_of(SOLVER(c))["kubernetes.io"], "node": {"name": NODE_B, "uid": "x"}}}), "token-rejected"),
+    ("not a JWT", lambda c: "solver-please", "token-rejected"),
+    ("an unknown service account", lambda c: c.token("solver", NODE_A, account="intruder"), "unknown-account"),
+    ("a service's account name in another namespace", other_namespace, "unknown-account"),
+    ("a node role's token bound to no node", lambda c: unbound(c, "gpushare-solver"), "no-node"),
+    ("a token of a Node that was replaced", node_b_token_after_node_b_is_gone, "token-rejected"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "forge", "reason"), REFUSED, ids=[c[0] for c in REFUSED])
+async def test_forged_or_misused_tokens_are_refused(chart: ChartNats, case: str, forge: Forge, reason: str) -> None:
+    token = forge(chart)
+    before = chart.status()["refusals"].get(reason, {})
+    error = await refused_connect(chart, token=token)
+    assert "authorization" in error.lower(), error
+    assert sum(chart.status()["refusals"].get(reason, {}).values()) == sum(before.values()) + 1, case
+
+
+async def test_a_client_without_credentials_is_refused(chart: ChartNats) -> None:
+    before = sum(chart.status()["refusals"].get("no-token", {}).values())
+    assert "authorization" in (await refused_connect(chart)).lower()
+    assert sum(chart.status()["refusals"]["no-token"].values()) == before + 1
+
+
+async def test_static_users_need_their_password(chart: ChartNats) -> None:
+    for user in ("installer", "auth"):
+        assert "authorization" in (await refused_connect(chart, user=user, password="guess")).lower()
+
+
+async def test_a_node_a_token_acts_for_node_a_whatever_the_client_claims(chart: ChartNats) -> None:
+    probe = await chart.probe("solver", NODE_A, name="solver@gpu-node-2", user="solver@gpu-node-2")
+    try:
+        assert await probe.refused("pub", f"gpushare.v1.{NODE_B}.health.spot-gpu")
+        assert await probe.refused("sub", f"gpushare.v1.{NODE_B}.capacity.*")
+        assert not await probe.refused("pub", f"gpushare.v1.{NODE_A}.health.spot-gpu")
+    finally:
+        await probe.close()
+
+
+async def test_the_same_account_on_another_node_gets_that_node(chart: ChartNats) -> None:
+    probe = await chart.probe("solver", NODE_B)
+    try:
+        assert not await probe.refused("pub", f"gpushare.v1.{NODE_B}.health.spot-gpu")
+        assert await probe.refused("pub", f"gpushare.v1.{NODE_A}.health.spot-gpu")
+    finally:
+        await probe.close()
