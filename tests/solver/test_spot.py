@@ -92,7 +92,7 @@ def test_an_owner_back_is_handled_once() -> None:
     then changes nothing."""
     state = lent_state()
     first = handle(kernel_back(), state)
-    assert [a for a in first if isinstance(a, Reclaim)][0].pods == ("spot/b1",)
+    assert next(a for a in first if isinstance(a, Reclaim)).pods == ("spot/b1",)
     assert handle(back(), state) == []
 
 
