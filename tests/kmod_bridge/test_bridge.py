@@ -84,9 +84,11 @@ def test_one_owner_back_id_per_hit() -> None:
     assert handlers.owner_back_id(NODE, 8, 1_000_000) not in ids  # another namespace
 
 
-def test_a_detected_namespace_still_reclaiming_is_only_added_again() -> None:
-    entries = [WatchEntry(pidns=1), WatchEntry(pidns=2, mode="detected"), WatchEntry(pidns=3, mode="detected")]
-    assert handlers.resend_plan(entries, reclaiming={3}) == ([1, 3], [2])
+def test_a_detected_namespace_still_armed_or_reclaiming_is_only_added_again() -> None:
+    entries = [WatchEntry(pidns=1), *(WatchEntry(pidns=p, mode="detected") for p in (2, 3, 4, 5))]
+    kernel = {3: protocol.F_WATCHED | protocol.F_RECLAIMING, 4: protocol.F_WATCHED | protocol.F_NEED_NOTICE,
+              5: protocol.F_WATCHED}  # 2: not in the kernel (a module loaded again)
+    assert handlers.resend_plan(entries, kernel) == ([1, 3, 4], [2, 5])
 
 
 def test_a_live_pid_of_the_namespace_is_chosen() -> None:

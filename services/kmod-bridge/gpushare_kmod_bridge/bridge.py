@@ -97,15 +97,16 @@ class Bridge:
         link = self._link()
         if self.filter_config is not None:
             await link.request(protocol.CMD_CONFIG, config=self.filter_config)
-        stats = await link.request(protocol.CMD_STATS)
-        reclaiming = {r.pidns for r in stats.stats if r.flags & protocol.F_RECLAIMING}
-        await self.resolver.refresh()
-        add, detect = handlers.resend_plan(list(self.watchset.entries.values()), reclaiming)
+        await self.resolver.refresh()  # the pids sent with the namespaces must be alive now
+        detected = self.watchset.by_mode("detected")
+        kernel = [await link.request(protocol.CMD_STATS, chunk) for chunk in handlers.chunks(detected) if chunk]
+        add, detect = handlers.resend_plan(self.watchset.entries.values(),
+                                           {r.pidns: r.flags for reply in kernel for r in reply.stats})
         for ids, cmd in ((add, protocol.CMD_ADD), (detect, protocol.CMD_DETECT)):
             failed = await self._send_targets(cmd, ids)
             if failed:
-                log.warning("watched namespaces without a live process dropped", node=self.node,
-                            reason=handlers.failures_message(failed))
+                log.warning("watched namespaces dropped: no live process there, or the kernel refused",
+                            node=self.node, reason=handlers.failures_message(failed))
                 await self._drop(list(failed))
         log.info("watch set sent to the kernel", node=self.node, **self.watchset.counts())
 

@@ -123,13 +123,16 @@ def failures_message(failed: dict[int, int]) -> str:
                      for p, s in sorted(failed.items()))
 
 
-def resend_plan(entries: Iterable[WatchEntry], reclaiming: set[int]) -> tuple[list[int], list[int]]:
-    """After a registration: (ADD ids, DETECT ids). A detected namespace whose reclaim is still in
-    progress is only added: its notice comes again, and a DETECT now would arm a second one."""
+def resend_plan(entries: Iterable[WatchEntry], kernel: dict[int, int]) -> tuple[list[int], list[int]]:
+    """After a registration: (ADD ids, DETECT ids), given the kernel's flags of the namespaces it
+    still has (a bridge restart, not a module reload). A detected namespace the kernel still has
+    armed, or is still reclaiming, is only added: a DETECT now would arm a second notice (the
+    notice of a reclaim in progress comes again by itself)."""
     add: list[int] = []
     detect: list[int] = []
+    settled = protocol.F_NEED_NOTICE | protocol.F_RECLAIMING
     for entry in entries:
-        again = entry.mode == "detected" and entry.pidns not in reclaiming
+        again = entry.mode == "detected" and not kernel.get(entry.pidns, 0) & settled
         (detect if again else add).append(entry.pidns)
     return sorted(add), sorted(detect)
 
