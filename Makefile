@@ -16,13 +16,15 @@ export UV_PYTHON := $(PYTHON311)
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 export UV_LINK_MODE := copy
 
-.PHONY: help run test lint bench deps venv protos system clean tools kmod
+.PHONY: help run test lint bench deps venv protos system clean tools kmod soak manifests
 
 help:
 	@echo "make run   - start the local cluster, every service and the scenarios (SCENARIO=name, ARGS=--keep)"
 	@echo "make test  - install what is missing, then run the whole test suite"
 	@echo "make lint  - ruff, mypy --strict, import-linter"
 	@echo "make bench - every benchmark, one table, bench/results.json"
+	@echo "make soak  - a chaos soak of the local cluster (MINUTES=5, ARGS=\"--seed S --nodes K --nats-cluster 3\")"
+	@echo "make manifests - render k8s/base and the kmod component from the Helm chart k8s/chart/gpushare"
 
 $(UV):
 	@test -n "$(PYTHON311)" || { echo "error: Python 3.11 is required (python3.11 not found on PATH)"; exit 1; }
@@ -79,8 +81,17 @@ lint: venv
 bench: deps
 	$(PY) -m bench $(BENCH_ARGS)
 
+# k8s/base and k8s/components/kmod are the chart rendered with a real helm (tests/deploy/test_chart.py checks).
+manifests: venv
+	$(PY) -m tests.deploy.chart --write
+
 run: deps
 	$(PY) -m gpushare_sim.run --scenario $(SCENARIO) $(ARGS)
+
+# A chaos soak: real services, a seeded schedule of pods, owner-backs and faults, invariants checked.
+MINUTES ?= 5
+soak: deps
+	$(PY) -m gpushare_sim.soak --minutes $(MINUTES) $(ARGS)
 
 clean:
 	rm -rf $(VENV) $(BOOT) .mypy_cache .ruff_cache .pytest_cache

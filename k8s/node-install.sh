@@ -4,7 +4,8 @@
 # - copies gpushare-runtime (standard-library Python) to HOST_ROOT/opt/gpushare/runtime and
 #   writes the launcher HOST_ROOT/usr/local/bin/gpushare-runtime (needs python3 >= 3.11 on the node);
 # - writes /etc/gpushare/runtime.json and the containerd drop-in /etc/containerd/conf.d/gpushare.toml
-#   (from /etc/gpushare-config when mounted, else the repository's defaults);
+#   (from /etc/gpushare-config when mounted, else the repository's defaults), with this node's
+#   name (GPUSHARE_NODE_NAME, else the host name) as "node_name";
 # - creates the node signing key /etc/gpushare/signing.key (0600, root) when missing;
 # - restarts containerd only when GPUSHARE_RESTART_CONTAINERD=true.
 # Idempotent: running it twice changes nothing the second time.
@@ -32,7 +33,7 @@ dest="$host/opt/gpushare/runtime"
 mkdir -p "$dest/runtime" "$dest/common/gpushare_common"
 cp -R "$src/runtime/gpushare_runtime" "$dest/runtime/"
 cp "$src/libs/common/gpushare_common/__init__.py" "$src/libs/common/gpushare_common/ids.py" \
-   "$dest/common/gpushare_common/"
+   "$src/libs/common/gpushare_common/isolation.py" "$dest/common/gpushare_common/"
 mkdir -p "$host/usr/local/bin"
 sed -e "s|@PYTHON@|$python|g" -e "s|@RUNTIME_DIR@|/opt/gpushare/runtime/runtime|g" \
     -e "s|@COMMON_DIR@|/opt/gpushare/runtime/common|g" "$src/runtime/install/launcher.sh.in" \
@@ -45,7 +46,14 @@ mkdir -p "$host/etc/gpushare" "$host/etc/containerd/conf.d"
 chmod 0700 "$host/etc/gpushare"
 runtime_json="$config/runtime.json"; [ -f "$runtime_json" ] || runtime_json="$src/runtime/install/runtime.json.example"
 dropin="$config/containerd-gpushare.toml"; [ -f "$dropin" ] || dropin="$src/runtime/install/containerd-gpushare.toml"
-cp "$runtime_json" "$host/etc/gpushare/runtime.json"
+# the runtime binds every signature to this node's name: write it into the configuration
+node=${GPUSHARE_NODE_NAME:-$(hostname)}
+case "$node" in *[!a-z0-9.-]*|"") fail "node name '$node' is not a DNS name: set GPUSHARE_NODE_NAME";; esac
+awk -v node="$node" 'done || $0 != "{" { if ($0 !~ /"node_name"[ ]*:/) print; next }
+  { print; printf "  \"node_name\": \"%s\",\n", node; done = 1 }
+  END { if (!done) exit 3 }' "$runtime_json" > "$host/etc/gpushare/runtime.json.new" ||
+  fail "$runtime_json must start with a line holding only '{' (node_name is inserted after it)"
+mv -f "$host/etc/gpushare/runtime.json.new" "$host/etc/gpushare/runtime.json"
 cp "$dropin" "$host/etc/containerd/conf.d/gpushare.toml"
 if ! grep -qs 'conf.d' "$host/etc/containerd/config.toml"; then
   step "note: $host/etc/containerd/config.toml does not import conf.d; add: imports = [\"/etc/containerd/conf.d/*.toml\"]"

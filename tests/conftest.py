@@ -9,8 +9,10 @@ from collections.abc import Iterator
 import pytest
 from gpushare_common.settings import NatsSettings
 
-from tests.support import procs
+from tests.support import lifeline, procs
 from tests.support.nats import NatsServer, nats_binary, unique_prefix
+
+lifeline.install()  # every process a test starts dies with the test runner
 
 
 @pytest.fixture(scope="session")

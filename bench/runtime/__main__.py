@@ -85,6 +85,7 @@ def baseline_rows(label: str, samples: cycles.Samples, base: cycles.Samples,
     ]
 
 
+NODE = "bench-node"
 SCENARIOS = {"same-pod": "_/_/main", "signed cross-pod": "shadow-ns/shadow/main", "no annotation": ""}
 
 
@@ -94,12 +95,13 @@ def scenario(base: Path, args: argparse.Namespace, runtimes: list[str], label: s
     key_file.write_bytes(key)
     key_file.chmod(0o600)
     config = base / "runtime.json"
-    config.write_text(f'{{"key_file": "{key_file}", "index_dir": "{base / "index"}"}}\n')
+    config.write_text(f'{{"key_file": "{key_file}", "index_dir": "{base / "index"}", '
+                      f'"node_name": "{NODE}", "shadow_namespace": "shadow-ns"}}\n')
     value = SCENARIOS[label]
     signed = label == "signed cross-pod"
     annotations = {cycles.ANNOTATION: value} if value else {}
     if signed:
-        annotations[cycles.SIGNATURE] = ids.sign(key, "*", value)
+        annotations[cycles.SIGNATURE] = ids.sign(key, ids.KIND_FROM, NODE, "*", value)
     target = cycles.build(base, args.siblings, annotations, "shadow-ns" if signed else "bench")
     env = {**os.environ, "GPUSHARE_RUNTIME_CONFIG": str(config)}
     samples = cycles.alternate_all([*runtimes, "runc"], target, args.cycles, env)

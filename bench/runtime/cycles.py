@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 ANNOTATION = "gpushare.k8s.io/container-devices-from.*"
-SIGNATURE = "gpushare.k8s.io/signature.*"
+SIGNATURE = "gpushare.k8s.io/signature-from.*"
 
 
 def base_spec(rootfs: Path) -> dict[str, Any]:

@@ -20,7 +20,14 @@
 ``index_dir`` caches which container each sibling bundle belongs to (``""``
 turns the cache off).  A device-node template with ``{id}`` is one node per device ID; one without is
 a control node every device of that vendor needs.  ``vendors`` replaces the
-built-in table entry by entry.
+built-in table entry by entry; a vendor's ``isolation`` (``"none"`` or a profile,
+see ``gpushare_common.isolation``) says how its shares are capped.
+
+``node_name`` is this node's Kubernetes name: signatures bind it, so signed
+annotations are refused while it is not set.  ``shadow_namespace`` (default
+``gpushare-system``) is the one namespace, besides the target's own, that a
+cross-pod source may live in.  ``isolation_dir`` (default
+``/run/gpushare/isolation``) holds each ShadowPod's isolation directory.
 """
 
 from __future__ import annotations
@@ -33,16 +40,22 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from gpushare_common.isolation import Isolation
+
 DEFAULT_CONFIG_PATH = "/etc/gpushare/runtime.json"
 CONFIG_ENV = "GPUSHARE_RUNTIME_CONFIG"
 DEFAULT_INDEX_DIR = "/run/gpushare/runtime-index"
+DEFAULT_SHADOW_NAMESPACE = "gpushare-system"
+DEFAULT_ISOLATION_DIR = "/run/gpushare/isolation"
 ID_PLACEHOLDER = "{id}"
+TOP_KEYS = frozenset({"lower_runtime", "key_file", "cdi_dirs", "vendors", "index_dir", "node_name",
+                      "shadow_namespace", "isolation_dir"})
 
 
 class VendorResource:
     """One vendor resource: its visible-devices variables, device nodes and mounts."""
 
-    __slots__ = ("device_nodes", "env", "mounts", "resource")
+    __slots__ = ("device_nodes", "env", "isolation", "mounts", "resource")
 
     def __init__(
         self,
@@ -50,11 +63,13 @@ class VendorResource:
         env: tuple[str, ...] = (),
         device_nodes: tuple[str, ...] = (),
         mounts: tuple[dict[str, Any], ...] = (),
+        isolation: object = "none",
     ) -> None:
         self.resource = resource
         self.env = env
         self.device_nodes = device_nodes
         self.mounts = mounts
+        self.isolation = isolation  # the raw entry: parsed by RuntimeConfig.isolation_of
 
     @property
     def per_id_nodes(self) -> tuple[str, ...]:
@@ -82,6 +97,7 @@ DEFAULT_VENDORS = {
         ("NVIDIA_VISIBLE_DEVICES",),
         ("/dev/nvidia{id}", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools",
          "/dev/nvidia-modeset"),
+        isolation="nvidia-mps",  # gpushare_common.isolation.NVIDIA_MPS
     ),
     "amd.com/gpu": VendorResource(
         "amd.com/gpu", ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"),
@@ -98,7 +114,8 @@ DEFAULT_VENDORS = {
 
 
 class RuntimeConfig:
-    __slots__ = ("cdi_dirs", "index_dir", "key_file", "lower_runtime", "path", "vendors")
+    __slots__ = ("cdi_dirs", "index_dir", "isolation_dir", "key_file", "lower_runtime",
+                 "node_name", "path", "shadow_namespace", "vendors")
 
     def __init__(
         self,
@@ -108,6 +125,9 @@ class RuntimeConfig:
         cdi_dirs: tuple[str, ...] = ("/etc/cdi", "/var/run/cdi"),
         vendors: dict[str, VendorResource] | None = None,
         index_dir: str = DEFAULT_INDEX_DIR,
+        node_name: str = "",
+        shadow_namespace: str = DEFAULT_SHADOW_NAMESPACE,
+        isolation_dir: str = DEFAULT_ISOLATION_DIR,
     ) -> None:
         self.path = path
         self.index_dir = index_dir
@@ -115,10 +135,26 @@ class RuntimeConfig:
         self.key_file = key_file
         self.cdi_dirs = cdi_dirs
         self.vendors = dict(DEFAULT_VENDORS if vendors is None else vendors)
+        self.node_name = node_name
+        self.shadow_namespace = shadow_namespace
+        self.isolation_dir = isolation_dir
 
     @property
     def visible_env(self) -> frozenset[str]:
         return frozenset(name for v in self.vendors.values() for name in v.env)
+
+    def isolation_of(self, resource: str) -> Isolation:
+        """The vendor's isolation profile (soft share when it has none); ConfigError if bad."""
+        from gpushare_common import isolation
+
+        vendor = self.vendors.get(resource)
+        doc = vendor.isolation if vendor else isolation.SOFT_SHARE
+        if doc == "nvidia-mps":
+            doc = isolation.NVIDIA_MPS
+        try:
+            return isolation.parse_isolation(self.path, f"vendors[{resource!r}].isolation", doc)
+        except isolation.IsolationError as err:
+            raise ConfigError(self.path, f"{err.field}: {err.reason}") from None
 
 
 def config_path() -> str:
@@ -144,15 +180,19 @@ def _vendor(path: str, resource: str, doc: object) -> VendorResource:
     field = f"vendors[{resource!r}]"
     if not isinstance(doc, dict):
         raise ConfigError(path, f"{field} must be an object")
-    unknown = set(doc) - {"env", "device_nodes", "mounts"}
+    unknown = set(doc) - {"env", "device_nodes", "mounts", "isolation"}
     if unknown:
         raise ConfigError(path, f"{field}: unknown keys {sorted(unknown)}")
-    return VendorResource(
+    vendor = VendorResource(
         resource,
         _strings(path, f"{field}.env", doc.get("env", [])),
         _strings(path, f"{field}.device_nodes", doc.get("device_nodes", [])),
         _mounts(path, f"{field}.mounts", doc.get("mounts", [])),
+        doc.get("isolation", "none"),
     )
+    if "isolation" in doc:  # parsed now, so that a bad entry fails every annotated create
+        RuntimeConfig(path, vendors={resource: vendor}).isolation_of(resource)
+    return vendor
 
 
 def _string(path: str, doc: dict[str, Any], key: str, default: str) -> str:
@@ -169,14 +209,35 @@ def _index_dir(path: str, doc: dict[str, Any]) -> str:
     return value
 
 
+def _checked(path: str, doc: dict[str, Any], key: str, default: str, check: Any) -> str:
+    value = doc.get(key, default)
+    if value == default:
+        return default
+    from gpushare_common.ids import IdError
+
+    try:
+        return str(check(value))
+    except IdError as err:
+        raise ConfigError(path, f"{key}: {err.reason}") from None
+
+
+def _absolute(path: str, doc: dict[str, Any], key: str, default: str) -> str:
+    value = doc.get(key, default)
+    if not isinstance(value, str) or not value.startswith("/") or "/../" in value + "/":
+        raise ConfigError(path, f"{key} must be an absolute path")
+    return value
+
+
 def parse_config(path: str, text: str) -> RuntimeConfig:
+    from gpushare_common import ids
+
     try:
         doc = fastjson.loads(text)
     except ValueError as err:
         raise ConfigError(path, f"not JSON: {err}") from None
     if not isinstance(doc, dict):
         raise ConfigError(path, "must be a JSON object")
-    unknown = set(doc) - {"lower_runtime", "key_file", "cdi_dirs", "vendors", "index_dir"}
+    unknown = set(doc) - TOP_KEYS
     if unknown:
         raise ConfigError(path, f"unknown keys {sorted(unknown)}")
     lower = _string(path, doc, "lower_runtime", "runc")
@@ -194,6 +255,9 @@ def parse_config(path: str, text: str) -> RuntimeConfig:
         _strings(path, "cdi_dirs", doc.get("cdi_dirs", ["/etc/cdi", "/var/run/cdi"])),
         vendors,
         _index_dir(path, doc),
+        _checked(path, doc, "node_name", "", ids.check_node_name),
+        _checked(path, doc, "shadow_namespace", DEFAULT_SHADOW_NAMESPACE, ids.check_namespace),
+        _absolute(path, doc, "isolation_dir", DEFAULT_ISOLATION_DIR),
     )
 
 

@@ -1,10 +1,12 @@
 """From a target spec's gpushare annotations to the edits it receives.
 
-Each ``container-devices-from`` / ``container-devices-ids`` annotation aimed at
-this container (its name or ``*``) is checked for trust, resolved (source
-bundles, CDI specs, the vendor table) and turned into :class:`DeviceEdits`.
-Any problem raises :class:`AnnotationError` naming the annotation, the source
-and the reason; the caller then fails the create.
+Each ``container-devices-from`` / ``container-devices-ids`` /
+``container-devices-isolation`` annotation aimed at this container (its name or
+``*``) is checked for trust (namespaces, then the v2 signature of anything that
+leaves the pod), resolved (source bundles, CDI specs, the vendor table, the
+share caps) and turned into :class:`DeviceEdits`.  Any problem raises
+:class:`AnnotationError` naming the annotation, the source and the reason; the
+caller then fails the create.
 """
 
 from __future__ import annotations
@@ -52,12 +54,17 @@ class Injector:
 
     def edits(self) -> DeviceEdits:
         total = DeviceEdits()
-        for request in self.requests():
+        found = self.requests()
+        for request in found:
             self._check_trust(request)
+        for request in found:
             if isinstance(request.request, ids.DevicesFrom):
                 total.update(self._devices_from(request, request.request))
-            else:
+            elif isinstance(request.request, ids.DevicesIds):
                 total.update(self._devices_ids(request, request.request))
+        for request in found:
+            if isinstance(request.request, ids.IsolationRequest):
+                total.update(self._share_caps(request, found))
         return total
 
     # --- trust ----------------------------------------------------------------
@@ -79,23 +86,50 @@ class Injector:
                 raise AnnotationError(annotation, "", str(err)) from None
         return self._key
 
+    def _check_namespaces(self, request: ids.DeviceRequest, spec: ids.DevicesFrom) -> None:
+        """A source outside the pod lives in the target's namespace or the ShadowPod one."""
+        where = self.identity or Identity("", "", "")
+        allowed = (where.namespace, self.config.shadow_namespace)
+        for selection in spec.sources:
+            ref = selection.source.resolve(where.namespace, where.pod)
+            if ref.namespace not in allowed:
+                raise AnnotationError(
+                    request.annotation, str(ref),
+                    f"source namespace {ref.namespace!r} is neither the target's namespace "
+                    f"{where.namespace!r} nor the ShadowPod namespace {self.config.shadow_namespace!r}",
+                )
+
     def _check_trust(self, request: ids.DeviceRequest) -> None:
         spec = request.request
         where = self.identity or Identity("", "", "")
-        if isinstance(spec, ids.DevicesFrom) and not spec.leaves_pod(where.namespace, where.pod):
-            return
-        source = _describe(spec)
+        if isinstance(spec, ids.DevicesFrom):
+            self._check_namespaces(request, spec)
+            if not spec.leaves_pod(where.namespace, where.pod):
+                return
+        name, source = ids.signature_annotation(request.kind, request.target), _describe(spec)
         if not request.signature:
-            raise AnnotationError(
-                request.annotation, source,
-                f"reference leaves the pod and {ids.ANN_SIGNATURE}{request.target} is missing",
-            )
+            raise AnnotationError(request.annotation, source, _missing(request, name))
+        if not self.config.node_name:
+            raise AnnotationError(request.annotation, source, (
+                f"signed annotations name the node: runtime configuration {self.config.path} has "
+                "no node_name (the node installer writes it: this node's Kubernetes name)"))
         key = self._signing_key(request.annotation)
-        if not ids.verify(key, request.target, request.value, request.signature):
-            raise AnnotationError(
-                request.annotation, source,
-                f"{ids.ANN_SIGNATURE}{request.target} does not match (wrong key or altered value)",
-            )
+        try:
+            ids.check_signature(key, request.kind, self.config.node_name, request.target,
+                                request.value, request.signature)
+        except ids.SignatureError as err:
+            raise AnnotationError(request.annotation, source, f"{name}: {err.reason}") from None
+
+    # --- container-devices-isolation -----------------------------------------
+
+    def _share_caps(self, request: ids.DeviceRequest, found: list[ids.DeviceRequest]) -> DeviceEdits:
+        from .caps import share_caps_edits  # only a capped share needs it
+
+        copies = [r.request for r in found if isinstance(r.request, ids.DevicesFrom)]
+        annotations = self.spec.get("annotations") or {}
+        edits, action = share_caps_edits(self.config, annotations, request, copies)
+        self.actions.append(f"{self.target}: {action} per {request.annotation}")
+        return edits
 
     # --- container-devices-from ---------------------------------------------
 
@@ -147,32 +181,40 @@ class Injector:
         return self._cdi
 
     def _devices_ids(self, request: ids.DeviceRequest, spec: ids.DevicesIds) -> DeviceEdits:
-        edits = DeviceEdits()
+        edits, seen = DeviceEdits(), set[str]()
         for resource, device_ids in spec.devices:
             for device_id in device_ids:
                 source = f"{resource}={device_id}"
+                registry = self._registry(request.annotation)
                 try:
-                    found = self._registry(request.annotation).resolve(resource, device_id)
+                    found = registry.resolve(resource, device_id, _user(self.spec), seen)
                 except RuntimeFailure as err:
                     raise AnnotationError(request.annotation, source, str(err)) from None
-                edits.update(found or self._from_vendor_table(request.annotation, resource, device_id))
+                if found is None:
+                    found = self._from_vendor_table(request.annotation, resource, device_id,
+                                                    registry.unreadable)
+                edits.update(found)
             self.actions.append(
                 f"{self.target}: injected {resource} devices {', '.join(device_ids)} "
                 f"per {request.annotation}"
             )
         return edits
 
-    def _from_vendor_table(self, annotation: str, resource: str, device_id: str) -> DeviceEdits:
+    def _from_vendor_table(self, annotation: str, resource: str, device_id: str,
+                           unreadable: list[str]) -> DeviceEdits:
         from .cdi import host_device
 
         source = f"{resource}={device_id}"
         vendor = self.config.vendors.get(resource)
         if vendor is None or not vendor.per_id_nodes:
+            notes = "".join(f"; unreadable: {note}" for note in unreadable)
             raise AnnotationError(annotation, source, "unresolvable device ID: no CDI spec and "
-                                  "no vendor table entry names it")
+                                  f"no vendor table entry names it{notes}")
         edits = DeviceEdits()
         for template in vendor.per_id_nodes:
             path = template.replace(ID_PLACEHOLDER, device_id)
+            if posixfs.normpath(path) != path:  # IDs are checked; this guards the template too
+                raise AnnotationError(annotation, source, f"device path {path!r} is not normal")
             try:
                 edits.add_device(host_device(path))
             except OSError as err:
@@ -187,7 +229,26 @@ class Injector:
         return edits
 
 
-def _describe(spec: ids.DevicesFrom | ids.DevicesIds) -> str:
+def _user(spec: dict[str, Any]) -> tuple[int, int]:
+    """The container's uid and gid (CDI device nodes default to them)."""
+    process = spec.get("process")
+    user = process.get("user") if isinstance(process, dict) else None
+    if not isinstance(user, dict):
+        return 0, 0
+    uid, gid = user.get("uid", 0), user.get("gid", 0)
+    return (uid if isinstance(uid, int) else 0), (gid if isinstance(gid, int) else 0)
+
+
+def _missing(request: ids.DeviceRequest, name: str) -> str:
+    if request.legacy_signature:
+        return f"{ids.ANN_SIGNATURE}{request.target}: {ids.UPGRADE_DEVICE_PLUGIN}"
+    leaves = "reference leaves the pod and " if request.kind == ids.KIND_FROM else ""
+    return f"{leaves}{name} is missing"
+
+
+def _describe(spec: ids.DevicesFrom | ids.DevicesIds | ids.IsolationRequest) -> str:
     if isinstance(spec, ids.DevicesFrom):
         return ", ".join(str(s.source) for s in spec.sources)
-    return ", ".join(f"{r}={','.join(i)}" for r, i in spec.devices)
+    if isinstance(spec, ids.DevicesIds):
+        return ", ".join(f"{r}={','.join(i)}" for r, i in spec.devices)
+    return "share caps"

@@ -2,18 +2,70 @@
 
 Block mappings and sequences (``key: value``, ``- item``, ``- key: value``),
 plain, single- and double-quoted scalars, flow lists and maps of scalars
-(``[a, "b"]``, ``{}``), comments and a leading ``---``.  Anchors, tags,
-multi-line scalars and multiple documents are rejected with :class:`YamlError`.
-Scalars stay strings except integers, ``true``/``false`` and ``null``/``~``.
+(``[a, "b"]``, ``{}``), comments and a leading ``---``.  Anchors, aliases, tags,
+multi-line scalars, directives and multiple documents are rejected with
+:class:`YamlError` naming the line.  Scalars stay strings except integers
+(decimal, ``0o17``/``017`` octal as YAML 1.1 reads file modes, ``0x1f``),
+``true``/``false`` and ``null``/``~``.  No ``re`` and no ``json`` import: a spot
+create reads NVIDIA's YAML CDI spec on the create path.
 """
 
 from __future__ import annotations
 
-import json
-import re
+from gpushare_common.ids import json_loads
 
-_INT = re.compile(r"[-+]?(0|[1-9][0-9]*)\Z")
-_KEY = re.compile(r"""("(?:[^"\\]|\\.)*"|'(?:[^']|'')*'|[^'"\s#:][^:#]*?)\s*:(\s|\Z)""")
+_DIGITS = frozenset("0123456789")
+_OCTAL = frozenset("01234567")
+_HEX = frozenset("0123456789abcdefABCDEF")
+_SPACE = " \t"
+
+
+def _integer(text: str) -> int | None:
+    """The value of a YAML integer scalar, None when ``text`` is not one."""
+    body = text[1:] if text[:1] in "+-" else text
+    sign = -1 if text[:1] == "-" else 1
+    if body[:2] in ("0o", "0x") and len(body) > 2:
+        digits, base = body[2:], (8 if body[1] == "o" else 16)
+        return sign * int(digits, base) if set(digits) <= (_OCTAL if base == 8 else _HEX) else None
+    if len(body) > 1 and body[0] == "0":
+        return sign * int(body, 8) if set(body) <= _OCTAL else None
+    return sign * int(body) if body and set(body) <= _DIGITS else None
+
+
+def _quoted_end(text: str) -> int | None:
+    """The index after the quoted scalar that starts ``text``; None if it is not closed."""
+    quote, index = text[0], 1
+    while index < len(text):
+        char = text[index]
+        if quote == '"' and char == "\\":
+            index += 2
+            continue
+        if char == quote:
+            if quote == "'" and text[index + 1 : index + 2] == "'":
+                index += 2
+                continue
+            return index + 1
+        index += 1
+    return None
+
+
+def _key(text: str) -> tuple[str, int] | None:
+    """``(key token, index after its ':')`` of a ``key: value`` line, None for anything else."""
+    if text[:1] in ('"', "'"):
+        end = _quoted_end(text)
+        if end is None:
+            return None
+        colon = end + len(text[end:]) - len(text[end:].lstrip(_SPACE))
+    elif text[:1] and text[0] not in "'\"#:" + _SPACE:
+        colon = text.find(":")
+        if colon < 0 or "#" in text[:colon]:
+            return None
+        end = len(text[:colon].rstrip(_SPACE))
+    else:
+        return None
+    if text[colon : colon + 1] != ":" or text[colon + 1 : colon + 2] not in ("", " ", "\t"):
+        return None
+    return text[:end], colon + 1
 
 
 class YamlError(ValueError):
@@ -61,7 +113,7 @@ def _lines(text: str) -> list[_Line]:
 def _scalar(text: str, line: int) -> object:
     if text.startswith('"'):
         try:
-            value = json.loads(text)
+            value = json_loads(text)
         except ValueError:
             raise YamlError(line, f"bad double-quoted scalar {text[:40]!r}") from None
         if not isinstance(value, str):
@@ -79,7 +131,8 @@ def _scalar(text: str, line: int) -> object:
         return None
     if text in ("true", "True", "TRUE", "false", "False", "FALSE"):
         return text.lower() == "true"
-    return int(text) if _INT.match(text) else text
+    number = _integer(text)
+    return text if number is None else number
 
 
 def _flow(text: str, line: int) -> object:
@@ -130,7 +183,7 @@ class _Parser:
 
     def value_at(self, indent: int) -> object:
         line = self.lines[self.index]
-        if _KEY.match(line.text) or line.text.startswith("- "):
+        if _key(line.text) or line.text.startswith("- "):
             return self.block(indent)
         self.index += 1
         return _scalar(line.text, line.number)
@@ -138,13 +191,13 @@ class _Parser:
     def mapping(self, indent: int) -> dict[str, object]:
         result: dict[str, object] = {}
         while (line := self.peek()) and line.indent == indent:
-            match = _KEY.match(line.text)
+            match = _key(line.text)
             if not match:
                 raise YamlError(line.number, f"expected 'key: value', got {line.text[:40]!r}")
-            key = _scalar(match.group(1), line.number)
+            key = _scalar(match[0], line.number)
             if not isinstance(key, str) or key in result:
-                raise YamlError(line.number, f"bad or duplicate key {match.group(1)!r}")
-            rest = line.text[match.end() :].strip()
+                raise YamlError(line.number, f"bad or duplicate key {match[0]!r}")
+            rest = line.text[match[1] :].strip()
             self.index += 1
             result[key] = _scalar(rest, line.number) if rest else self.nested(indent)
         return result
@@ -166,7 +219,7 @@ def loads(text: str) -> object:
     if not lines:
         return None
     parser = _Parser(lines)
-    if len(lines) == 1 and not _KEY.match(lines[0].text) and lines[0].text[:2] not in ("- ", "-"):
+    if len(lines) == 1 and not _key(lines[0].text) and lines[0].text[:2] not in ("- ", "-"):
         return _scalar(lines[0].text, lines[0].number)
     value = parser.block(lines[0].indent)
     if parser.index < len(lines):

@@ -26,7 +26,7 @@ target="$bindir/gpushare-runtime"
 # a virtual environment's python must stay the venv's, never a shim)
 case $python in /*) ;; *) python="$(cd "$(dirname "$python")" && pwd)/$(basename "$python")" ;; esac
 mkdir -p "$bindir"
-"$python" -I -m compileall -q "$repo/runtime/gpushare_runtime" "$repo/libs/common/gpushare_common/ids.py" "$repo/libs/common/gpushare_common/__init__.py" >/dev/null
+"$python" -I -m compileall -q "$repo/runtime/gpushare_runtime" "$repo/libs/common/gpushare_common/ids.py" "$repo/libs/common/gpushare_common/isolation.py" "$repo/libs/common/gpushare_common/__init__.py" >/dev/null
 
 tmp="$target.tmp.$$"
 sed -e "s|@PYTHON@|$python|g" -e "s|@RUNTIME_DIR@|$repo/runtime|g" \

@@ -51,6 +51,8 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+from gpushare_sim.run.lifeline import owned
+
 REQUIRED_BINARIES = ("containerd", "ctr", "containerd-shim-runc-v2", "runc")
 _DISABLED_PLUGINS = (
     "io.containerd.grpc.v1.cri",
@@ -178,7 +180,7 @@ class Containerd:
         self.config_path.write_text(_config_text(self.root, self.state, self.address))
         with open(self.log_path, "ab") as log:
             self._process = subprocess.Popen(
-                [self._containerd_bin, "--config", str(self.config_path)],
+                owned([self._containerd_bin, "--config", str(self.config_path)]),  # ends with the node
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -38,6 +38,7 @@ import signal
 import struct
 import time
 
+from .kernel_guards import instrument
 from .kernel_map import (
     F_NEED_NOTICE,
     F_RECLAIMING,
@@ -213,6 +214,10 @@ class KernelStandIn:
             while line := await reader.readline():
                 try:
                     call = json.loads(line)
+                    if isinstance(call, dict) and "op" in call:
+                        writer.write(json.dumps(instrument(self.state.guards, call)).encode() + b"\n")
+                        await writer.drain()
+                        continue
                     pidns, pid, ioctl_type = int(call["pidns"]), int(call["pid"]), int(call.get("type", 0x46))
                 except (ValueError, KeyError, TypeError) as err:
                     writer.write(json.dumps({"error": f"bad hook line: {err!r}"}).encode() + b"\n")

@@ -22,6 +22,8 @@ import struct
 import time
 from dataclasses import dataclass, field
 
+from .kernel_guards import Guards
+
 MAX_IDS = 1024
 F_WATCHED, F_NEED_NOTICE, F_RECLAIMING = 1, 2, 4
 NOTICE_F_RESENT = 1
@@ -126,6 +128,7 @@ class KernelState:
         self.types: bytes = bytes([0x46])
         self.majors: tuple[int, ...] = ()
         self.notify = lambda hit: False  # set by the server
+        self.guards = Guards()  # a test instrument, told each time an owner's call is let go
 
     def add(self, pidns: int, pid: int, detect: bool) -> int:
         pin = pin_namespace(pidns, pid, self.proc)
@@ -146,6 +149,8 @@ class KernelState:
         entry = self.entries.pop(pidns, None)
         if entry is None:
             return 0
+        if entry.reclaiming:
+            self.guards.settle(pidns, "delete")
         woken = entry.end_reclaim(dead=True)
         entry.unpin()
         return woken
@@ -157,6 +162,8 @@ class KernelState:
 
     def release(self, pidns: int) -> int:
         entry = self.entries.get(pidns)
+        if entry is not None and entry.reclaiming:
+            self.guards.settle(pidns, "release")
         return entry.end_reclaim() if entry else 0
 
     def hold(self, pidns: int) -> int:
@@ -185,7 +192,7 @@ class KernelState:
         start = time.monotonic_ns()
         entry.hits += 1
         entry.last_access_ns = start
-        entry.expire(start)  # a reclaim nobody waited out ends here
+        self._expire(entry, start)  # a reclaim nobody waited out ends here
         if entry.need_notice and not entry.reclaiming and not entry.dead:
             entry.need_notice, entry.reclaiming = False, True
             entry.deadline_ns = start + self.timeout_ms * MS
@@ -201,12 +208,17 @@ class KernelState:
         entry.blocked += 1
         wake = entry.wake
         try:
-            while entry.wake is wake and not entry.expire(time.monotonic_ns()):
+            while entry.wake is wake and not self._expire(entry, time.monotonic_ns()):
                 with contextlib.suppress(TimeoutError):
                     left = (entry.deadline_ns - time.monotonic_ns()) / 1e9
                     await asyncio.wait_for(wake.wait(), max(left, 0.0))
         finally:
             entry.blocked -= 1
+
+    def _expire(self, entry: Entry, now_ns: int) -> bool:
+        if entry.reclaiming and now_ns >= entry.deadline_ns:
+            self.guards.settle(entry.pidns, "timeout")
+        return entry.expire(now_ns)
 
     def stats(self, ids: list[int]) -> list[Entry]:
         chosen = [self.entries[i] for i in ids if i in self.entries] if ids else list(self.entries.values())

@@ -24,6 +24,7 @@ from typing import Any
 from gpushare_common.tasks import run_service
 
 from gpushare_sim.node.adapters.kube import Conflict, KubeError, NotFound, SimKube
+from gpushare_sim.node.events import NORMAL, EventRecorder, Involved
 from gpushare_sim.node.model import PodDef, PodError, parse_pod, parse_quantity
 
 log = logging.getLogger("gpushare_sim.scheduler")
@@ -104,8 +105,9 @@ def pending_unbound(obj: dict[str, Any]) -> bool:
 
 
 class Scheduler:
-    def __init__(self, api: SimKube, interval_s: float = 0.2) -> None:
+    def __init__(self, api: SimKube, interval_s: float = 0.2, events: EventRecorder | None = None) -> None:
         self.api = api
+        self.events = events or EventRecorder(None, "default-scheduler")
         self.interval_s = interval_s
         self.bound = 0
 
@@ -126,6 +128,7 @@ class Scheduler:
                 log.info("bind skipped pod=%s: %s", pod.key, err)
                 continue
             log.info("pod bound pod=%s node=%s", pod.key, target)
+            self.events.record(Involved.pod(pod), NORMAL, "Scheduled", f"Successfully assigned {pod.key} to {target}")
             pods = [p for p in pods if p.key != pod.key]
             pods.append(_with_node(pod, target))
             bound += 1

@@ -20,6 +20,7 @@ def pod(name: str, node: str = "n1", labels: dict[str, str] | None = None) -> di
 
 @pytest.fixture
 def kube(kube_api: KubeApi) -> Kube:
+    kube_api.namespaces("ml", "ns")
     return Kube(KubeSettings(kubeconfig=str(kube_api.kubeconfig), watch_timeout_s=5), kube_api.new_client())
 
 
@@ -70,7 +71,7 @@ async def test_watch_syncs_then_streams_changes(kube: Kube) -> None:
 
 
 async def test_watch_relists_after_410() -> None:
-    with start_kube_api(ApiSettings(history=3)) as api:
+    with start_kube_api(ApiSettings(history=3), namespaces=("ml",)) as api:
         kube = Kube(KubeSettings(kubeconfig=str(api.kubeconfig), watch_timeout_s=2), api.new_client())
         first = await kube.create_pod("ml", pod("p0"))
         for i in range(1, 20):

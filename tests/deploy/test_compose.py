@@ -38,6 +38,8 @@ COMPOSE_DIR = ROOT / "compose"
 COMPOSE = COMPOSE_DIR / "docker-compose.yaml"
 ENV_EXAMPLE = COMPOSE_DIR / ".env.example"
 K8S_BASE = ROOT / "k8s" / "base"
+K8S_KMOD_PATCH = ROOT / "k8s" / "components" / "kmod" / "kmod-bridge.yaml"
+IMAGE = re.compile(r"(gpushare/[\w-]+):([\w.-]+)")
 SERVICES = ("detector", "solver", "deviceplugin", "kmod-bridge", "shadow-controller")
 PROFILES = ("sim", "node")
 SIM_DOCKERFILE = "compose/sim.Dockerfile"
@@ -268,7 +270,9 @@ def compose_errors(text: str) -> list[str]:
 
 @cache
 def _k8s_text() -> dict[str, str]:
-    return {p.name: p.read_text() for p in sorted(K8S_BASE.glob("*.yaml"))}
+    """k8s/base (rendered from the chart) and the kernel-module component's patch."""
+    texts = {p.name: p.read_text() for p in sorted(K8S_BASE.glob("*.yaml")) if p.name != "kustomization.yaml"}
+    return texts | {"components/kmod/kmod-bridge.yaml": K8S_KMOD_PATCH.read_text()}
 
 
 def k8s_docs(texts: dict[str, str] | None = None) -> list[dict[str, Any]]:
@@ -283,9 +287,13 @@ def containers(doc: dict[str, Any]) -> list[dict[str, Any]]:
     return [*spec.get("initContainers", []), *spec["containers"]]
 
 
-def _container_errors(where: str, service: str, container: dict[str, Any]) -> list[str]:
+def _container_errors(where: str, service: str, container: dict[str, Any],
+                      config_maps: dict[str, dict[str, str]]) -> list[str]:
     env_list = container.get("env") or []
     names = [e["name"] for e in env_list]
+    for source in container.get("envFrom") or []:
+        name = source.get("configMapRef", {}).get("name", "")
+        names += list(config_maps.get(name, {}))
     values = " ".join(str(e.get("value", "")) for e in env_list)
     helpers = [n for n in names if not n.startswith("GPUSHARE_")]
     errors = [f"{where}: {n} is neither a setting nor referenced as $({n})" for n in helpers
@@ -302,12 +310,14 @@ def _container_errors(where: str, service: str, container: dict[str, Any]) -> li
 
 def manifest_errors(docs: list[dict[str, Any]]) -> list[str]:
     errors = []
+    config_maps = {d["metadata"]["name"]: d.get("data", {}) for d in docs if d.get("kind") == "ConfigMap"}
     for doc in docs:
         for container in containers(doc):
-            match = re.fullmatch(r"gpushare/([\w-]+)", container["image"])
-            if match and match.group(1) in SERVICES:
+            match = IMAGE.fullmatch(container["image"])
+            service = match.group(1).removeprefix("gpushare/") if match else ""
+            if service in SERVICES:
                 where = f"{doc['metadata']['name']}/{container['name']}"
-                errors += _container_errors(where, match.group(1), container)
+                errors += _container_errors(where, service, container, config_maps)
     return errors
 
 
@@ -341,26 +351,24 @@ def test_k8s_workloads_are_consistent() -> None:
 
 
 def test_every_service_is_deployed_in_k8s() -> None:
-    images = {c["image"] for d in k8s_docs() for c in containers(d)}
+    images = {c["image"].split(":")[0] for d in k8s_docs() for c in containers(d)}
     assert {f"gpushare/{s}" for s in SERVICES} <= images
 
 
 def test_every_gpushare_image_is_built_by_a_dockerfile_here() -> None:
-    """Images named by k8s (base, components, kustomize tags) or compose have a Dockerfile whose
-    build line (``docker build -f FILE -t gpushare/NAME:TAG .``) makes that name and tag."""
+    """Images named by k8s (base and the kernel-module component, rendered from the chart) or compose
+    have a Dockerfile whose build line (``docker build -f FILE -t gpushare/NAME:TAG .``) makes that
+    name and tag."""
     built: dict[str, str] = {}
     for dockerfile in ROOT.glob("**/*Dockerfile"):
         if ".venv" not in dockerfile.parts:
             for path, image in re.findall(r"docker build -f (\S+) -t (gpushare/\S+) \.", dockerfile.read_text()):
                 assert ROOT / path == dockerfile, f"{dockerfile}: build line names {path}"
                 built[image.split(":")[0]] = image.split(":")[1]
-    wanted: dict[str, str] = {}
-    for kustomization in (ROOT / "k8s").glob("**/kustomization.yaml"):
-        wanted |= {i["name"]: i["newTag"] for i in yaml.safe_load(kustomization.read_text()).get("images", [])}
-    patch = (ROOT / "k8s" / "components" / "kmod" / "kmod-installer.yaml").read_text()
-    named = {c["image"] for d in k8s_docs() for c in containers(d)} | set(re.findall(r"image: (\S+)", patch))
-    named = {n for n in named if n.startswith("gpushare/")}
-    assert named <= wanted.keys(), "every gpushare image gets its tag from a kustomization"
+    named = [c["image"] for d in k8s_docs() for c in containers(d) if c["image"].startswith("gpushare/")]
+    assert all(IMAGE.fullmatch(n) for n in named), "every gpushare image in k8s/ carries its tag"
+    wanted = {m.group(1): m.group(2) for m in map(IMAGE.fullmatch, named) if m}
+    assert "gpushare/kmod-installer" in wanted and "gpushare/node-installer" in wanted
     for spec in yaml.safe_load(COMPOSE.read_text())["services"].values():
         if spec["image"].startswith("gpushare/"):
             wanted[spec["image"].split(":")[0]] = spec["image"].split(":")[1]
@@ -408,8 +416,10 @@ def test_compose_profile_without_a_service_fails() -> None:
     ("deviceplugin.yaml", "{name: signing-key, mountPath: /etc/gpushare/signing.key, readOnly: true}",
      "{name: signing-key, mountPath: /etc/gpushare/node.key, readOnly: true}",
      "GPUSHARE_DP_SIGNING_KEY_FILE=/etc/gpushare/signing.key is not inside"),
-    ("detector.yaml", "value: http://$(NODE_IP):9400/metrics", "value: http://node:9400/metrics",
+    ("detector.yaml", 'value: "http://$(NODE_IP):9400/metrics"', 'value: "http://node:9400/metrics"',
      "NODE_IP is neither a setting nor referenced"),
+    ("shadow-controller.yaml", "GPUSHARE_SHADOW_IMAGE:", "GPUSHARE_SHADOW_IMAGES:",
+     "GPUSHARE_SHADOW_IMAGES is not a setting of shadow-controller"),
 ])  # fmt: skip
 def test_broken_manifest_copy_fails(manifest: str, old: str, new: str, expected: str) -> None:
     texts = copy.deepcopy(_k8s_text())

@@ -1,8 +1,12 @@
-"""k8s/ manifests: every object validates against the Kubernetes schemas offline; the
-kustomizations reference files that exist; copies of the runtime's install material match."""
+"""k8s/ manifests (k8s/base, rendered from the chart, and the kernel-module component): every
+object validates against the Kubernetes schemas offline; the kustomizations reference files that
+exist; workloads run as their own service accounts and images built here; services on the host
+network listen on the node's address only."""
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -13,31 +17,28 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "k8s"
-KUBE_VERSION = "1.31"
+KUBE_VERSION = "1.30"  # the oldest Kubernetes the manifests support (ValidatingAdmissionPolicy v1)
 MANIFESTS = sorted(p for p in (K8S / "base").glob("*.yaml") if p.name != "kustomization.yaml")
+KMOD_PATCH = K8S / "components" / "kmod" / "kmod-bridge.yaml"
+WORKLOADS = ("DaemonSet", "Deployment", "StatefulSet")
 
 
 def documents(path: Path) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(path.read_text()) if d]
 
 
-@pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: p.name)
+def workloads() -> list[dict[str, Any]]:
+    return [d for p in [*MANIFESTS, KMOD_PATCH] for d in documents(p) if d["kind"] in WORKLOADS]
+
+
+@pytest.mark.parametrize("path", [*MANIFESTS, KMOD_PATCH], ids=lambda p: p.name)
 def test_manifest_validates_against_kubernetes_schema(path: Path) -> None:
     for doc in documents(path):
         kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
 
 
-def test_kmod_component_patch_validates_once_merged() -> None:
-    (daemonset,) = documents(K8S / "base" / "kmod-bridge.yaml")
-    (patch,) = documents(K8S / "components" / "kmod" / "kmod-installer.yaml")
-    spec = daemonset["spec"]["template"]["spec"]
-    spec["initContainers"] = patch["spec"]["template"]["spec"]["initContainers"]
-    spec["volumes"] = spec.get("volumes", []) + patch["spec"]["template"]["spec"]["volumes"]
-    kubernetes_validate.validate(daemonset, KUBE_VERSION, strict=True)
-
-
 def test_bad_manifest_is_rejected() -> None:
-    (doc,) = documents(K8S / "base" / "shadow-controller.yaml")
+    (doc,) = [d for d in documents(K8S / "base" / "shadow-controller.yaml") if d["kind"] == "Deployment"]
     doc["spec"]["replicas"] = "two"
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
@@ -47,38 +48,39 @@ def test_kustomization_references_existing_files() -> None:
     kustomization = yaml.safe_load((K8S / "base" / "kustomization.yaml").read_text())
     for resource in kustomization["resources"]:
         assert (K8S / "base" / resource).is_file(), resource
-    for generator in kustomization["configMapGenerator"]:
-        for name in generator["files"]:
-            assert (K8S / "base" / name).is_file(), name
     overlay = yaml.safe_load((K8S / "overlays" / "with-kmod" / "kustomization.yaml").read_text())
     for component in overlay["components"]:
-        assert (K8S / "overlays" / "with-kmod" / component / "kustomization.yaml").is_file()
-
-
-@pytest.mark.parametrize(("copy", "original"), [
-    ("runtimeclass.yaml", "runtimeclass.yaml"),
-    ("containerd-gpushare.toml", "containerd-gpushare.toml"),
-    ("runtime.json", "runtime.json.example"),
-])
-def test_install_material_copies_match_the_runtime(copy: str, original: str) -> None:
-    assert (K8S / "base" / copy).read_text() == (ROOT / "runtime" / "install" / original).read_text()
+        component_dir = K8S / "overlays" / "with-kmod" / component
+        for patch in yaml.safe_load((component_dir / "kustomization.yaml").read_text())["patches"]:
+            assert (component_dir / patch["path"]).is_file(), patch
 
 
 def test_service_accounts_and_images_exist_for_every_workload() -> None:
-    accounts = {d["metadata"]["name"] for d in documents(K8S / "base" / "rbac.yaml")
-                if d["kind"] == "ServiceAccount"}
+    accounts = {d["metadata"]["name"] for d in documents(K8S / "base" / "rbac.yaml") if d["kind"] == "ServiceAccount"}
     dockerfiles = {p.parent.name for p in (ROOT / "services").glob("*/Dockerfile")}
-    for path in MANIFESTS:
-        for doc in documents(path):
-            if doc["kind"] not in ("DaemonSet", "Deployment", "StatefulSet"):
-                continue
-            pod = doc["spec"]["template"]["spec"]
-            account = pod.get("serviceAccountName")
-            assert account is None or account in accounts, (path.name, account)
-            for container in pod["containers"]:
-                image = container["image"]
-                if image.startswith("gpushare/") and image != "gpushare/node-installer":
-                    assert image.removeprefix("gpushare/") in dockerfiles, image
+    for doc in workloads():
+        pod = doc["spec"]["template"]["spec"]
+        account = pod.get("serviceAccountName")
+        assert account is None or account in accounts, (doc["metadata"]["name"], account)
+        for container in pod["containers"]:
+            match = re.fullmatch(r"gpushare/([\w-]+):[\w.-]+", container["image"])
+            if match and match.group(1) != "node-installer":
+                assert match.group(1) in dockerfiles, container["image"]
+
+
+def test_host_network_services_listen_on_the_node_address_only() -> None:
+    """On the host network a service's HTTP port (``/status`` included) is bound to the node's own
+    address (downward API ``status.hostIP``), not every address; the kubelet's probes reach the pod
+    IP, which for these pods is that address."""
+    on_host = [d for d in workloads() if d["spec"]["template"]["spec"].get("hostNetwork")]
+    assert on_host, "the kmod-bridge runs on the host network"
+    for doc in on_host:
+        for container in doc["spec"]["template"]["spec"]["containers"]:
+            env = {e["name"]: e for e in container.get("env", [])}
+            assert env["GPUSHARE_HTTP_HOST"] == {"name": "GPUSHARE_HTTP_HOST",
+                                                 "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}}
+            for probe in ("livenessProbe", "readinessProbe"):
+                assert "host" not in container[probe]["httpGet"], (doc["metadata"]["name"], probe)
 
 
 def test_node_install_is_idempotent(tmp_path: Path) -> None:
@@ -87,7 +89,7 @@ def test_node_install_is_idempotent(tmp_path: Path) -> None:
     (host / "usr" / "bin" / "python3").write_text("")
     (host / "usr" / "bin" / "python3").chmod(0o755)
     script = K8S / "node-install.sh"
-    env = {"PATH": "/usr/bin:/bin", "GPUSHARE_CONFIG_DIR": str(tmp_path / "none")}
+    env = {"PATH": "/usr/bin:/bin", "GPUSHARE_CONFIG_DIR": str(tmp_path / "none"), "GPUSHARE_NODE_NAME": "gpu-7.x"}
     first = subprocess.run([str(script), str(host)], capture_output=True, text=True, env=env, check=True)
     assert "creating the node signing key" in first.stdout
     key = host / "etc" / "gpushare" / "signing.key"
@@ -96,9 +98,23 @@ def test_node_install_is_idempotent(tmp_path: Path) -> None:
     assert "'/usr/bin/python3' -I -S" in launcher and "/opt/gpushare/runtime/runtime" in launcher
     assert (host / "opt/gpushare/runtime/runtime/gpushare_runtime/main.py").is_file()
     assert (host / "etc/containerd/conf.d/gpushare.toml").is_file()
+    assert (host / "opt/gpushare/runtime/common/gpushare_common/isolation.py").is_file()
+    config = json.loads((host / "etc/gpushare/runtime.json").read_text())
+    assert config["node_name"] == "gpu-7.x" and config["lower_runtime"] == "runc"
     before = key.read_text()
     second = subprocess.run([str(script), str(host)], capture_output=True, text=True, env=env, check=True)
     assert "creating the node signing key" not in second.stdout and key.read_text() == before
+    assert json.loads((host / "etc/gpushare/runtime.json").read_text()) == config
+
+
+def test_node_install_refuses_a_node_name_that_is_not_one(tmp_path: Path) -> None:
+    host = tmp_path / "host"
+    (host / "usr" / "bin").mkdir(parents=True)
+    (host / "usr" / "bin" / "python3").write_text("")
+    (host / "usr" / "bin" / "python3").chmod(0o755)
+    env = {"PATH": "/usr/bin:/bin", "GPUSHARE_CONFIG_DIR": str(tmp_path / "none"), "GPUSHARE_NODE_NAME": "a b\"c"}
+    result = subprocess.run([str(K8S / "node-install.sh"), str(host)], capture_output=True, text=True, env=env)
+    assert result.returncode == 1 and "set GPUSHARE_NODE_NAME" in result.stderr
 
 
 def test_node_install_without_python_says_what_to_do(tmp_path: Path) -> None:

@@ -4,7 +4,8 @@ The common adapter (``gpushare_common.adapters.kube.Kube``) is run once per publ
 against a recording transport: every HTTP request it makes (method, path, ``watch``) becomes
 the RBAC (apiGroup, resource, verb) it needs. Each service package is read (AST) for calls
 of those methods. The result, per ServiceAccount ``gpushare-<service>``, must equal what its
-(Cluster)RoleBindings grant: nothing missing, nothing unused.
+(Cluster)RoleBindings grant: nothing missing, nothing unused. Calls a service makes in the system
+namespace only (its Lease, its ShadowPods) must be granted there by a RoleBinding, not cluster-wide.
 """
 
 from __future__ import annotations
@@ -26,6 +27,13 @@ from gpushare_common.settings import KubeSettings
 ROOT = Path(__file__).resolve().parents[2]
 RBAC = ROOT / "k8s" / "base" / "rbac.yaml"
 SERVICES = ("detector", "solver", "deviceplugin", "kmod-bridge", "shadow-controller")
+SYSTEM_NAMESPACE = "gpushare-system"
+# (group, resource, verb) a service uses in the system namespace only: its settings name that
+# namespace (GPUSHARE_SHADOW_LEASE_NAMESPACE; ShadowPods live in the system namespace)
+IN_SYSTEM_NAMESPACE = {
+    "shadow-controller": {("coordination.k8s.io", "leases", "get"), ("coordination.k8s.io", "leases", "create"),
+                          ("coordination.k8s.io", "leases", "update"), ("", "pods", "create"), ("", "pods", "delete")},
+}
 API_PATH = re.compile(r"/(?:api/v1|apis/(?P<group>[^/]+)/[^/]+)(?:/namespaces/[^/]+)?/(?P<resource>[a-z]+)"
                       r"(?:/(?P<name>[^/]+)(?:/(?P<sub>[a-z]+))?)?")  # fmt: skip
 ITEM_VERBS = {"GET": "get", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
@@ -37,9 +45,17 @@ class Grant:
     group: str
     resource: str
     verb: str
+    namespace: str = ""  # "" = cluster-wide
 
     def __str__(self) -> str:
-        return f"{self.group or 'core'}/{self.resource}:{self.verb}"
+        where = f" in {self.namespace}" if self.namespace else ""
+        return f"{self.group or 'core'}/{self.resource}:{self.verb}{where}"
+
+    def scoped(self, service: str) -> Grant:
+        """Where ``service`` needs this grant: the system namespace or the whole cluster."""
+        if (self.group, self.resource, self.verb) in IN_SYSTEM_NAMESPACE.get(service, set()):
+            return Grant(self.group, self.resource, self.verb, SYSTEM_NAMESPACE)
+        return self
 
 
 class UnknownApiCall(ValueError):
@@ -134,32 +150,34 @@ def called_methods(paths: Iterable[Path], names: Iterable[str]) -> dict[str, set
     return found
 
 
-def needed_grants(service_dir: Path, operations: dict[str, set[Grant]]) -> set[Grant]:
+def needed_grants(service_dir: Path, operations: dict[str, set[Grant]], service: str = "") -> set[Grant]:
     calls = called_methods(sorted(service_dir.rglob("*.py")), operations)
-    return {grant for method in calls for grant in operations[method]}
+    return {grant.scoped(service) for method in calls for grant in operations[method]}
 
 
 # --- rbac.yaml: what each ServiceAccount is granted ----------------------------------
 
 
-def _rules(rules: list[dict[str, Any]]) -> Iterator[Grant]:
+def _rules(rules: list[dict[str, Any]], namespace: str = "") -> Iterator[Grant]:
     for rule in rules:
         for group in rule.get("apiGroups", []):
             for resource in rule.get("resources", []):
                 for verb in rule.get("verbs", []):
-                    yield Grant(group, resource, verb)
+                    yield Grant(group, resource, verb, namespace)
 
 
 def granted(docs: list[dict[str, Any]]) -> dict[str, set[Grant]]:
-    """ServiceAccount name -> every (group, resource, verb) its bindings grant."""
-    roles = {(d["kind"], d["metadata"]["name"]): set(_rules(d.get("rules") or []))
+    """ServiceAccount name -> every (group, resource, verb, namespace) its bindings grant; a
+    RoleBinding grants in its own namespace only, a ClusterRoleBinding cluster-wide ("")."""
+    roles = {(d["kind"], d["metadata"]["name"]): d.get("rules") or []
              for d in docs if d["kind"] in ("Role", "ClusterRole")}  # fmt: skip
     result: dict[str, set[Grant]] = {d["metadata"]["name"]: set() for d in docs if d["kind"] == "ServiceAccount"}
     for binding in (d for d in docs if d["kind"] in ("RoleBinding", "ClusterRoleBinding")):
         ref = binding["roleRef"]
+        namespace = binding["metadata"]["namespace"] if binding["kind"] == "RoleBinding" else ""
         for subject in binding["subjects"]:
             if subject["kind"] == "ServiceAccount":
-                result.setdefault(subject["name"], set()).update(roles[(ref["kind"], ref["name"])])
+                result.setdefault(subject["name"], set()).update(_rules(roles[(ref["kind"], ref["name"])], namespace))
     return result
 
 
@@ -221,7 +239,7 @@ def test_services_reach_the_api_only_through_the_adapter() -> None:
 @pytest.mark.parametrize("service", SERVICES)
 def test_rbac_grants_exactly_the_calls_of_the_service(service: str,
                                                       operations: dict[str, set[Grant]]) -> None:
-    needed = needed_grants(package_dir(service), operations)
+    needed = needed_grants(package_dir(service), operations, service)
     missing, unused = compare(granted(rbac_docs()).get(f"gpushare-{service}", set()), needed)
     assert (missing, unused) == ([], []), f"gpushare-{service}: missing {missing}, unused {unused}"
 
@@ -244,6 +262,25 @@ def test_lease_calls_are_granted_in_the_namespace_only() -> None:
     for doc in rbac_docs():
         if doc["kind"] == "ClusterRole":
             assert all(g.resource != "leases" for g in _rules(doc["rules"])), doc["metadata"]["name"]
+
+
+def test_shadow_pods_are_created_and_deleted_in_the_system_namespace_only() -> None:
+    grants = granted(rbac_docs())["gpushare-shadow-controller"]
+    writes = {g for g in grants if g.resource == "pods" and g.verb not in ("list", "watch")}
+    assert writes == {Grant("", "pods", "create", SYSTEM_NAMESPACE), Grant("", "pods", "delete", SYSTEM_NAMESPACE)}
+
+
+def test_a_cluster_wide_grant_of_a_namespaced_call_is_reported(operations: dict[str, set[Grant]]) -> None:
+    docs = rbac_docs()
+    (role,) = [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "gpushare-shadow-controller"]
+    role["rules"][0]["verbs"].append("create")
+    needed = needed_grants(package_dir("shadow-controller"), operations, "shadow-controller")
+    assert compare(granted(docs)["gpushare-shadow-controller"], needed) == ([], ["core/pods:create"])
+    (binding,) = [d for d in docs if d["kind"] == "RoleBinding" and "shadowpods" in d["metadata"]["name"]]
+    binding["metadata"]["namespace"] = "team-a"
+    assert compare(granted(docs)["gpushare-shadow-controller"], needed) == (
+        ["core/pods:create in gpushare-system", "core/pods:delete in gpushare-system"],
+        ["core/pods:create", "core/pods:create in team-a", "core/pods:delete in team-a"])
 
 
 def test_a_missing_verb_is_reported(operations: dict[str, set[Grant]]) -> None:

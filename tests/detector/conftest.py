@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from tests.detector.podres_server import PodResourcesServer, serve_pod_resources
-from tests.support.kubeapi import kube_api  # noqa: F401  (fixture)
+from tests.support.kubeapi import kube_api_with
+
+kube_api = kube_api_with("dev", "n")  # the namespaces these tests put pods in
 
 
 @pytest.fixture

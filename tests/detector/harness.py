@@ -9,9 +9,9 @@ from typing import Any
 
 from gpushare_common import events as ev
 from gpushare_common.bus import Bus
+from gpushare_common.pods import PodRules
 from gpushare_detector.adapters.podresources import PodResources
 from gpushare_detector.away import AwayMachine
-from gpushare_detector.classify import Rules
 from gpushare_detector.detector import Detector
 from gpushare_detector.kmod import KmodSync
 from gpushare_detector.metrics import DetectorMetrics
@@ -76,10 +76,10 @@ class Collector:
 
 
 def build(bus: Bus, socket: str, *, scraper: Scraper | None = None, window_s: float = 600.0,
-          clock: Callable[[], float] = time.monotonic, rules: Rules | None = None) -> Detector:
+          clock: Callable[[], float] = time.monotonic, rules: PodRules | None = None) -> Detector:
     metrics = DetectorMetrics(CollectorRegistry())
     return Detector(
-        node=NODE, tracker=PodTracker(rules or Rules(), NODE), bus=bus,
+        node=NODE, tracker=PodTracker(rules or PodRules(), NODE), bus=bus,
         devices=PodResources(socket, timeout_s=2.0), kmod=KmodSync(bus, NODE, 1.0, metrics),
         away=AwayMachine(NODE, window_s, clock), scraper=scraper, metrics=metrics, clock=clock)
 

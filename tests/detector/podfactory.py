@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 SHADOW_LABEL = {"gpushare.k8s.io/pod-description": "shadow-pod"}
+SHADOW_LABELS = {**SHADOW_LABEL, "app.kubernetes.io/managed-by": "gpushare-shadow-controller"}
+SYSTEM = "gpushare-system"
 
 
 def pod(
@@ -31,10 +33,13 @@ def pod(
             "spec": {"nodeName": node, "containers": containers}, "status": {"phase": phase}}
 
 
-def shadow(name: str, spec: int = 4, kind: str = "share", **kw: Any) -> dict[str, Any]:
+def shadow(name: str, spec: int = 4, kind: str = "share", namespace: str = SYSTEM,
+           labels: dict[str, str] | None = None, **kw: Any) -> dict[str, Any]:
+    """A ShadowPod as the shadow-controller makes it (system namespace, its labels); other
+    ``namespace``/``labels`` make a pod that only pretends to be one."""
     annotations = {"gpushare.k8s.io/share-spec": str(spec), "gpushare.k8s.io/share-kind": kind}
-    return pod(name, requests={"main": {"nvidia.com/gpu": "1"}}, labels=SHADOW_LABEL,
-               annotations=annotations, **kw)
+    return pod(name, namespace=namespace, requests={"main": {"nvidia.com/gpu": "1"}},
+               labels=SHADOW_LABELS if labels is None else labels, annotations=annotations, **kw)
 
 
 def share(name: str, resource: str = "gpushare/share-gpu-4", **kw: Any) -> dict[str, Any]:

@@ -7,12 +7,12 @@ from collections.abc import AsyncIterator
 import pytest
 from gpushare_common import events as ev
 from gpushare_common.bus import Bus
+from gpushare_common.pods import PodRules
 from gpushare_common.settings import NatsSettings
 from gpushare_detector.adapters.cgroups import PodsUsage
 from gpushare_detector.capacity import Policy
 from gpushare_detector.capacity_service import CapacityService
 from gpushare_detector.cgroupstats import NodeStats, StatsError, Usage
-from gpushare_detector.classify import Rules
 from gpushare_detector.metrics import DetectorMetrics
 from gpushare_detector.pods import PodTracker
 from prometheus_client import CollectorRegistry
@@ -62,7 +62,7 @@ async def bus(nats_settings: NatsSettings) -> AsyncIterator[Bus]:
 async def test_spare_capacity_events(bus: Bus) -> None:
     seen = Collector()
     await bus.subscribe(bus.subjects.node_capacity(NODE), seen)
-    tracker = PodTracker(Rules(), NODE)
+    tracker = PodTracker(PodRules(), NODE)
     for pod in (pf.pod("web"), pf.pod("batch", requests={"main": {"gpushare/vcpu": "10"}})):
         view = tracker.read(pod)
         assert view is not None

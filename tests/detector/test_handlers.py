@@ -3,7 +3,8 @@ from __future__ import annotations
 from typing import Any
 
 from gpushare_common import events as ev
-from gpushare_detector.classify import PodView, Rules
+from gpushare_common.pods import Pod as PodView
+from gpushare_common.pods import PodRules
 from gpushare_detector.pods import PodTracker
 
 from tests.detector import podfactory as pf
@@ -12,7 +13,7 @@ NODE = "node-1"
 
 
 def tracker() -> PodTracker:
-    return PodTracker(Rules(), NODE)
+    return PodTracker(PodRules(), NODE)
 
 
 def see(t: PodTracker, pod: dict[str, Any]) -> PodView:
@@ -26,16 +27,19 @@ def only(events: list[ev.Event]) -> ev.Event:
     return events[0]
 
 
+SHADOW_S1 = f"{pf.SYSTEM}/s1"
+
+
 def test_shadow_running_then_terminating_then_cleared() -> None:
     t = tracker()
     running = only(t.upsert(see(t, pf.shadow("s1", spec=4)), {"main": {"nvidia.com/gpu": ("GPU-a",)}}))
     assert isinstance(running, ev.ShadowEvent)
-    assert (running.shadow_pod, running.state, running.devices) == ("ns/s1", "running", ("GPU-a",))
+    assert (running.shadow_pod, running.state, running.devices) == (SHADOW_S1, "running", ("GPU-a",))
     assert (running.resource, running.share_spec) == ("share-gpu-4", 4)
     assert running.vendor_resource == "nvidia.com/gpu"
     terminating = only(t.upsert(see(t, pf.shadow("s1", deleting=True)), None))
     assert isinstance(terminating, ev.ShadowEvent) and terminating.terminating
-    gone = only(t.remove("ns/s1"))
+    gone = only(t.remove(SHADOW_S1))
     assert isinstance(gone, ev.ShadowEvent) and gone.state == "cleared"
     assert t.current() == []
 

@@ -37,8 +37,8 @@ class World:
             await asyncio.to_thread(self.core.patch_namespaced_pod_status, meta["name"], meta["namespace"],
                                     {"status": {"phase": phase}})
 
-    async def delete(self, name: str, grace: int = 0) -> None:
-        await asyncio.to_thread(self.core.delete_namespaced_pod, name, "ns", grace_period_seconds=grace)
+    async def delete(self, name: str, grace: int = 0, namespace: str = "ns") -> None:
+        await asyncio.to_thread(self.core.delete_namespaced_pod, name, namespace, grace_period_seconds=grace)
 
 
 @pytest.fixture
@@ -78,9 +78,9 @@ async def test_pods_become_events_and_clear(world: World, running: Detector) -> 
     assert isinstance(using, ev.GenericEvent) and using.devices == ("G1",) and using.lendable
     await _until(lambda: world.bridge.containers() == {"ns/dev/main"})
 
-    world.podres.table["ns/s1"] = {"main": {"nvidia.com/gpu": ("G2",)}}
+    world.podres.table[f"{pf.SYSTEM}/s1"] = {"main": {"nvidia.com/gpu": ("G2",)}}
     await world.create(pf.shadow("s1", spec=4))
-    shadow = await world.seen.wait_for(is_(ev.ShadowEvent, shadow_pod="ns/s1", state="running"))
+    shadow = await world.seen.wait_for(is_(ev.ShadowEvent, shadow_pod=f"{pf.SYSTEM}/s1", state="running"))
     assert isinstance(shadow, ev.ShadowEvent) and shadow.devices == ("G2",) and shadow.resource == "share-gpu-4"
 
     world.podres.table["ns/app"] = {"app": {"gpushare/share-gpu-4": ("ns/s1-0",)}}
@@ -89,8 +89,9 @@ async def test_pods_become_events_and_clear(world: World, running: Detector) -> 
     assert isinstance(share, ev.ShareEvent) and share.devices == ("ns/s1-0",)
 
     await world.create(pf.reserved("elsewhere", node="node-2"))
-    await world.delete("s1", grace=30)  # graceful: terminating first
-    await world.seen.wait_for(is_(ev.ShadowEvent, shadow_pod="ns/s1", terminating=True, state="running"))
+    await world.delete("s1", grace=30, namespace=pf.SYSTEM)  # graceful: terminating first
+    await world.seen.wait_for(is_(ev.ShadowEvent, shadow_pod=f"{pf.SYSTEM}/s1", terminating=True,
+                                  state="running"))
     del world.podres.table["ns/dev"]
     await world.delete("dev")
     await world.seen.wait_for(is_(ev.GenericEvent, pod="ns/dev", state="cleared"))
@@ -161,3 +162,33 @@ async def test_a_restarted_detector_clears_pods_deleted_while_it_was_down(world:
 async def _pods(world: World) -> list[dict[str, object]]:
     pods = await asyncio.to_thread(world.core.list_namespaced_pod, "ns")
     return [world.api.client.sanitize_for_serialization(p) for p in pods.items]  # type: ignore[no-untyped-call]
+
+
+async def test_events_of_a_nats_outage_are_published_when_it_returns(
+        subject_prefix: str, podresources: PodResourcesServer) -> None:
+    """A pod change while NATS is away is not dropped until the next resync: the detector keeps
+    publishing it until the stream has it."""
+    from tests.support.nats import NatsServer
+
+    server = NatsServer().start()
+    try:
+        nats = NatsSettings(url=server.url, prefix=f"{subject_prefix}.v1", stream=subject_prefix.upper(),
+                            kv_prefix=subject_prefix, reconnect_wait_s=0.05, ensure_layout=True)
+        bus = Bus(nats, "detector", node=NODE)
+        await bus.connect()
+        await bus.wait_for_stream()
+        detector = build(bus, str(podresources.socket))
+        await detector.on_change(PodChange("SYNC", pods=[]))
+        podresources.table["ns/job"] = {"job": {"gpushare/spot-gpu": ("spot-GPU-0",)}}
+        await asyncio.to_thread(server.stop)
+        change = asyncio.create_task(detector.on_change(PodChange("ADDED", pod=pf.spot("job"))))
+        await asyncio.sleep(0.3)
+        assert not change.done() and detector.status()["unpublished"] == 1
+        await asyncio.to_thread(server.start)
+        await asyncio.wait_for(change, 20)
+        stored = [m.event() for m in await bus.read_after(bus.subjects.node_events(NODE), 0)]
+        assert any(isinstance(e, ev.SpotEvent) and e.pod == "ns/job" for e in stored), stored
+        assert detector.status()["unpublished"] == 0
+        await bus.drain()
+    finally:
+        server.cleanup()

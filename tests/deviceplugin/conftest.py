@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 from .stubs import KubeletStub
 
 KEY = b"0123456789abcdef0123456789abcdef"
+NODE = "gpu-node-1"
 
 
 @pytest.fixture
@@ -37,7 +38,7 @@ def settings(plugin_dir: str) -> DevicePluginSettings:
 
 @pytest.fixture
 def plugin_set(settings: DevicePluginSettings) -> PluginSet:
-    return PluginSet(settings, Signer(KEY), PluginMetrics(CollectorRegistry()))
+    return PluginSet(settings, Signer(KEY, NODE), PluginMetrics(CollectorRegistry()))
 
 
 @pytest.fixture

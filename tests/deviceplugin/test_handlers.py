@@ -6,6 +6,7 @@ import json
 
 import pytest
 from gpushare_common import ids
+from gpushare_common.pods import MANAGED_BY, SHADOW_CONTROLLER, PodRules
 from gpushare_deviceplugin.errors import PluginError
 from gpushare_deviceplugin.handlers.base import PreferredRequest, Signer
 from gpushare_deviceplugin.handlers.capacity import CapacityLogic
@@ -17,15 +18,16 @@ from gpushare_deviceplugin.handlers.share import (
 )
 from gpushare_deviceplugin.handlers.spot import SpotLogic
 
-from .conftest import KEY
+from .conftest import KEY, NODE
 
 FROM = ids.ANN_DEVICES_FROM + "*"
 IDS = ids.ANN_DEVICES_IDS + "*"
-SIG = ids.ANN_SIGNATURE + "*"
+SIG_FROM = ids.signature_annotation(ids.KIND_FROM, "*")
+SIG_IDS = ids.signature_annotation(ids.KIND_IDS, "*")
 
 
 def share(policy: str = "packed", spec: int = 4) -> ShareLogic:
-    logic = ShareLogic(f"gpushare/share-gpu-{spec}", spec, Signer(KEY), policy)
+    logic = ShareLogic(f"gpushare/share-gpu-{spec}", spec, Signer(KEY, NODE), policy)
     logic.replace_shadows([
         ShadowPodView("ns", "shadow-a", "share", spec),
         ShadowPodView("ns", "shadow-b", "share", spec, container="gpu"),
@@ -35,7 +37,7 @@ def share(policy: str = "packed", spec: int = 4) -> ShareLogic:
 
 
 def spot() -> SpotLogic:
-    logic = SpotLogic("gpushare/spot-gpu", Signer(KEY))
+    logic = SpotLogic("gpushare/spot-gpu", Signer(KEY, NODE))
     logic.set_vendor_cards("nvidia.com/gpu", {"GPU-0": "Healthy", "GPU-1": "Healthy",
                                               "GPU-2": "Unhealthy", "GPU-3": "Healthy"})
     logic.set_vendor_cards("example.com/npu", {"NPU-0": "Healthy"})
@@ -54,9 +56,9 @@ def spot() -> SpotLogic:
 def test_share_allocate_returns_signed_devices_from(request_ids: list[str],
                                                     sources: dict[str, object]) -> None:
     [annotations] = share().allocate([request_ids])
-    assert set(annotations) == {FROM, SIG}
+    assert set(annotations) == {FROM, SIG_FROM}
     assert json.loads(annotations[FROM]) == sources
-    assert ids.verify(KEY, "*", annotations[FROM], annotations[SIG])
+    assert ids.verify(KEY, ids.KIND_FROM, NODE, "*", annotations[FROM], annotations[SIG_FROM])
     assert ids.parse_devices_from("*", annotations[FROM]).leaves_pod("tenant", "pod")
 
 
@@ -136,9 +138,9 @@ def test_share_devices_per_shadow_pod() -> None:
 def test_spot_allocate_returns_signed_real_ids(request_ids: list[str],
                                                devices: dict[str, list[str]]) -> None:
     [annotations] = spot().allocate([request_ids])
-    assert set(annotations) == {IDS, SIG}
+    assert set(annotations) == {IDS, SIG_IDS}
     assert json.loads(annotations[IDS]) == devices
-    assert ids.verify(KEY, "*", annotations[IDS], annotations[SIG])
+    assert ids.verify(KEY, ids.KIND_IDS, NODE, "*", annotations[IDS], annotations[SIG_IDS])
     ids.parse_devices_ids("*", annotations[IDS])
 
 
@@ -194,10 +196,15 @@ def test_capacity_devices_and_allocate() -> None:
     assert logic.board.devices() == {}
 
 
-def pod(phase: str = "Running", **notes: str) -> dict[str, object]:
+SYSTEM = "gpushare-system"
+RULES = PodRules()
+OURS = {ids.LABEL_POD_DESCRIPTION: ids.SHADOW_POD_LABEL_VALUE, MANAGED_BY: SHADOW_CONTROLLER}
+
+
+def pod(phase: str = "Running", namespace: str = SYSTEM, labels: dict[str, str] | None = None,
+        **notes: str) -> dict[str, object]:
     return {
-        "metadata": {"namespace": "ns", "name": "shadow-a",
-                     "labels": {ids.LABEL_POD_DESCRIPTION: ids.SHADOW_POD_LABEL_VALUE},
+        "metadata": {"namespace": namespace, "name": "shadow-a", "labels": OURS if labels is None else labels,
                      "annotations": notes},
         "spec": {"containers": [{"name": "main"}]},
         "status": {"phase": phase},
@@ -205,17 +212,20 @@ def pod(phase: str = "Running", **notes: str) -> dict[str, object]:
 
 
 @pytest.mark.parametrize(("doc", "view"), [
-    (pod(**{ids.ANN_SHARE_SPEC: "4"}), ShadowPodView("ns", "shadow-a", "share", 4)),
+    (pod(**{ids.ANN_SHARE_SPEC: "4"}), ShadowPodView(SYSTEM, "shadow-a", "share", 4)),
     (pod(**{ids.ANN_SHARE_SPEC: "8", ids.ANN_SHARE_KIND: "share-dev"}),
-     ShadowPodView("ns", "shadow-a", "share-dev", 8)),
+     ShadowPodView(SYSTEM, "shadow-a", "share-dev", 8)),
     (pod("Pending", **{ids.ANN_SHARE_SPEC: "4"}), None),
     (pod(**{ids.ANN_SHARE_SPEC: "four"}), None),
     (pod(), None),
+    # the label in a tenant's namespace, or without the shadow-controller's: not a ShadowPod
+    (pod(namespace="mallory", **{ids.ANN_SHARE_SPEC: "4"}), None),
+    (pod(labels={ids.LABEL_POD_DESCRIPTION: ids.SHADOW_POD_LABEL_VALUE}, **{ids.ANN_SHARE_SPEC: "4"}), None),
     ({"metadata": {"name": "x"}}, None),
     ({}, None),
 ])
 def test_shadow_view(doc: dict[str, object], view: ShadowPodView | None) -> None:
-    assert shadow_view(doc) == view
+    assert shadow_view(doc, RULES) == view
 
 
 @pytest.mark.parametrize(("containers", "name"), [

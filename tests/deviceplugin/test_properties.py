@@ -19,6 +19,7 @@ import pytest
 from gpushare_common import ids
 from gpushare_common.adapters.kubeletapi import deviceplugin_v1beta1_pb2 as pb
 from gpushare_common.adapters.kubeletapi import deviceplugin_v1beta1_pb2_grpc as pbg
+from gpushare_common.pods import PodRules
 from gpushare_deviceplugin.errors import PluginError
 from gpushare_deviceplugin.handlers.base import PluginLogic, PreferredRequest, Signer
 from gpushare_deviceplugin.handlers.share import ShadowPodView, ShareLogic, shadow_view
@@ -29,7 +30,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
-from .conftest import KEY
+from .conftest import KEY, NODE
 
 KNOWN_SHARE = [f"ns/shadow-a-{i}" for i in range(4)]
 KNOWN_SPOT = ["spot-GPU-0", "spot-GPU-1"]
@@ -48,9 +49,9 @@ id_lists = st.lists(device_id, max_size=6)
 
 
 def logics() -> list[PluginLogic]:
-    share = ShareLogic("gpushare/share-gpu-4", 4, Signer(KEY))
+    share = ShareLogic("gpushare/share-gpu-4", 4, Signer(KEY, NODE))
     share.replace_shadows([ShadowPodView("ns", "shadow-a", "share", 4)])
-    spot = SpotLogic("gpushare/spot-gpu", Signer(KEY))
+    spot = SpotLogic("gpushare/spot-gpu", Signer(KEY, NODE))
     spot.set_vendor_cards("nvidia.com/gpu", {"GPU-0": "Healthy", "GPU-1": "Healthy"})
     spot.apply_health({"spot-GPU-0": "Healthy"}, full=True)
     return [share, spot]
@@ -148,9 +149,10 @@ json_value = st.recursive(
 )
 pod_like = st.fixed_dictionaries({}, optional={
     "metadata": st.fixed_dictionaries({}, optional={
-        "namespace": st.sampled_from(["ns", "", "Bad_NS"]) | st.text(max_size=8),
+        "namespace": st.sampled_from(["gpushare-system", "ns", "", "Bad_NS"]) | st.text(max_size=8),
         "name": st.sampled_from(["shadow-a", "-x"]) | json_value,
-        "labels": st.just({ids.LABEL_POD_DESCRIPTION: ids.SHADOW_POD_LABEL_VALUE}) | json_value,
+        "labels": st.just({ids.LABEL_POD_DESCRIPTION: ids.SHADOW_POD_LABEL_VALUE,
+                           "app.kubernetes.io/managed-by": "gpushare-shadow-controller"}) | json_value,
         "annotations": st.dictionaries(st.sampled_from([ids.ANN_SHARE_SPEC, ids.ANN_SHARE_KIND]),
                                        st.text(max_size=6)) | json_value,
         "deletionTimestamp": json_value,
@@ -164,8 +166,9 @@ pod_like = st.fixed_dictionaries({}, optional={
 @settings(max_examples=300, deadline=None)
 @given(pod_like)
 def test_shadow_view_never_raises(pod: dict[str, Any]) -> None:
-    view = shadow_view(pod)
+    view = shadow_view(pod, PodRules())
     if view is not None:
+        assert view.namespace == "gpushare-system"
         assert isinstance(view.spec, int) and isinstance(view.container, str)
         assert view.key == f"{view.namespace}/{view.name}"
 

@@ -22,15 +22,19 @@ from .conftest import KEY
 from .stubs import KubeletStub
 from .test_service import NODE, common_settings
 
-kube_api = kubeapi.kube_api
+kube_api = kubeapi.kube_api_with("ns", "tenant-a", "dev-y", "elsewhere", "shadow-x", "tenant")
 SHARE4 = "gpushare/share-gpu-4"
 
 
-def shadow_pod(name: str, spec: int, kind: str = "share", node: str = NODE) -> dict[str, Any]:
+SYSTEM = "gpushare-system"
+
+
+def shadow_pod(name: str, spec: int, kind: str = "share", node: str = NODE, namespace: str = SYSTEM) -> dict[str, Any]:
     return {
         "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": "tenant-a",
-                     "labels": {ids.LABEL_POD_DESCRIPTION: ids.SHADOW_POD_LABEL_VALUE},
+        "metadata": {"name": name, "namespace": namespace,
+                     "labels": {ids.LABEL_POD_DESCRIPTION: ids.SHADOW_POD_LABEL_VALUE,
+                                "app.kubernetes.io/managed-by": "gpushare-shadow-controller"},
                      "annotations": {ids.ANN_SHARE_SPEC: str(spec), ids.ANN_SHARE_KIND: kind}},
         "spec": {"nodeName": node, "containers": [{"name": "main", "image": "pause"}]},
     }
@@ -60,13 +64,14 @@ async def test_running_shadow_pods_become_devices(
     await run_pod(core, shadow_pod("shadow-x", 4))
     await run_pod(core, shadow_pod("dev-y", 8, "share-dev"))
     await run_pod(core, shadow_pod("elsewhere", 4, node="other-node"))
+    await run_pod(core, shadow_pod("mallory", 4, namespace="tenant-a"))  # a tenant's fake ShadowPod
     listed = await kubelet.wait_list(SHARE4, lambda d: len(d) == 4, timeout=10)
-    assert sorted(listed) == [f"tenant-a/shadow-x-{i}" for i in range(4)]
+    assert sorted(listed) == [f"{SYSTEM}/shadow-x-{i}" for i in range(4)]
     await kubelet.wait_list("gpushare/share-dev-gpu-8", lambda d: len(d) == 8, timeout=10)
-    response = await kubelet.allocate(SHARE4, ["tenant-a/shadow-x-2"])
+    response = await kubelet.allocate(SHARE4, [f"{SYSTEM}/shadow-x-2"])
     annotation = response.container_responses[0].annotations[ids.ANN_DEVICES_FROM + "*"]
-    assert json.loads(annotation) == {"tenant-a/shadow-x/main": {"*": ["tenant-a/shadow-x-2"]}}
-    await asyncio.to_thread(core.delete_namespaced_pod, "shadow-x", "tenant-a",
+    assert json.loads(annotation) == {f"{SYSTEM}/shadow-x/main": {"*": [f"{SYSTEM}/shadow-x-2"]}}
+    await asyncio.to_thread(core.delete_namespaced_pod, "shadow-x", SYSTEM,
                             grace_period_seconds=0)
     await kubelet.wait_list(SHARE4, lambda d: not any(h == "Healthy" for h in d.values()),
                             timeout=10)

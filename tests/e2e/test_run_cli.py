@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,31 +27,75 @@ def test_unknown_scenario_is_refused_clearly() -> None:
 
 
 def _mentions(path: str) -> list[str]:
+    """Processes whose command line names ``path``, or whose root or working directory lies
+    under it (a container's processes run in a root file system there)."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                places = [os.readlink(entry / link) for link in ("root", "cwd")]
             except OSError:
                 continue
-            if path in cmdline:
+            if path in cmdline or any(p.startswith(path) for p in places):
                 found.append(f"{entry.name}: {cmdline}")
     return found
 
 
-def test_keep_lists_status_endpoints_and_ctrl_c_tears_everything_down() -> None:
-    needs()
+def _descendants(pid: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry.name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def _alive(pids: set[int]) -> set[int]:
+    return {p for p in pids if Path(f"/proc/{p}").exists() and "Z" not in _state(p)}
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "Z"
+
+
+def _start_runner() -> tuple[subprocess.Popen[str], str, list[str]]:
+    """``make run ARGS=--keep``'s runner, up with every service; its run directory and output."""
     proc = subprocess.Popen([sys.executable, "-m", "gpushare_sim.run", "--scenario", "none", "--keep"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
     lines: list[str] = []
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 180
+    while not any("solver@" in line and "/status" in line and "  solver" in line for line in lines):
+        line = proc.stdout.readline()
+        assert line and time.monotonic() < deadline, "no status endpoints listed:\n" + "".join(lines)
+        lines.append(line)
+    return proc, re.search(r"path=(\S+)", lines[0]).group(1), lines  # type: ignore[union-attr]
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait(30)
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
+def test_keep_lists_status_endpoints_and_ctrl_c_tears_everything_down() -> None:
+    needs()
+    proc, run_dir, lines = _start_runner()
     try:
-        assert proc.stdout is not None
-        deadline = time.monotonic() + 180
-        while not any("solver@" in line and "/status" in line and "  solver" in line for line in lines):
-            line = proc.stdout.readline()
-            assert line and time.monotonic() < deadline, "no status endpoints listed:\n" + "".join(lines)
-            lines.append(line)
-        run_dir = re.search(r"path=(\S+)", lines[0]).group(1)  # type: ignore[union-attr]
         url = re.search(r"(http://\S+/status)", lines[-1]).group(1)  # type: ignore[union-attr]
         with urllib.request.urlopen(url, timeout=5) as response:
             assert json.loads(response.read())["node"] == "gpu-node-1"
@@ -60,8 +106,27 @@ def test_keep_lists_status_endpoints_and_ctrl_c_tears_everything_down() -> None:
         assert _mentions(run_dir) == []
         assert run_dir not in Path("/proc/self/mounts").read_text()
     finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(30)
-        if proc.stdout is not None:
-            proc.stdout.close()
+        _stop(proc)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_nothing_outlives_a_runner_that_is_terminated_or_killed(sig: signal.Signals) -> None:
+    """However the runner ends, every process it started (nats-server, the API emulator, the
+    kernel stand-in, the node simulator's containerd and containers, every service) ends too."""
+    needs()
+    proc, run_dir, _ = _start_runner()
+    try:
+        started = _descendants(proc.pid)
+        assert len(started) >= 8 and _mentions(run_dir)  # the cluster's parts and their helpers
+        proc.send_signal(sig)
+        proc.wait(120)
+        deadline = time.monotonic() + 60
+        while (left := [*_mentions(run_dir), *map(str, _alive(started))]) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert left == [], f"left running after {sig.name} of the runner: {left}"
+        assert run_dir not in Path("/proc/self/mounts").read_text()
+        if sig == signal.SIGTERM:
+            assert not Path(run_dir).exists()
+    finally:
+        _stop(proc)
+        shutil.rmtree(run_dir, ignore_errors=True)

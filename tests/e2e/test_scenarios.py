@@ -29,7 +29,7 @@ async def test_spot_steal_owner_back_evicts_the_borrower_and_releases_the_owner(
 async def test_bad_annotations_fail_clearly_and_malformed_events_are_counted(e2e: E2E) -> None:
     detail = await e2e.run("badinput")
     assert "3 bad pods failed clearly" in detail
-    assert any("signature.main is missing" in line for line in e2e.timeline.lines)
+    assert any("signature-ids.main is missing" in line for line in e2e.timeline.lines)
 
 
 async def test_faults_restarts_lose_and_repeat_no_eviction(e2e: E2E) -> None:

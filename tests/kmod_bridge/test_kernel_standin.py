@@ -279,3 +279,36 @@ def test_runs_as_a_program(sock_dir: Path) -> None:
         if proc.stdout is not None:
             proc.stdout.close()
     assert not sock.exists() and not hook.exists()
+
+
+async def test_a_guard_sees_a_borrower_alive_at_the_release(kernel: KernelStandIn, namespaces: Namespaces) -> None:
+    """The instrument the soak uses: at the instant the owner's call is let go, a borrower's
+    pid namespace that still has a live process is a verdict with ``alive`` set."""
+    mine = os.stat("/proc/self/ns/pid").st_ino  # this test's own namespace: alive for sure
+    first, second = namespaces.new(), namespaces.new()
+    kernel.state.add(first.pidns, first.pid, detect=True)
+    kernel.state.guards.arm(first.pidns, [mine, 123456789])
+    call = asyncio.create_task(ioctl(kernel.hook_path, first.pidns))
+    await wait_until(lambda: kernel.state.entries[first.pidns].reclaiming)
+    assert kernel.state.release(first.pidns) == 1
+    await call
+    (verdict,) = kernel.state.guards.verdicts
+    assert verdict["how"] == "release" and verdict["alive"] and verdict["borrowers"] == [mine, 123456789]
+    kernel.state.add(second.pidns, second.pid, detect=True)
+    kernel.state.guards.arm(second.pidns, [123456789])  # nothing lives there
+    call = asyncio.create_task(ioctl(kernel.hook_path, second.pidns))
+    await wait_until(lambda: kernel.state.entries[second.pidns].reclaiming)
+    kernel.state.release(second.pidns)
+    await call
+    assert kernel.state.guards.verdicts[-1]["alive"] == []
+
+
+async def test_a_guard_is_settled_when_the_deadline_lets_the_owner_go(
+        kernel: KernelStandIn, pidns_process: PidnsProcess) -> None:
+    kernel.state.timeout_ms = 100
+    mine = os.stat("/proc/self/ns/pid").st_ino
+    kernel.state.add(pidns_process.pidns, pidns_process.pid, detect=True)
+    kernel.state.guards.arm(pidns_process.pidns, [mine])
+    assert await ioctl(kernel.hook_path, pidns_process.pidns) >= 100
+    (verdict,) = kernel.state.guards.verdicts
+    assert verdict["how"] == "timeout" and verdict["alive"]

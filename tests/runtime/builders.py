@@ -84,14 +84,20 @@ def write_key(path: Path) -> bytes:
     return key
 
 
-def signed(key: bytes, target: str, kind: str, value: str) -> dict[str, str]:
-    """The annotation and its signature for ``target``."""
-    prefix = ids.ANN_DEVICES_FROM if kind == "from" else ids.ANN_DEVICES_IDS
-    return {prefix + target: value, ids.ANN_SIGNATURE + target: ids.sign(key, target, value)}
+NODE = "node-test"
+PREFIXES = {ids.KIND_FROM: ids.ANN_DEVICES_FROM, ids.KIND_IDS: ids.ANN_DEVICES_IDS,
+            ids.KIND_ISOLATION: ids.ANN_DEVICES_ISOLATION}
+
+
+def signed(key: bytes, target: str, kind: str, value: str, node: str = NODE) -> dict[str, str]:
+    """The annotation and its v2 signature for ``target`` on ``node``."""
+    return {PREFIXES[kind] + target: value,
+            ids.signature_annotation(kind, target): ids.sign(key, kind, node, target, value)}
 
 
 def write_config(path: Path, **fields: Any) -> Path:
     """A runtime configuration; its bundle index lives beside it unless given."""
     fields.setdefault("index_dir", str(path.parent / "index"))
+    fields.setdefault("node_name", NODE)
     path.write_text(json.dumps(fields, indent=1))
     return path

@@ -71,8 +71,8 @@ def test_signed_cross_pod_works_unsigned_fails(containerd: Containerd, box_rootf
                                                tmp_path: Path) -> None:
     key = write_key(tmp_path / "signing.key")
     write_config(tmp_path / "runtime.json", key_file=str(tmp_path / "signing.key"))
-    start_source(containerd, box_rootfs, runtime_bin, card, "shadow-ns", "shadow-1")
-    reference = "shadow-ns/shadow-1/main"
+    start_source(containerd, box_rootfs, runtime_bin, card, "gpushare-system", "shadow-1")
+    reference = "gpushare-system/shadow-1/main"
     out = run_target(containerd, box_rootfs, runtime_bin, card, signed(key, "*", "from", reference))
     assert "written" in out
     with pytest.raises(ContainerdError) as caught:
@@ -80,7 +80,7 @@ def test_signed_cross_pod_works_unsigned_fails(containerd: Containerd, box_rootf
                    {ids.ANN_DEVICES_FROM + "*": reference}, name="unsigned")
     message = str(caught.value)
     assert ids.ANN_DEVICES_FROM + "*" in message and reference in message
-    assert "signature.* is missing" in message
+    assert "signature-from.* is missing" in message
 
 
 def test_stop_leaves_nothing_behind(box_rootfs: Path) -> None:

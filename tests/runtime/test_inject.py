@@ -15,10 +15,11 @@ from gpushare_runtime.errors import AnnotationError
 from gpushare_runtime.inject import Injector
 from gpushare_runtime.lookup import Identity, find_source
 
-from .builders import gpu_device, identity, signed, spec, write_bundle, write_key
+from .builders import NODE, gpu_device, identity, signed, spec, write_bundle, write_key
 
 FROM = ids.ANN_DEVICES_FROM
 IDS = ids.ANN_DEVICES_IDS
+SIG_FROM = ids.signature_annotation(ids.KIND_FROM, "")
 
 
 @pytest.fixture
@@ -33,7 +34,7 @@ def config(tmp_path: Path, key_file: Path) -> RuntimeConfig:
     cdi = tmp_path / "cdi"
     cdi.mkdir()
     return RuntimeConfig(str(tmp_path / "runtime.json"), "runc", str(key_file), (str(cdi),),
-                         index_dir=str(tmp_path / "index"))
+                         index_dir=str(tmp_path / "index"), node_name=NODE, shadow_namespace="ns1")
 
 
 @pytest.fixture
@@ -103,15 +104,26 @@ def test_resource_key_selects_vendor(config: RuntimeConfig, key_file: Path, bund
 
 
 ERRORS = [
-    pytest.param({FROM + "dind": "ns1/shadow/main"}, "signature.dind is missing", id="unsigned"),
-    pytest.param({FROM + "dind": "ns1/shadow/main", ids.ANN_SIGNATURE + "dind": "ab" * 32},
+    pytest.param({FROM + "dind": "ns1/shadow/main"}, "signature-from.dind is missing", id="unsigned"),
+    pytest.param({FROM + "dind": "ns1/shadow/main", SIG_FROM + "dind": "v2:" + "ab" * 32},
                  "does not match", id="mis-signed"),
+    pytest.param({FROM + "dind": "ns1/shadow/main", ids.ANN_SIGNATURE + "dind": "ab" * 32},
+                 "upgrade the device plugin", id="unversioned"),
+    pytest.param({FROM + "dind": "ns1/shadow/main", SIG_FROM + "dind": "ab" * 32},
+                 "upgrade the device plugin", id="unversioned-new-key"),
+    pytest.param({FROM + "dind": "ns1/shadow/main", SIG_FROM + "dind": "v9:00"},
+                 "version 'v9' is not supported", id="unknown-version"),
+    pytest.param({FROM + "dind": "ns9/shadow/main"},
+                 "neither the target's namespace 'ns2' nor the ShadowPod namespace 'ns1'",
+                 id="other-namespace"),
     pytest.param({FROM + "dind": "{not json"}, "malformed JSON", id="malformed-json"),
     pytest.param({FROM + "dind": "_/_/ghost"}, "unknown source", id="unknown-source"),
     pytest.param({FROM + "dind": "_/_/sidecar"}, "no devices", id="source-without-devices"),
     pytest.param({FROM + "dind": "_/_/dind"}, "its own source", id="self-reference"),
-    pytest.param({IDS + "dind": '{"nvidia.com/gpu": ["7"]}'}, "signature.dind is missing",
+    pytest.param({IDS + "dind": '{"nvidia.com/gpu": ["7"]}'}, "signature-ids.dind is missing",
                  id="ids-unsigned"),
+    pytest.param({IDS + "dind": '{"nvidia.com/gpu": ["a/../../dev/sda"]}'}, "not a valid device id",
+                 id="ids-traversal"),
 ]
 
 
@@ -167,7 +179,7 @@ def test_ids_through_cdi(config: RuntimeConfig, key_file: Path, bundles: Path, f
     bundle, content = target(bundles, signed(key_file.read_bytes().strip(), "dind", "ids", value))
     edits = edits_for(config, bundle, content)
     assert [d["path"] for d in edits.devices] == [path]
-    assert edits.env == {"EXAMPLE_VISIBLE_DEVICES": [device_id]}
+    assert edits.fixed_env == {"EXAMPLE_VISIBLE_DEVICES": device_id}
     if resource == "example.com/npu":
         assert (edits.devices[0]["major"], edits.devices[0]["minor"]) == (1, 3)
 

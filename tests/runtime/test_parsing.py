@@ -13,12 +13,12 @@ from gpushare_runtime import fastjson, miniyaml
 from gpushare_runtime.cdi import CdiRegistry
 from gpushare_runtime.cli import parse_invocation
 from gpushare_runtime.config import RuntimeConfig, parse_config
-from gpushare_runtime.errors import AnnotationError, CdiError, ConfigError
+from gpushare_runtime.errors import AnnotationError, CdiError, ConfigError, RuntimeFailure
 from gpushare_runtime.inject import Injector
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from .builders import identity
+from .builders import NODE, identity, signed
 
 PROPERTY = settings(max_examples=150, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -27,12 +27,16 @@ json_values = st.recursive(
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
     max_leaves=10,
 )
-keys = st.sampled_from([ids.ANN_DEVICES_FROM, ids.ANN_DEVICES_IDS, ids.ANN_SIGNATURE, "other/"])
+keys = st.sampled_from([ids.ANN_DEVICES_FROM, ids.ANN_DEVICES_IDS, ids.ANN_DEVICES_ISOLATION,
+                        ids.ANN_SIGNATURE, ids.signature_annotation("from", ""),
+                        ids.signature_annotation("isolation", ""), "other/"])
 targets = st.sampled_from(["*", "dind", "main", "", "Bad_Name", "a" * 70])
 values = st.one_of(
     st.text(max_size=40),
     json_values.map(json.dumps),
-    st.sampled_from(["_/_/main", "ns/pod/main", "_/pod/main", "ns//main", '{"_/_/main": {"*": []}}']),
+    st.sampled_from(["_/_/main", "ns/pod/main", "_/pod/main", "ns//main", '{"_/_/main": {"*": []}}',
+                     "v2:" + "ab" * 32, '{"profile":"mps","resource":"nvidia.com/gpu","shadow":"ns/s",'
+                     '"n":4,"k":1}']),
 )
 
 
@@ -46,6 +50,17 @@ def test_annotations_give_requests_or_annotation_error(annotations: dict[str, st
         assert err.annotation.startswith(ids.DOMAIN)
         return
     assert all(r.target in ("*", "dind") for r in requests)
+
+
+@PROPERTY
+@given(st.dictionaries(st.builds(lambda k, t: k + t, keys, targets), values, max_size=4))
+def test_any_annotations_edit_or_fail_with_a_runtime_failure(annotations: dict[str, str]) -> None:
+    content = {"annotations": {**identity("ns", "pod", "dind"), **annotations}}
+    config = RuntimeConfig(node_name="node-test", key_file="/nonexistent/key", cdi_dirs=())
+    try:
+        Injector(config, "/nonexistent/bundle", content).edits()
+    except RuntimeFailure as err:
+        assert str(err)
 
 
 @PROPERTY
@@ -179,3 +194,31 @@ def test_fastjson_errors_are_value_errors(text: str) -> None:
             fastjson.loads(text)
         return
     assert fastjson.loads(text) == expected
+
+
+caps_docs = st.fixed_dictionaries({}, optional={
+    "profile": st.sampled_from(["mps", "none", "x y", 3]), "resource": st.sampled_from(["nvidia.com/gpu", "bad name"]),
+    "shadow": st.sampled_from(["ns/sh", "ns/other", "a/../b", ""]), "n": st.integers(-1, 20) | st.booleans(),
+    "k": st.integers(-1, 20), "card_memory_mib": st.none() | st.integers(-5, 1 << 20) | st.text(max_size=3),
+    "opt_out": st.booleans() | st.none(), "extra": st.integers()})
+
+
+@PROPERTY
+@given(caps_docs.map(json.dumps) | st.text(max_size=30), st.sampled_from([None, "none", "10", "x"]))
+def test_signed_caps_of_any_shape_apply_or_fail_with_an_annotation_error(
+        value: str, pod_choice: str | None) -> None:
+    with tempfile.TemporaryDirectory() as directory:
+        key = Path(directory, "key")
+        key.write_bytes(b"k" * 32)
+        key.chmod(0o600)
+        devices = '{"ns/sh/main":{"*":["ns/sh-0"]}}'
+        annotations = {**signed(b"k" * 32, "*", "from", devices), **signed(b"k" * 32, "*", "isolation", value)}
+        if pod_choice is not None:
+            annotations[ids.ANN_ISOLATION if pod_choice == "none" else ids.ANN_COMPUTE_PERCENTAGE] = pod_choice
+        content = {"annotations": {**identity("ns", "pod", "dind"), **annotations}}
+        config = RuntimeConfig(node_name=NODE, key_file=str(key), cdi_dirs=(), isolation_dir=directory)
+        injector = Injector(config, directory, content)
+        try:
+            injector._share_caps(injector.requests()[-1], injector.requests())
+        except AnnotationError as err:
+            assert err.annotation.startswith(ids.DOMAIN)

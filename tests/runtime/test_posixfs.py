@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+from gpushare_common import ids, isolation
 from gpushare_runtime import posixfs
 from hypothesis import given
 from hypothesis import strategies as st
 
-from .builders import gpu_device, identity, read_spec, spec, write_bundle
+from .builders import NODE, gpu_device, identity, read_spec, signed, spec, write_bundle, write_key
 from .conftest import REPO
 
 paths = st.lists(st.sampled_from(["", ".", "..", "a", "b.c", "/", "//", "///", "x/", "/y"]),
@@ -59,12 +62,42 @@ sys.exit(main(["create", "--bundle", {bundle!r}, "c1"]))
 """
 
 
-def test_create_path_does_not_import_os(tmp_path: Path) -> None:
+def same_pod(tmp_path: Path, key: bytes) -> dict[str, str]:
     write_bundle(tmp_path / "source", spec(identity("ns", "pod", "main"), [gpu_device()]))
-    bundle = write_bundle(tmp_path / "target", spec({
-        **identity("ns", "pod", "dind"), "gpushare.k8s.io/container-devices-from.*": "_/_/main"}))
+    return {"gpushare.k8s.io/container-devices-from.*": "_/_/main"}
+
+
+def capped_share(tmp_path: Path, key: bytes) -> dict[str, str]:
+    """What Allocate hands a capped share: JSON devices-from and the caps, both signed."""
+    write_bundle(tmp_path / "source", spec(identity("gpushare-system", "sh", "main"), [gpu_device()]))
+    for sub in ("pipe", "log", "shm"):
+        (tmp_path / "isolation" / "gpushare-system_sh" / sub).mkdir(parents=True)
+    devices = ids.format_devices_from({"gpushare-system/sh/main": {"*": ["gpushare-system/sh-0"]}})
+    caps = isolation.format_share_caps(isolation.ShareCaps("mps", "nvidia.com/gpu", "gpushare-system/sh",
+                                                           4, 1, 16384))
+    return {**signed(key, "*", "from", devices), **signed(key, "*", "isolation", caps)}
+
+
+def cdi_yaml_spot(tmp_path: Path, key: bytes) -> dict[str, str]:
+    """A spot borrower's card through an NVIDIA-style YAML CDI spec."""
+    (tmp_path / "cdi").mkdir()
+    (tmp_path / "cdi" / "nvidia.yaml").write_text(
+        "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n- name: \"0\"\n  containerEdits:\n"
+        "    deviceNodes:\n    - path: /dev/nvidia0\n      type: c\n      major: 195\n"
+        "    env:\n    - NVIDIA_VISIBLE_DEVICES=void\n")
+    return signed(key, "*", "ids", ids.format_devices_ids({"nvidia.com/gpu": ["0"]}))
+
+
+@pytest.mark.parametrize("annotations", [same_pod, capped_share, cdi_yaml_spot])
+def test_create_path_does_not_import_os(tmp_path: Path, annotations: Any) -> None:
+    key = write_key(tmp_path / "signing.key")
+    target = {**identity("ns", "pod", "dind"), **annotations(tmp_path, key)}
+    bundle = write_bundle(tmp_path / "target", spec(target))
     config = tmp_path / "runtime.json"
-    config.write_text('{"lower_runtime": "/bin/true", "index_dir": ""}')
+    config.write_text(json.dumps({
+        "lower_runtime": "/bin/true", "index_dir": "", "node_name": NODE,
+        "key_file": str(tmp_path / "signing.key"), "cdi_dirs": [str(tmp_path / "cdi")],
+        "isolation_dir": str(tmp_path / "isolation")}))
     code = CREATE.format(runtime=str(REPO / "runtime"), common=str(REPO / "libs" / "common"),
                          bundle=str(bundle))
     result = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -97,8 +98,8 @@ def test_signed_cross_pod_reference(runc: Runc, tmp_path: Path, rootfs: Path,
                                     fake_card: dict[str, Any]) -> None:
     key = write_key(tmp_path / "signing.key")
     write_config(tmp_path / "runtime.json", key_file=str(tmp_path / "signing.key"))
-    directory = bundles_with_source(tmp_path, rootfs, fake_card, "shadow-ns", "shadow-1")
-    annotations = signed(key, "*", "from", "shadow-ns/shadow-1/main")
+    directory = bundles_with_source(tmp_path, rootfs, fake_card, "gpushare-system", "shadow-1")
+    annotations = signed(key, "*", "from", "gpushare-system/shadow-1/main")
     result = run_target(runc, directory, rootfs, annotations)
     assert result.returncode == 0, result.stderr
     assert "written" in result.stdout
@@ -106,18 +107,18 @@ def test_signed_cross_pod_reference(runc: Runc, tmp_path: Path, rootfs: Path,
 
 def test_unsigned_cross_pod_reference_fails_clearly(runc: Runc, tmp_path: Path, rootfs: Path,
                                                     fake_card: dict[str, Any]) -> None:
-    directory = bundles_with_source(tmp_path, rootfs, fake_card, "shadow-ns", "shadow-1")
+    directory = bundles_with_source(tmp_path, rootfs, fake_card, "gpushare-system", "shadow-1")
     log = tmp_path / "runtime.log"
     annotation = ids.ANN_DEVICES_FROM + "dind"
-    content = spec({**identity("ns1", "pod1", "dind"), annotation: "shadow-ns/shadow-1/main"},
+    content = spec({**identity("ns1", "pod1", "dind"), annotation: "gpushare-system/shadow-1/main"},
                    rootfs=rootfs)
     bundle = write_bundle(directory / "target", content)
     before = (bundle / "config.json").read_bytes()
     result = runc("create", "--bundle", str(bundle), "gpushare-unsigned", log=log)
     assert result.returncode == 1
     for text in (result.stderr, log.read_text()):
-        assert annotation in text and "shadow-ns/shadow-1/main" in text
-        assert "signature.dind is missing" in text
+        assert annotation in text and "gpushare-system/shadow-1/main" in text
+        assert "signature-from.dind is missing" in text
     assert json.loads(log.read_text().splitlines()[-1])["level"] == "error"
     assert (bundle / "config.json").read_bytes() == before
     assert runc("state", "gpushare-unsigned").returncode != 0
@@ -131,8 +132,8 @@ def test_pass_through_matches_runc(runc: Runc, tmp_path: Path, rootfs: Path) -> 
     for args in (["state", name], ["ps", "--format", "json", name], ["list", "-q"],
                  ["state", "no-such-container"], ["kill", "no-such-container", "KILL"]):
         ours, theirs = runc(*args), runc(*args, through=False)
-        assert (ours.returncode, ours.stdout, ours.stderr) == (
-            theirs.returncode, theirs.stdout, theirs.stderr), args
+        assert (ours.returncode, ours.stdout, _untimed(ours.stderr)) == (
+            theirs.returncode, theirs.stdout, _untimed(theirs.stderr)), args
     assert runc("start", name).returncode == 0
     assert json.loads(runc("state", name).stdout)["status"] == "running"
     executed = runc("exec", name, "echo", "inside")
@@ -162,3 +163,65 @@ def test_signed_device_ids_through_vendor_table(runc: Runc, tmp_path: Path) -> N
     result = runc("run", "--bundle", str(bundle), f"gpushare-ids-{os.getpid()}")
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == [f"{NULL_MAJOR:x}:{NULL_MINOR:x}", "7"]
+
+
+def test_cdi_edits_reach_the_container_and_hooks_run(runc: Runc, tmp_path: Path) -> None:
+    """A spot-style injection through a CDI spec: its node, env, groups and hook all take effect."""
+    node = tmp_path / "cards" / "card3"
+    node.parent.mkdir()
+    os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(NULL_MAJOR, NULL_MINOR))
+    marker = tmp_path / "hook-ran"
+    cdi = tmp_path / "cdi"
+    cdi.mkdir()
+    (cdi / "card.json").write_text(json.dumps({
+        "cdiVersion": "0.7.0", "kind": "example.com/card", "devices": [{"name": "3", "containerEdits": {
+            "deviceNodes": [{"path": "/dev/card3", "hostPath": str(node)}],
+            "env": ["CARD_VISIBLE_DEVICES=3"], "additionalGids": [44],
+            "hooks": [{"hookName": "createRuntime", "path": "/bin/sh",
+                       "args": ["sh", "-c", f"echo ran > {marker}"]}]}}]}))
+    key = write_key(tmp_path / "signing.key")
+    write_config(tmp_path / "runtime.json", key_file=str(tmp_path / "signing.key"), cdi_dirs=[str(cdi)])
+    value = ids.format_devices_ids({"example.com/card": ["3"]})
+    probe = "echo x > /dev/card3 && echo $CARD_VISIBLE_DEVICES && cat /proc/self/status"
+    content = spec({**identity("spot", "borrower", "main"), **signed(key, "*", "ids", value)},
+                   args=["sh", "-c", probe], rootfs=make_rootfs(tmp_path / "own-rootfs"))
+    bundle = write_bundle(tmp_path / "bundles" / "borrower", content)
+    result = runc("run", "--bundle", str(bundle), f"gpushare-cdi-{os.getpid()}")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "3" and marker.read_text() == "ran\n"
+    groups = next(line for line in lines if line.startswith("Groups:")).split()[1:]
+    assert "44" in groups
+
+
+def test_capped_share_gets_the_daemons_directories(runc: Runc, tmp_path: Path, rootfs: Path,
+                                                   fake_card: dict[str, Any]) -> None:
+    """Allocate-shaped annotations of a capped share: the caps in the environment, the
+    ShadowPod's pipe directory and /dev/shm bound in, shared with the host directory."""
+    from gpushare_common import isolation
+
+    host = tmp_path / "isolation" / "gpushare-system_shadow-1"
+    for sub in ("pipe", "log", "shm"):
+        (host / sub).mkdir(parents=True)
+    (host / "pipe" / "control").write_text("daemon pipe\n")
+    key = write_key(tmp_path / "signing.key")
+    write_config(tmp_path / "runtime.json", key_file=str(tmp_path / "signing.key"),
+                 isolation_dir=str(tmp_path / "isolation"))
+    directory = bundles_with_source(tmp_path, rootfs, fake_card, "gpushare-system", "shadow-1")
+    devices = ids.format_devices_from({"gpushare-system/shadow-1/main": {"*": ["gpushare-system/shadow-1-2"]}})
+    caps = isolation.format_share_caps(isolation.ShareCaps(
+        "mps", "nvidia.com/gpu", "gpushare-system/shadow-1", 4, 1, 16384))
+    probe = ("cat /tmp/nvidia-mps/control && echo $CUDA_MPS_PINNED_DEVICE_MEM_LIMIT "
+             "$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE && echo share > /dev/shm/from-share")
+    content = spec({**identity("team", "app", "main"), **signed(key, "*", "from", devices),
+                    **signed(key, "*", "isolation", caps)}, args=["sh", "-c", probe], rootfs=rootfs)
+    bundle = write_bundle(directory / "capped", content)
+    result = runc("run", "--bundle", str(bundle), f"gpushare-capped-{os.getpid()}")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["daemon pipe", "0=4096M 25"]
+    assert (host / "shm" / "from-share").read_text() == "share\n"
+
+
+def _untimed(log: str) -> str:
+    """runc's log lines without their time: two runs may straddle a second."""
+    return re.sub(r'^time="[^"]*" ', "", log, flags=re.M)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 from gpushare_common.mapping import QuotaKey
-from gpushare_shadow_controller.model import ShadowPod, SharePod, classify, share_resource_pattern
+from gpushare_common.pods import PodRules
+from gpushare_shadow_controller.model import ShadowPod, SharePod, classify
 from gpushare_shadow_controller.planner import plan
 
 Q4 = QuotaKey("ml", "share", 4)
@@ -84,36 +85,28 @@ def test_idle_shadowpod_kept_while_demand_pending() -> None:
     assert plan([shadow("s1", using=4), pending(0)], {}, idle, 1000.0, 60).deletes == []
 
 
-def _pod(resources: dict[str, str], **meta: object) -> dict[str, object]:
-    return {"metadata": {"namespace": "ml", "name": "x", **meta},
+def _pod(resources: dict[str, str], namespace: str = "ml", **meta: object) -> dict[str, object]:
+    return {"metadata": {"namespace": namespace, "name": "x", **meta},
             "spec": {"containers": [{"name": "c", "resources": {"requests": resources}}]},
             "status": {"phase": "Pending"}}
 
 
+SHADOW_LABELS = {"gpushare.k8s.io/pod-description": "shadow-pod",
+                 "app.kubernetes.io/managed-by": "gpushare-shadow-controller"}
+SPEC4 = {"gpushare.k8s.io/share-kind": "share", "gpushare.k8s.io/share-spec": "4"}
+
+
 def test_classification() -> None:
-    pattern = share_resource_pattern("gpushare")
-    share = classify(_pod({"gpushare/share-dev-gpu-8": "1"}), pattern)
-    assert isinstance(share, SharePod) and share.quota == QuotaKey("ml", "share-dev", 8) and share.pending
-    assert classify(_pod({"nvidia.com/gpu": "1"}), pattern) is None
-    assert classify(_pod({"gpushare/share-gpu-0": "1"}), pattern) is None
-    shadow_pod = classify(_pod({"nvidia.com/gpu": "1"},
-                               labels={"gpushare.k8s.io/pod-description": "shadow-pod"},
-                               annotations={"gpushare.k8s.io/share-kind": "share",
-                                            "gpushare.k8s.io/share-spec": "4"}), pattern)
-    assert isinstance(shadow_pod, ShadowPod) and shadow_pod.quota == Q4
-    broken = classify(_pod({}, labels={"gpushare.k8s.io/pod-description": "shadow-pod"},
-                           annotations={"gpushare.k8s.io/share-spec": "four"}), pattern)
+    rules = PodRules()
+    share = classify(_pod({"gpushare/share-dev-gpu-8": "1"}), rules)
+    assert isinstance(share, SharePod) and share.quota == QuotaKey("gpushare-system", "share-dev", 8)
+    assert share.pending and share.count == 1
+    assert classify(_pod({"nvidia.com/gpu": "1"}), rules) is None
+    assert classify(_pod({"gpushare/share-gpu-0": "1"}), rules) is None
+    shadow_pod = classify(_pod({"nvidia.com/gpu": "1"}, "gpushare-system", labels=SHADOW_LABELS,
+                               annotations=SPEC4), rules)  # fmt: skip
+    assert isinstance(shadow_pod, ShadowPod) and shadow_pod.quota == QuotaKey("gpushare-system", "share", 4)
+    assert classify(_pod({"nvidia.com/gpu": "1"}, "ml", labels=SHADOW_LABELS, annotations=SPEC4), rules) is None
+    broken = classify(_pod({}, "gpushare-system", labels=SHADOW_LABELS,
+                           annotations={"gpushare.k8s.io/share-spec": "four"}), rules)  # fmt: skip
     assert broken is None
-
-
-@pytest.mark.parametrize(("conditions", "used"), [
-    ([{"type": "gpushare.k8s.io/Using", "status": "True", "message": '{"ml/s-0":"ml/a","ml/s-1":"ml/b"}'}], 2),
-    ([{"type": "gpushare.k8s.io/Using", "status": "False", "message": "{}"}], 0),
-    ([{"type": "gpushare.k8s.io/Using", "status": "True", "message": "not json"}], 1),
-    ([{"type": "Ready", "status": "True"}], 0),
-    (None, 0),
-])
-def test_count_using_reads_the_solvers_condition(conditions: list | None, used: int) -> None:  # type: ignore[type-arg]
-    from gpushare_shadow_controller.model import count_using
-
-    assert count_using(conditions) == used

@@ -19,6 +19,8 @@ from prometheus_client import CollectorRegistry
 
 from tests.support.kubeapi import KubeApi
 
+SYSTEM = "gpushare-system"
+
 
 def share_pod(name: str, resource: str = "gpushare/share-gpu-4", node: str = "",
               owner: str = "") -> dict[str, Any]:
@@ -77,7 +79,8 @@ async def test_five_pending_pods_get_exactly_two_shadowpods(kube_api: KubeApi) -
     assert pod["spec"]["containers"][0]["name"] == "main"
     assert pod["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
     status = app.status()
-    assert status["quota"]["ml/share-gpu-4"]["pipelining"] == -5
+    assert status["quota"]["gpushare-system/share-gpu-4"]["pipelining"] == -5
+    assert {p["metadata"]["namespace"] for p in created} == {SYSTEM}  # never in the tenant's namespace
     stop.set()
     assert await runner == 0
 
@@ -91,16 +94,16 @@ async def test_idle_shadowpod_retired_after_timeout_not_before(kube_api: KubeApi
     stop = asyncio.Event()
 
     async def watch() -> None:
-        async for change in kube.watch_pods(stop, namespace="ml"):
-            controller.apply(change, "ml")
+        async for change in kube.watch_pods(stop):
+            controller.apply(change)
     watcher = asyncio.create_task(watch())
     await wait_until(lambda: _async(bool(controller.records)))
     assert len((await controller.reconcile()).creates) == 1
     (shadow,) = await shadow_pods(kube)
     name = shadow["metadata"]["name"]
-    await kube.patch_pod_status("ml", name, {"status": {"phase": "Running"}}, strategic=False)
+    await kube.patch_pod_status(SYSTEM, name, {"status": {"phase": "Running"}}, strategic=False)
     await kube.delete_pod("ml", "user-1", grace_seconds=0)
-    await kube.create_pod("ml", share_pod("user-2", node="n1", owner=f"ml/{name}"))
+    await kube.create_pod("ml", share_pod("user-2", node="n1", owner=f"{SYSTEM}/{name}"))
     await wait_until(lambda: _async("ml/user-2" in controller.records and "ml/user-1" not in controller.records))
     await controller.reconcile()
     now[0] += 3600  # in use: never retired
@@ -111,7 +114,7 @@ async def test_idle_shadowpod_retired_after_timeout_not_before(kube_api: KubeApi
     now[0] += 59
     assert (await controller.reconcile()).deletes == []
     now[0] += 1
-    assert [d.shadow for d in (await controller.reconcile()).deletes] == [f"ml/{name}"]
+    assert [d.shadow for d in (await controller.reconcile()).deletes] == [f"{SYSTEM}/{name}"]
     assert await shadow_pods(kube) == []
     stop.set()
     await watcher
@@ -160,3 +163,28 @@ async def test_two_processes_one_leader_and_failover(kube_api: KubeApi) -> None:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+async def test_a_tenants_fake_shadow_pod_is_no_supply(kube_api: KubeApi) -> None:
+    """A pod a tenant labels as a ShadowPod in its own namespace neither counts as supply (the
+    controller still creates a real one) nor is ever retired by it."""
+    kube = Kube(KubeSettings(), kube_api.new_client())
+    fake = share_pod("fake", resource="nvidia.com/gpu")
+    fake["metadata"]["labels"] = {ids.LABEL_POD_DESCRIPTION: ids.SHADOW_POD_LABEL_VALUE,
+                                  "app.kubernetes.io/managed-by": "gpushare-shadow-controller"}
+    fake["metadata"]["annotations"] = {ids.ANN_SHARE_SPEC: "4", ids.ANN_SHARE_KIND: "share"}
+    await kube.create_pod("ml", fake)
+    await kube.create_pod("ml", share_pod("user-1"))
+    controller = Controller(kube, ShadowSettings(idle_timeout_s=0), CollectorRegistry(), lambda: True)
+    stop = asyncio.Event()
+
+    async def watch() -> None:
+        async for change in kube.watch_pods(stop):
+            controller.apply(change)
+    watcher = asyncio.create_task(watch())
+    await wait_until(lambda: _async("ml/user-1" in controller.records))
+    assert "ml/fake" not in controller.records
+    (created,) = (await controller.reconcile()).creates
+    assert created.quota.namespace == SYSTEM and (await controller.reconcile()).deletes == []
+    stop.set()
+    await watcher

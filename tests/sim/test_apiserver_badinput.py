@@ -97,10 +97,8 @@ def test_wrong_types_and_invalid_objects(http: Http) -> None:
 
 def test_patch_errors(http: Http) -> None:
     patch = {"metadata": {"labels": {"a": "b"}}}
-    assert "server-side apply" in status(
-        http("PATCH", f"{PODS}/p1", patch, "application/apply-patch+yaml"), 415
-    )
-    status(http("PATCH", f"{PODS}/p1", patch, "text/plain"), 415, "UnsupportedMediaType")
+    assert "application/apply-patch+yaml" in status(http("PATCH", f"{PODS}/p1", patch, "text/plain"), 415,
+                                                    "UnsupportedMediaType")  # fmt: skip
     status(http("PATCH", f"{PODS}/p1", [1], "application/merge-patch+json"), 400)
     json_patch = "application/json-patch+json"
     status(http("PATCH", f"{PODS}/p1", [{"op": "jump", "path": "/a"}], json_patch), 400)
@@ -216,3 +214,62 @@ def test_huge_grace_period_is_clamped(http: Http) -> None:
     assert answer.status == 200, answer.data
     assert json.loads(answer.data)["metadata"]["deletionGracePeriodSeconds"] == 10**9
     assert http("DELETE", f"{PODS}/long?gracePeriodSeconds=0").status == 200
+
+
+NEW_PATHS = [
+    ("POST", "/apis/authentication.k8s.io/v1/tokenreviews"),
+    ("POST", "/api/v1/namespaces/default/serviceaccounts/default/token"),
+    ("POST", "/api/v1/namespaces"),
+    ("POST", "/api/v1/namespaces/default/pods/p1/eviction"),
+    ("POST", "/apis/resource.k8s.io/v1/resourceslices"),
+    ("POST", "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims"),
+    ("PATCH", "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/fuzz/status"),
+    ("POST", "/apis/resource.k8s.io/v1alpha3/devicetaintrules"),
+    ("DELETE", "/api/v1/namespaces/fuzz"),
+]
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    target=st.sampled_from(NEW_PATHS),
+    body=json_values | pod_like | st.binary(max_size=40),
+    content_type=st.sampled_from(["application/json", "application/merge-patch+json",
+                                  "application/vnd.kubernetes.protobuf", "text/plain"]),
+)  # fmt: skip
+def test_fuzzed_bodies_on_tokens_namespaces_and_resources(
+    http: Http, target: tuple[str, str], body: Any, content_type: str
+) -> None:
+    method, path = target
+    response = http(method, path, body, content_type)
+    assert response.status < 500, response.data
+    if response.status >= 400:
+        assert json.loads(response.data)["kind"] == "Status"
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    params=st.dictionaries(
+        st.sampled_from(["container", "follow", "previous", "tailLines", "limitBytes", "timestamps",
+                         "sinceSeconds", "includeObject"]),
+        query_values | st.integers(-(10**20), 10**20).map(str),
+        max_size=4,
+    ),
+)  # fmt: skip
+def test_fuzzed_log_and_table_queries(http: Http, params: dict[str, str]) -> None:
+    response = http.pool.request("GET", f"{http.url}{PODS}/p1/log", fields=params)
+    assert response.status < 500, response.data  # p1 is on no node: 400 (or 422 for a bad number)
+    assert json.loads(response.data)["kind"] == "Status"
+    table = "application/json;as=Table;v=v1;g=meta.k8s.io"
+    response = http.pool.request("GET", f"{http.url}{PODS}", fields=params, headers={"Accept": table})
+    assert response.status < 500, response.data
+
+
+def test_server_side_apply_refusals(http: Http) -> None:
+    apply = "application/apply-patch+yaml"
+    status(http("PATCH", f"{PODS}/p1", POD, apply), 422, "Invalid")  # no fieldManager
+    status(http("PATCH", f"{PODS}/p1?fieldManager=t", b"a: [1", apply), 400, "BadRequest")
+    status(http("PATCH", f"{PODS}/p1?fieldManager=t", b"- 1", apply), 400, "BadRequest")
+    status(http("PATCH", f"{PODS}/p1/status?fieldManager=t", POD, apply), 415, "UnsupportedMediaType")
+    status(http("PATCH", f"{PODS}/p1?fieldManager=t", {**POD, "metadata": {"name": "p2"}}, apply), 400)
+    status(http("PATCH", "/api/v1/namespaces/none/pods/p9?fieldManager=t", {**POD, "metadata": {"name": "p9"}},
+                apply), 404, "NotFound")  # fmt: skip

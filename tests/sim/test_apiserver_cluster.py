@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from gpushare_sim.apiserver import Store, objects
 from gpushare_sim.apiserver.kinds import PODS
+from gpushare_sim.apiserver.namespaces import SYSTEM_NAMESPACES
 from gpushare_sim.apiserver.selectors import parse_field_selector
 from gpushare_sim.apiserver.store import Selection
 from kubernetes import client, watch
@@ -31,12 +32,13 @@ def core(kube_api: KubeApi) -> client.CoreV1Api:
 
 
 def test_namespaces(core: client.CoreV1Api) -> None:
+    system = sorted(n.metadata.name for n in core.list_namespace().items)
+    assert system == ["default", "gpushare-system", "kube-node-lease", "kube-public", "kube-system"]
     created = core.create_namespace({"metadata": {"name": "team-a"}})
-    assert created.status.phase == "Active"
-    assert [n.metadata.name for n in core.list_namespace().items] == ["team-a"]
+    assert created.status.phase == "Active" and created.spec.finalizers == ["kubernetes"]
     assert core.read_namespace("team-a").metadata.uid == created.metadata.uid
     core.delete_namespace("team-a")
-    assert core.list_namespace().items == []
+    assert sorted(n.metadata.name for n in core.list_namespace().items) == system
 
 
 def test_delete_collection_by_label(core: client.CoreV1Api) -> None:
@@ -70,12 +72,12 @@ def test_lease_times_round_trip(kube_api: KubeApi) -> None:
     now = datetime.now(UTC).replace(microsecond=123456)
     spec = client.V1LeaseSpec(holder_identity="a", acquire_time=now, renew_time=now,
                               lease_duration_seconds=15, lease_transitions=0)
-    leases.create_namespaced_lease("gpushare", client.V1Lease(
+    leases.create_namespaced_lease("gpushare-system", client.V1Lease(
         metadata=client.V1ObjectMeta(name="leader"), spec=spec))
-    read = leases.read_namespaced_lease("leader", "gpushare")
+    read = leases.read_namespaced_lease("leader", "gpushare-system")
     assert read.spec.renew_time == now
     patched = leases.patch_namespaced_lease(
-        "leader", "gpushare", {"spec": {"holderIdentity": "b"}})
+        "leader", "gpushare-system", {"spec": {"holderIdentity": "b"}})
     assert patched.spec.holder_identity == "b" and patched.spec.acquire_time == now
 
 
@@ -165,8 +167,9 @@ def test_status_endpoint(kube_api: KubeApi) -> None:
     kube_api.seed("pods", "default", [pod_manifest("p1"), pod_manifest("p2")])
     with urllib.request.urlopen(f"{kube_api.url}/status", timeout=LIMIT) as answer:
         status = json.loads(answer.read())
-    assert status["objects"] == {"pods": 2}
-    assert status["resourceVersion"] == 3 and status["history"] == 2
+    system = len(SYSTEM_NAMESPACES)  # each with its default ServiceAccount
+    assert status["objects"] == {"pods": 2, "namespaces": system, "serviceaccounts": system}
+    assert status["resourceVersion"] == 2 * system + 3 and status["history"] == 2 * system + 2
 
 
 def test_openapi_tells_kubectl_the_server_validates_fields(kube_api: KubeApi) -> None:

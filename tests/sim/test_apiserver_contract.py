@@ -20,6 +20,7 @@ JSON_PATCH = "application/json-patch+json"
 
 @pytest.fixture
 def core(kube_api: KubeApi) -> client.CoreV1Api:
+    kube_api.namespaces("team-a", "a", "b")
     return client.CoreV1Api(kube_api.client)
 
 
@@ -227,20 +228,20 @@ def test_lease_leader_election_cycle(leases: client.CoordinationV1Api) -> None:
         metadata=client.V1ObjectMeta(name="shadow-controller"),
         spec=client.V1LeaseSpec(holder_identity="a", lease_duration_seconds=15),
     )
-    created = leases.create_namespaced_lease("gpushare", body)
-    read = leases.read_namespaced_lease("shadow-controller", "gpushare")
+    created = leases.create_namespaced_lease("gpushare-system", body)
+    read = leases.read_namespaced_lease("shadow-controller", "gpushare-system")
     read.spec.holder_identity = "b"
-    taken = leases.replace_namespaced_lease("shadow-controller", "gpushare", read)
+    taken = leases.replace_namespaced_lease("shadow-controller", "gpushare-system", read)
     assert taken.spec.holder_identity == "b"
     created.spec.holder_identity = "c"  # a stale read loses the race
     with pytest.raises(ApiException) as error:
-        leases.replace_namespaced_lease("shadow-controller", "gpushare", created)
+        leases.replace_namespaced_lease("shadow-controller", "gpushare-system", created)
     assert error.value.status == 409
     with pytest.raises(ApiException) as error:
-        leases.create_namespaced_lease("gpushare", body)
+        leases.create_namespaced_lease("gpushare-system", body)
     assert error.value.status == 409
-    leases.delete_namespaced_lease("shadow-controller", "gpushare")
-    assert leases.list_namespaced_lease("gpushare").items == []
+    leases.delete_namespaced_lease("shadow-controller", "gpushare-system")
+    assert leases.list_namespaced_lease("gpushare-system").items == []
 
 
 def test_discovery_and_version(kube_api: KubeApi) -> None:

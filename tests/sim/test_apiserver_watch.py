@@ -36,6 +36,7 @@ def take(events: Iterator[dict[str, Any]], count: int) -> list[tuple[str, str]]:
 
 @pytest.fixture
 def core(kube_api: KubeApi) -> client.CoreV1Api:
+    kube_api.namespaces("a", "b")
     return client.CoreV1Api(kube_api.client)
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpushare_common.ids import ANN_DEVICES_FROM, ANN_DEVICES_IDS, ANN_SIGNATURE, load_key, sign
+from gpushare_common.ids import ANN_DEVICES_FROM, ANN_DEVICES_IDS, KIND_IDS, load_key, sign, signature_annotation
 from gpushare_sim.kernel import KernelStandIn
 from gpushare_sim.node.adapters.backend import containerd_usable, runtime_binary, signing_key
 from gpushare_sim.node.app import NodeSim
@@ -159,7 +159,7 @@ async def test_runtime_injects_a_signed_spot_card_through_cdi(node: Any) -> None
     key = load_key(str(signing_key(sim.settings.node_dir)))
     value = json.dumps({GPU: ["GPU-c1-1"]})
     annotations = {f"{ANN_DEVICES_IDS}main": value,
-                   f"{ANN_SIGNATURE}main": sign(key, "main", value)}  # fmt: skip
+                   signature_annotation(KIND_IDS, "main"): sign(key, KIND_IDS, "c1", "main", value)}  # fmt: skip
     body = pod_manifest("spot", LIST_DEVS, node="c1", uid="u-spot", annotations=annotations)
     await sim.kubelet.sync([parse_pod(body)])
     assert await _devices_seen(sim, api, "spot", "main") == ["nvidia1"]

@@ -15,7 +15,9 @@ from gpushare_common.events import AnyEvent, KmodCommand, KmodReply
 from gpushare_common.settings import KubeSettings, NatsSettings
 
 from tests.runtime.conftest import containerd, rootfs  # noqa: F401  (fixtures)
-from tests.support.kubeapi import KubeApi, kube_api  # noqa: F401  (fixture)
+from tests.support.kubeapi import KubeApi, kube_api_with
+
+kube_api = kube_api_with("apps", "dev", "team", "batch", "spot")  # the namespaces these tests put pods in
 
 NODE = "node-a"
 
@@ -27,19 +29,30 @@ class FakeBridge:
     commands: list[tuple[float, KmodCommand]] = field(default_factory=list)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     status: int = 0
+    silent_first: str = ""  # the first command of this op is answered too late (a lost reply)
+    replied: list[KmodCommand] = field(default_factory=list)
 
     async def answer(self, event: AnyEvent) -> KmodReply:
         assert isinstance(event, KmodCommand)
         self.commands.append((time.perf_counter(), event))
         self.changed.set()
+        if event.op == self.silent_first:
+            self.silent_first = ""
+            await asyncio.sleep(2.0)
+        else:
+            self.replied.append(event)
         return KmodReply(node=event.node, op=event.op, status=self.status)
 
     def ops(self, op: str) -> list[KmodCommand]:
         return [c for _, c in self.commands if c.op == op]
 
+    def answered(self, op: str) -> list[KmodCommand]:
+        """Commands answered in time (not the silenced one)."""
+        return [c for c in self.replied if c.op == op]
+
 
 @pytest.fixture
-def kube(kube_api: KubeApi) -> Iterator[Kube]:  # noqa: F811
+def kube(kube_api: KubeApi) -> Iterator[Kube]:
     client = Kube(KubeSettings(kubeconfig=str(kube_api.kubeconfig)))
     yield client
     client.api.close()

@@ -125,6 +125,21 @@ async def test_owner_back_kills_evicts_releases(
         assert 'gpushare_solver_evictions_total{outcome="evicted",reason="owner-back"} 2.0' in str(metrics)
 
 
+class StuckDelete:
+    """The Kubernetes adapter, except that a pod delete never returns (the solver dies there)."""
+
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+        self.reached = asyncio.Event()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.kube, name)
+
+    async def delete_pod(self, *args: object, **kwargs: object) -> None:
+        self.reached.set()
+        await asyncio.Event().wait()
+
+
 def counter(running: app.Running, event: str, result: str) -> float:
     value = running.solver.metrics.events.labels(event, result)._value.get()
     return float(value)
@@ -135,23 +150,18 @@ async def test_restart_between_kill_and_delete_finishes_once_and_replays_change_
     bridge: FakeBridge,
 ) -> None:
     settings = solver_settings(containerd, ack_wait_s=1.0)
-    killed, never = asyncio.Event(), asyncio.Event()
-
-    async def stop_after_kill() -> None:
-        killed.set()
-        await never.wait()  # the solver "dies" here: cancelled by the stop below
+    stuck = StuckDelete(kube)  # the first solver "dies" in its first delete: cancelled by the stop below
 
     async with client_bus(nats_settings) as bus:
         world = World(containerd, rootfs, kube, bus, NODE)
         records = Recorder()
         await bus.subscribe(bus.subjects.eviction(NODE), records)
         back = OwnerBackEvent(node=NODE, pidns=9, pid=1, kernel_ts_ns=1, pod=OWNER, resolved=True)
-        async with solver(nats_settings, kube_api.kubeconfig, settings, kube) as first:
-            first.solver.reclaimer.after_kill = stop_after_kill
+        async with solver(nats_settings, kube_api.kubeconfig, settings, stuck) as first:  # type: ignore[arg-type]
             lent = await lend_two_cards(world)
             await wait_for(lambda: len(first.solver.state.borrowers()) == 2, what="two borrowers")
             await world.publish("ownerback", back)
-            await wait_for(killed.is_set, what="the kill step")
+            await wait_for(stuck.reached.is_set, what="the kill step")
             assert world.task_status("b1-main") == "STOPPED"
             assert await world.pod_exists("spot/b1") and not records.events
             assert len(bridge.ops("release")) == 1  # the owner does not wait for the deletes

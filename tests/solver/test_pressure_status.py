@@ -39,12 +39,13 @@ async def test_status_follows_samples_and_lists_evictions_in_order() -> None:
     oversold(pods, "batch/new", 0, "2026-01-01T00:00:05Z")
     oversold(pods, "batch/high", 10, "2026-01-01T00:00:09Z")
 
-    async def evict(trigger: str, victims: list[str]) -> None:
+    async def evict(trigger: str, victims: dict[str, str]) -> None:
         evicted.append((trigger, victims))
 
     watch = PressureWatch(NODE, PressurePolicy(cooldown_s=30), pods, evict, lambda: clock[0])
     await watch.on_event(sample(13.0))  # 81.25%: two 1 GiB pods bring it under 70%
-    assert [victims for _, victims in evicted] == [["batch/new", "batch/old"]]
+    assert [victims for _, victims in evicted] == [{"batch/new": "uid-new", "batch/old": "uid-old"}]
+    assert list(evicted[0][1]) == ["batch/new", "batch/old"]  # newest first
     clock[0] += 2
     status = watch.status()
     assert status["over"] == ["memory"] and status["memory_used_ratio"] == 0.8125
@@ -55,5 +56,5 @@ async def test_status_follows_samples_and_lists_evictions_in_order() -> None:
     assert len(evicted) == 1 and status["cpu_used_ratio"] == 0.25
 
 
-async def _never(trigger: str, victims: list[str]) -> None:
+async def _never(trigger: str, victims: dict[str, str]) -> None:
     raise AssertionError(f"nothing should be evicted, got {victims} for {trigger}")

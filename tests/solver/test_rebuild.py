@@ -17,14 +17,16 @@ from gpushare_common.ids import (
     ANN_DEVICES_IDS,
     ANN_SHARE_KIND,
     ANN_SHARE_SPEC,
-    ANN_SIGNATURE,
     CONDITION_USING,
+    KIND_IDS,
     LABEL_POD_DESCRIPTION,
     SHADOW_POD_LABEL_VALUE,
     format_devices_ids,
     sign,
+    signature_annotation,
 )
 from gpushare_common.mapping import IDLE_SPACE
+from gpushare_common.pods import MANAGED_BY, SHADOW_CONTROLLER, PodRules
 from gpushare_common.settings import NatsSettings
 from gpushare_solver import app
 from gpushare_solver.actions import DeviceList
@@ -41,6 +43,8 @@ from tests.solver.world import client_bus, common_settings
 from tests.support.kubeapi import KubeApi
 
 KEY = b"0123456789abcdef0123456789abcdef"
+RULES = PodRules()
+SYSTEM = "gpushare-system"
 Obj = dict[str, Any]
 
 
@@ -59,7 +63,7 @@ def shadow(key: str, spec: int = 2, kind: str = "share", users: dict[str, str] |
            phase: str = "Running") -> Obj:
     conditions = [{"type": CONDITION_USING, "status": "True" if users else "False",
                    "message": json.dumps(users or {})}]
-    return pod(key, phase, labels={LABEL_POD_DESCRIPTION: SHADOW_POD_LABEL_VALUE},
+    return pod(key, phase, labels={LABEL_POD_DESCRIPTION: SHADOW_POD_LABEL_VALUE, MANAGED_BY: SHADOW_CONTROLLER},
                annotations={ANN_SHARE_SPEC: str(spec), ANN_SHARE_KIND: kind},
                requests={"nvidia.com/gpu": "1"}, conditions=conditions)
 
@@ -73,43 +77,44 @@ def borrower(key: str, cards: list[str], key_bytes: bytes | None = KEY) -> Obj:
     value = format_devices_ids({"nvidia.com/gpu": cards})
     annotations = {ANN_DEVICES_IDS + "*": value}
     if key_bytes is not None:
-        annotations[ANN_SIGNATURE + "*"] = sign(key_bytes, "*", value)
+        annotations[signature_annotation(KIND_IDS, "*")] = sign(key_bytes, KIND_IDS, NODE, "*", value)
     return pod(key, annotations=annotations, requests={"gpushare/spot-gpu": "1"})
 
 
 def test_shadow_pods_and_their_users_from_the_using_condition() -> None:
     state = SolverState()
     pods = [
-        shadow("team/sh", users={"team/sh-0": "apps/a", "team/sh-1": "apps/b"}),
-        shadow("team/dev", spec=4, kind="share-dev", users={"team/dev-3": "apps/c"}),
-        shadow("team/pending", phase="Pending"),
-        share("apps/a", "team/sh"),
+        shadow(f"{SYSTEM}/sh", users={f"{SYSTEM}/sh-0": "apps/a", f"{SYSTEM}/sh-1": "apps/b"}),
+        shadow(f"{SYSTEM}/dev", spec=4, kind="share-dev", users={f"{SYSTEM}/dev-3": "apps/c"}),
+        shadow(f"{SYSTEM}/pending", phase="Pending"),
+        share("apps/a", f"{SYSTEM}/sh"),
         share("apps/b", None),  # the annotation not written yet: the condition is enough
-        share("apps/c", "team/other"),  # names another ShadowPod: left to the detector
-        share("apps/d", "team/sh"),  # the annotation alone does not say which device
+        share("apps/c", f"{SYSTEM}/other"),  # names another ShadowPod: left to the detector
+        share("apps/d", f"{SYSTEM}/sh"),  # the annotation alone does not say which device
     ]
-    actions, found = rebuild(state, pods, None)
+    actions, found = rebuild(state, pods, None, RULES)
     assert state.cache.snapshot() == {
-        "team/dev": {"team/dev-0": "", "team/dev-1": "", "team/dev-2": "", "team/dev-3": ""},
-        "team/sh": {"team/sh-0": "apps/a", "team/sh-1": "apps/b"},
+        f"{SYSTEM}/dev": {f"{SYSTEM}/dev-{i}": "" for i in range(4)},
+        f"{SYSTEM}/sh": {f"{SYSTEM}/sh-0": "apps/a", f"{SYSTEM}/sh-1": "apps/b"},
     }
-    assert state.cache.get("team/dev").resource == "share-dev-gpu-4"  # type: ignore[union-attr]
+    assert state.cache.get(f"{SYSTEM}/dev").resource == "share-dev-gpu-4"  # type: ignore[union-attr]
     assert actions == [
-        DeviceList(resource="share-dev-gpu-4", devices=("team/dev-0", "team/dev-1", "team/dev-2", "team/dev-3"),
+        DeviceList(resource="share-dev-gpu-4", devices=tuple(f"{SYSTEM}/dev-{i}" for i in range(4)),
                    reason="rebuilt from the cluster"),
-        DeviceList(resource="share-gpu-2", devices=("team/sh-0", "team/sh-1"), reason="rebuilt from the cluster"),
+        DeviceList(resource="share-gpu-2", devices=(f"{SYSTEM}/sh-0", f"{SYSTEM}/sh-1"),
+                   reason="rebuilt from the cluster"),
     ]
     assert (found.shadow_pods, found.users, found.skipped) == (2, 2, {"user-of-another-shadow-pod": 1})
 
 
 def test_a_terminating_shadow_pod_and_users_gone_or_finished() -> None:
     state = SolverState()
-    deleting = shadow("team/sh", users={"team/sh-0": "apps/gone", "team/sh-1": "apps/done"})
+    deleting = shadow(f"{SYSTEM}/sh", users={f"{SYSTEM}/sh-0": "apps/gone", f"{SYSTEM}/sh-1": "apps/done"})
     deleting["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    done = share("apps/done", "team/sh")
+    done = share("apps/done", f"{SYSTEM}/sh")
     done["status"]["phase"] = "Succeeded"
-    actions, found = rebuild(state, [deleting, done], None)
-    assert state.terminating == {"team/sh"} and state.cache.users_of("team/sh") == set()
+    actions, found = rebuild(state, [deleting, done], None, RULES)
+    assert state.terminating == {f"{SYSTEM}/sh"} and state.cache.users_of(f"{SYSTEM}/sh") == set()
     assert actions == [DeviceList(resource="share-gpu-2", devices=(), reason="rebuilt from the cluster")]
     assert found.skipped == {"user-not-on-node": 2}
 
@@ -119,7 +124,7 @@ def test_borrowers_from_a_signed_allocate_annotation_only() -> None:
     pods = [borrower("spot/b1", ["GPU-0", "GPU-1"]), borrower("spot/forged", ["GPU-2"], key_bytes=b"x" * 32),
             borrower("spot/plain", ["GPU-3"], key_bytes=None), pod("spot/noann", requests={"gpushare/spot-gpu": "1"}),
             borrower("spot/twice", ["GPU-1"])]
-    actions, found = rebuild(state, pods, KEY)
+    actions, found = rebuild(state, pods, KEY, RULES)
     assert actions == [] and found.borrowers == 2
     assert state.borrowers() == {"spot-GPU-0": "spot/b1", "spot-GPU-1": "spot/b1"}
     assert state.cache.snapshot()[IDLE_SPACE] == {"spot-GPU-0": "spot/b1", "spot-GPU-1": "spot/b1"}
@@ -129,17 +134,17 @@ def test_borrowers_from_a_signed_allocate_annotation_only() -> None:
 
 
 def test_pods_that_may_hold_cards_are_counted() -> None:
-    pods = [shadow("team/sh"), pod("dev/alice", requests={"nvidia.com/gpu": "1"}),
-            pod("dev/rdma", requests={"example.com/hca": "1"}), share("apps/a", "team/sh"),
+    pods = [shadow(f"{SYSTEM}/sh"), pod("dev/alice", requests={"nvidia.com/gpu": "1"}),
+            pod("dev/rdma", requests={"example.com/hca": "1"}), share("apps/a", f"{SYSTEM}/sh"),
             borrower("spot/b1", ["GPU-0"]), pod("batch/x", requests={"gpushare/vcpu": "2", "cpu": "1"}),
             pod("web/y", requests={"memory": "1Gi", "hugepages-2Mi": "2Mi"})]
-    _, found = rebuild(SolverState(), pods, KEY)
+    _, found = rebuild(SolverState(), pods, KEY, RULES)
     assert found.unknown_holders == 3  # the ShadowPod, the two pods with other extended resources
 
 
 def test_without_the_node_key_borrowers_are_left_to_the_detector() -> None:
     state = SolverState()
-    _, found = rebuild(state, [borrower("spot/b1", ["GPU-0"])], None)
+    _, found = rebuild(state, [borrower("spot/b1", ["GPU-0"])], None, RULES)
     assert state.cache.snapshot() == {} and found.skipped == {"borrower-without-allocate-annotation": 1}
 
 
@@ -150,18 +155,28 @@ def test_without_the_node_key_borrowers_are_left_to_the_detector() -> None:
 ])
 def test_a_malformed_shadow_pod_is_skipped(bad: dict[str, str]) -> None:
     state = SolverState()
-    broken = shadow("team/sh")
+    broken = shadow(f"{SYSTEM}/sh")
     broken["metadata"]["annotations"].update(bad)
-    _, found = rebuild(state, [broken], None)
-    assert state.cache.snapshot() == {} and found.skipped == {"malformed-shadow-pod": 1}
+    _, found = rebuild(state, [broken], None, RULES)
+    assert state.cache.snapshot() == {} and found.skipped == {"malformed-pod": 1}
 
 
-def test_a_malformed_using_condition_is_skipped() -> None:
+def test_a_using_condition_that_does_not_read_gives_no_users() -> None:
     state = SolverState()
-    broken = shadow("team/sh")
+    broken = shadow(f"{SYSTEM}/sh", users={f"{SYSTEM}/sh-0": "apps/a"})
     broken["status"]["conditions"][0]["message"] = "[not, json"
-    _, found = rebuild(state, [broken], None)
-    assert state.cache.snapshot() == {} and found.skipped == {"malformed-shadow-pod": 1}
+    _, found = rebuild(state, [broken, share("apps/a", f"{SYSTEM}/sh")], None, RULES)
+    assert state.cache.snapshot() == {f"{SYSTEM}/sh": {f"{SYSTEM}/sh-0": "", f"{SYSTEM}/sh-1": ""}}
+    assert found.shadow_pods == 1 and found.users == 0
+
+
+def test_a_tenants_fake_shadow_pod_is_no_owner() -> None:
+    """The ShadowPod label in a tenant's namespace grants nothing: a rebuild makes no owner of it,
+    and its "users" are not its users."""
+    state = SolverState()
+    fake = shadow("mallory/sh", users={"mallory/sh-0": "apps/a"})
+    _, found = rebuild(state, [fake, share("apps/a", "mallory/sh")], None, RULES)
+    assert state.cache.snapshot() == {} and found.skipped == {"forged-shadow-pod": 1}
 
 
 JSONISH = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
@@ -175,14 +190,14 @@ FIELDS = st.sampled_from(["metadata", "spec", "status", "labels", "annotations",
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.one_of(
     st.dictionaries(FIELDS, JSONISH, max_size=4),
-    st.builds(lambda k, v: {**shadow("team/sh"), k: v}, FIELDS, JSONISH),
-    st.builds(lambda v: {**shadow("team/sh"), "status": {"phase": "Running", "conditions": v}}, JSONISH),
+    st.builds(lambda k, v: {**shadow(f"{SYSTEM}/sh"), k: v}, FIELDS, JSONISH),
+    st.builds(lambda v: {**shadow(f"{SYSTEM}/sh"), "status": {"phase": "Running", "conditions": v}}, JSONISH),
     st.builds(lambda v: {**borrower("spot/b", ["GPU-0"]), "metadata": {
         "namespace": "spot", "name": "b", "annotations": {ANN_DEVICES_IDS + "*": v}}}, st.text(max_size=30)),
 ), max_size=5))
 def test_any_pod_shape_is_rebuilt_or_skipped_never_raises(pods: list[Obj]) -> None:
     state = SolverState()
-    rebuild(state, pods, KEY)
+    rebuild(state, pods, KEY, RULES)
     for owner, devices in state.cache.snapshot().items():
         assert all(isinstance(d, str) and isinstance(u, str) for d, u in devices.items()), owner
 
@@ -192,15 +207,15 @@ async def test_the_solver_rebuilds_an_empty_bucket_from_the_api(
 ) -> None:
     key_file = tmp_path / "node.key"
     key_file.write_bytes(KEY)
-    for body in (shadow("team/sh", users={"team/sh-1": "apps/a"}), share("apps/a", "team/sh"),
-                 borrower("spot/b1", ["GPU-0"]), share("apps/late", "team/sh")):
+    for body in (shadow(f"{SYSTEM}/sh", users={f"{SYSTEM}/sh-1": "apps/a"}), share("apps/a", f"{SYSTEM}/sh"),
+                 borrower("spot/b1", ["GPU-0"]), share("apps/late", f"{SYSTEM}/sh")):
         meta = body["metadata"]
         await kube.create_pod(meta["namespace"], {k: v for k, v in body.items() if k != "status"})
         await kube.patch_pod_status(meta["namespace"], meta["name"], {"status": body["status"]}, strategic=False)
-    elsewhere = shadow("team/other-node")
+    elsewhere = shadow(f"{SYSTEM}/other-node")
     elsewhere["spec"]["nodeName"] = "node-b"
-    await kube.create_pod("team", {k: v for k, v in elsewhere.items() if k != "status"})
-    await kube.patch_pod_status("team", "other-node", {"status": elsewhere["status"]}, strategic=False)
+    await kube.create_pod(SYSTEM, {k: v for k, v in elsewhere.items() if k != "status"})
+    await kube.patch_pod_status(SYSTEM, "other-node", {"status": elsewhere["status"]}, strategic=False)
     settings_ = SolverSettings(signing_key_file=str(key_file))
     common = common_settings(nats_settings, Path(kube_api.kubeconfig), NODE)
     stop = asyncio.Event()
@@ -209,18 +224,19 @@ async def test_the_solver_rebuilds_an_empty_bucket_from_the_api(
         await bus.subscribe(bus.subjects.node_health(NODE), seen)
         async with app.started(common, settings_, stop, pods=kube, tasks_api=FakeTasks()) as running:
             assert running.solver.state.cache.snapshot() == {
-                IDLE_SPACE: {"spot-GPU-0": "spot/b1"}, "team/sh": {"team/sh-0": "", "team/sh-1": "apps/a"}}
+                IDLE_SPACE: {"spot-GPU-0": "spot/b1"},
+                f"{SYSTEM}/sh": {f"{SYSTEM}/sh-0": "", f"{SYSTEM}/sh-1": "apps/a"}}
             holdoff_end = running.solver.state.lend_after
             assert holdoff_end >= time.time() + settings_.rebuild_holdoff_s - 30
             await wait_for(lambda: seen.of(DeviceHealth), what="the share device list published")
             health = seen.of(DeviceHealth)[0]
             assert isinstance(health, DeviceHealth) and health.resource == "share-gpu-2" and health.full
-            assert set(health.devices) == {"team/sh-0", "team/sh-1"}
+            assert set(health.devices) == {f"{SYSTEM}/sh-0", f"{SYSTEM}/sh-1"}
             stop.set()
         await kube.delete_pod("apps", "a", grace_seconds=0)  # gone while the solver was down
         stop = asyncio.Event()
         async with app.started(common, settings_, stop, pods=kube, tasks_api=FakeTasks()) as again:
             assert not again.solver.rebuild_needed  # the bucket was written: loaded, then reconciled
-            assert again.solver.state.cache.snapshot()["team/sh"] == {"team/sh-0": "", "team/sh-1": ""}
+            assert again.solver.state.cache.snapshot()[f"{SYSTEM}/sh"] == {f"{SYSTEM}/sh-0": "", f"{SYSTEM}/sh-1": ""}
             assert again.solver.state.lend_after == holdoff_end  # kept in the journal
             stop.set()

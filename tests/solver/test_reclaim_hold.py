@@ -14,6 +14,7 @@ from gpushare_solver.adapters.containerd import TaskExit
 from gpushare_solver.metrics import SolverMetrics
 from gpushare_solver.reclaim import Reclaimer
 from gpushare_solver.settings import SolverSettings
+from gpushare_solver.state import Victim
 from prometheus_client import CollectorRegistry
 
 from tests.solver.fakes import FakePods
@@ -71,7 +72,9 @@ def reclaimer(kernel: Kernel, tasks: SlowTasks, release_deadline_s: float = 10.0
     pods = FakePods()
     pods.add("spot/b1", NODE, ["b1-main"])
     settings = SolverSettings(release_deadline_s=release_deadline_s, kill_timeout_s=30.0)
-    found = Reclaimer(NODE, settings, pods, tasks, kernel, "eviction", SolverMetrics(CollectorRegistry()))
+    victims = {"spot/b1": Victim(uid="uid-b1", owner=OWNER)}  # taken out of the cache by a handler
+    found = Reclaimer(NODE, settings, pods, tasks, kernel, "eviction", SolverMetrics(CollectorRegistry()),
+                      lambda: victims)
     found.hold_first_s = 0.05
     return found
 

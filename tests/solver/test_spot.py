@@ -87,6 +87,15 @@ def test_owner_back_evicts_borrowers_withdraws_cards_and_releases(trigger: objec
     assert state.health["spot-GPU-0"] == "Unhealthy"
 
 
+def test_an_owner_back_is_handled_once() -> None:
+    """The kernel's owner-back reclaims and releases; the detector's echo of it (back, using=True)
+    then changes nothing."""
+    state = lent_state()
+    first = handle(kernel_back(), state)
+    assert [a for a in first if isinstance(a, Reclaim)][0].pods == ("spot/b1",)
+    assert handle(back(), state) == []
+
+
 def test_owner_back_when_not_lending_still_releases() -> None:
     state = SolverState()
     handle(reserved(), state)

@@ -27,8 +27,8 @@ from typing import Any
 
 import kubernetes
 import pytest
-from gpushare_sim.apiserver import ApiServer, ApiSettings, ServerSettings, Store, objects, write_kubeconfig
-from gpushare_sim.apiserver.kinds import KINDS
+from gpushare_sim.apiserver import ApiServer, ApiSettings, ServerSettings, Store, namespaces, objects, write_kubeconfig
+from gpushare_sim.apiserver.kinds import KINDS, NAMESPACES
 
 
 @dataclass
@@ -48,11 +48,24 @@ class KubeApi:
         """A fresh client (own connection pool), e.g. for a second thread."""
         return client_for(self.kubeconfig)
 
+    def namespaces(self, *names: str) -> None:
+        """Create these namespaces (those that do not exist yet), as `kubectl create namespace` would."""
+
+        def create_all(store: Store) -> None:
+            for name in names:
+                if store.get(NAMESPACES, ("", name)) is None:
+                    namespaces.create(store, {"metadata": {"name": name}})
+
+        self.server.call(create_all, self.server.store)
+
     def seed(self, resource: str, namespace: str, bodies: Iterable[dict[str, Any]]) -> int:
-        """Create many objects at once without HTTP (e.g. 10,000 pods for a benchmark).
-        Watchers see them as usual; returns the resourceVersion after the last one."""
+        """Create many objects at once without HTTP (e.g. 10,000 pods for a benchmark), in
+        `namespace` (created when missing). Watchers see them as usual; returns the
+        resourceVersion after the last one."""
         kind = next(k for k in KINDS if k.plural == resource)
         items = list(bodies)
+        if kind.namespaced:
+            self.namespaces(namespace)
 
         def create_all(store: Store) -> int:
             for body in items:
@@ -85,9 +98,10 @@ def client_for(kubeconfig: Path) -> kubernetes.client.ApiClient:
 
 @contextlib.contextmanager
 def start_kube_api(
-    settings: ApiSettings | None = None, directory: Path | None = None
+    settings: ApiSettings | None = None, directory: Path | None = None, namespaces: Iterable[str] = ()
 ) -> Iterator[KubeApi]:
-    """Start the emulator in a background thread; stop it and close the client on exit."""
+    """Start the emulator in a background thread (with `namespaces` besides the system ones);
+    stop it and close the client on exit."""
     server = ApiServer(ServerSettings(api=settings or ApiSettings()))
     with contextlib.ExitStack() as stack:
         if directory is None:
@@ -97,11 +111,25 @@ def start_kube_api(
         path = write_kubeconfig(directory / "kubeconfig", server.url)
         client = client_for(path)
         stack.callback(client.close)
-        yield KubeApi(server.url, path, client, server)
+        api = KubeApi(server.url, path, client, server)
+        api.namespaces(*namespaces)
+        yield api
 
 
 @pytest.fixture
 def kube_api(tmp_path: Path) -> Iterator[KubeApi]:
-    """A fresh, empty API emulator for one test."""
+    """A fresh API emulator for one test: only the system namespaces exist, as in a new cluster."""
     with start_kube_api(directory=tmp_path) as api:
         yield api
+
+
+def kube_api_with(*namespaces: str) -> Any:
+    """The `kube_api` fixture with these namespaces created too (a namespaced object needs its
+    namespace, as on a cluster). In a conftest or module: `kube_api = kube_api_with("ml", "dev")`."""
+
+    @pytest.fixture
+    def kube_api(tmp_path: Path) -> Iterator[KubeApi]:
+        with start_kube_api(directory=tmp_path, namespaces=namespaces) as api:
+            yield api
+
+    return kube_api

@@ -12,6 +12,7 @@ import tempfile
 import time
 
 from gpushare_sim.natsd import NatsNotInstalled, server_binary
+from gpushare_sim.run.lifeline import owned
 
 from tests.support import procs
 
@@ -49,7 +50,7 @@ class NatsServer:
         args = [binary, "-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", self.store_dir]
         if self.config:
             args += ["-c", self.config]
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(owned(args), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         procs.allow(self.proc.pid)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:

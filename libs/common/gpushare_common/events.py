@@ -62,6 +62,7 @@ class ShareEvent(Event, frozen=True, kw_only=True, tag="share"):
     resource: str  # e.g. share-gpu-4
     state: PodState
     devices: tuple[str, ...] = ()  # virtual device ids
+    pod_uid: str = ""  # the SharePod's uid: an eviction verifies it before it kills
 
 
 class GenericEvent(Event, frozen=True, kw_only=True, tag="generic"):
@@ -73,6 +74,7 @@ class GenericEvent(Event, frozen=True, kw_only=True, tag="generic"):
     state: PodState
     devices: tuple[str, ...] = ()  # real device ids
     lendable: bool = False  # a dev machine whose idle cards may be lent
+    pod_uid: str = ""
 
 
 class SpotEvent(Event, frozen=True, kw_only=True, tag="spot"):
@@ -83,6 +85,7 @@ class SpotEvent(Event, frozen=True, kw_only=True, tag="spot"):
     state: PodState
     devices: tuple[str, ...] = ()  # spot-<real id>
     priority: int = 0
+    pod_uid: str = ""  # the borrower's uid: an eviction verifies it before it kills
 
 
 class CardInventory(Event, frozen=True, kw_only=True, tag="inventory"):
@@ -186,6 +189,10 @@ class EvictionRecord(Event, frozen=True, kw_only=True, tag="eviction"):
     trigger_id: str = ""  # id of the event that caused it
     outcome: str = "evicted"  # evicted | already-gone | failed
     error: str = ""
+    # from the trigger's handling to the moment every task of the pod had exited (kill_ms spans
+    # the whole kill step, reading the pods from the API included); 0 when nothing was killed
+    tasks_dead_ms: float = 0.0
+    released_ms: float = 0.0  # from the trigger's handling to the owner's release sent (0: none)
 
 
 AnyEvent: TypeAlias = (

@@ -15,7 +15,10 @@ if TYPE_CHECKING:
 DOMAIN = "gpushare.k8s.io"
 ANN_DEVICES_FROM = f"{DOMAIN}/container-devices-from."
 ANN_DEVICES_IDS = f"{DOMAIN}/container-devices-ids."
-ANN_SIGNATURE = f"{DOMAIN}/signature."
+ANN_DEVICES_ISOLATION = f"{DOMAIN}/container-devices-isolation."
+ANN_SIGNATURE = f"{DOMAIN}/signature."  # unversioned signatures of older device plugins: refused
+ANN_ISOLATION = f"{DOMAIN}/isolation"  # ShadowPod: its isolation profile; SharePod: "none" opts out
+ANN_COMPUTE_PERCENTAGE = f"{DOMAIN}/compute-percentage"  # SharePod: a lower compute share
 ANN_DEVICE_OWNER = f"{DOMAIN}/device-owner"
 ANN_SHARE_SPEC = f"{DOMAIN}/share-spec"
 ANN_SHARE_KIND = f"{DOMAIN}/share-kind"
@@ -50,19 +53,29 @@ def _is_dns_label(value: str) -> bool:
 
 
 def _is_dns_subdomain(value: str) -> bool:
-    return _shaped(value, _LOWER_ALNUM, _LOWER_ALNUM | {"-", "."}, 253)
+    """RFC 1123 subdomain as Kubernetes checks it: dot-separated labels, 253 characters."""
+    return 0 < len(value) <= 253 and all(
+        _shaped(label, _LOWER_ALNUM, _LOWER_ALNUM | {"-"}, 253) for label in value.split(".")
+    )
 
 
 def _is_resource(value: str) -> bool:
     domain, slash, name = value.rpartition("/")
-    if slash and not _shaped(domain, _LOWER_ALNUM, _LOWER_ALNUM | {"-", "."}, 253):
+    if slash and not _is_dns_subdomain(domain):
         return False
     return _shaped(name, _ALNUM, _ALNUM | {"-", "_", "."}, 253)
 
 
+_REAL_ID_CHARS = _ALNUM | frozenset("-_.:/")
+
+
 def _is_real_id(value: str) -> bool:
+    """Vendor IDs (``GPU-<uuid>``, ``0``, ``0000:3b:00.0``, ``MIG-<uuid>/1/0``): printable
+    ASCII of a small set, and as a path no empty, ``.`` or ``..`` segment, because the
+    runtime puts IDs into device paths."""
     return (0 < len(value) <= 252 and value[0] in _ALNUM
-            and all(c in _ALNUM or c in "-_.:/" for c in value))
+            and all(c in _REAL_ID_CHARS for c in value)
+            and all(part not in ("", ".", "..") for part in value.split("/")))
 
 
 def _is_index(value: str) -> bool:
@@ -138,6 +151,10 @@ def check_resource_name(value: object) -> str:
 
 def check_real_device_id(value: object) -> str:
     return _check(_is_real_id, "device id", value)
+
+
+def check_node_name(value: object) -> str:
+    return _check(_is_dns_subdomain, "node name", value)
 
 
 # --- pod and container keys -------------------------------------------------
@@ -305,14 +322,64 @@ def _check_target(target: str, annotation: str) -> str:
         raise IdError("annotation target", annotation, err.reason) from None
 
 
+class _JsonContext:
+    """The attributes the C scanner reads from a ``json.JSONDecoder``."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    memo: dict[str, str] = {}
+
+    @staticmethod
+    def parse_constant(name: str) -> float:
+        return float(name.replace("Infinity", "inf"))
+
+
+def _json_scanner() -> Any:
+    try:
+        import _json
+    except ImportError:  # pragma: no cover - every CPython build has it
+        return None
+    return _json.make_scanner(_JsonContext())  # type: ignore[arg-type]
+
+
+_JSON_SCAN = _json_scanner()
+_JSON_SPACE = " \t\n\r"
+
+
+def json_loads(text: str | bytes) -> object:
+    """``json.loads`` through the C accelerator alone (``import json`` pulls in ``re``,
+    ``enum`` and ``functools``: more than the rest of a container create).  Same results;
+    every error is a ``ValueError``."""
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise ValueError(f"not UTF-8: {err}") from None
+    if _JSON_SCAN is None:  # pragma: no cover
+        import json
+
+        return json.loads(text)
+    start = len(text) - len(text.lstrip(_JSON_SPACE))
+    try:
+        value, end = _JSON_SCAN(text, start)
+    except StopIteration as stop:
+        raise ValueError(f"expecting a JSON value at character {stop.value}") from None
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+    if text[end:].strip(_JSON_SPACE):
+        raise ValueError(f"extra data at character {end}")
+    return value
+
+
 def _load_json(annotation: str, value: str) -> object:
     if len(value) > MAX_ANNOTATION_BYTES:
         raise IdError("annotation", annotation, f"value longer than {MAX_ANNOTATION_BYTES} bytes")
-    import json
-
     try:
-        return json.loads(value)
-    except (ValueError, RecursionError) as err:
+        return json_loads(value)
+    except ValueError as err:
         raise IdError("annotation", annotation, f"malformed JSON: {err}") from None
 
 
@@ -345,12 +412,13 @@ def parse_devices_from(target: str, value: str) -> DevicesFrom:
             raise IdError("annotation", annotation, f"source {ref!r}: expected an object")
         resources = []
         for name, ids in selection.items():
-            if name != ALL_RESOURCES:
-                try:
+            try:
+                if name != ALL_RESOURCES:
                     check_resource_name(name)
-                except IdError as err:
-                    raise IdError("annotation", annotation, err.reason) from None
-            resources.append((name, _id_list(annotation, ids)))
+                listed = tuple(check_real_device_id(i) for i in _id_list(annotation, ids))
+            except IdError as err:
+                raise IdError("annotation", annotation, err.reason) from None
+            resources.append((name, listed))
         sources.append(SourceSelection(source, tuple(resources)))
     return DevicesFrom(target, tuple(sources))
 
@@ -387,31 +455,71 @@ def format_devices_ids(devices: Mapping[str, list[str]]) -> str:
     return json.dumps(devices, sort_keys=True, separators=(",", ":"))
 
 
-class DeviceRequest(_Record):
-    """One runtime annotation found on a container, with its signature if any."""
+class IsolationRequest(_Record):
+    """``container-devices-isolation.<target>``: the caps of a share, as Allocate signed them
+    (their value is read by :mod:`gpushare_common.isolation`)."""
 
-    __slots__ = ("target", "annotation", "value", "request", "signature")
+    __slots__ = ("target", "value")
+    target: str
+    value: str
+
+
+KIND_FROM = "from"
+KIND_IDS = "ids"
+KIND_ISOLATION = "isolation"
+ANNOTATION_PREFIXES = {KIND_FROM: ANN_DEVICES_FROM, KIND_IDS: ANN_DEVICES_IDS,
+                       KIND_ISOLATION: ANN_DEVICES_ISOLATION}
+_KINDS = tuple((prefix, kind) for kind, prefix in ANNOTATION_PREFIXES.items())
+
+
+def signature_annotation(kind: str, target: str) -> str:
+    """``gpushare.k8s.io/signature-<kind>.<target>``: one signature per annotation kind, so
+    that Allocate's ``from`` and ``isolation`` annotations, both for ``*``, each have theirs."""
+    return f"{DOMAIN}/signature-{kind}.{target}"
+
+
+class DeviceRequest(_Record):
+    """One runtime annotation found on a container, with its signature if any.
+
+    ``legacy_signature`` is an unversioned ``signature.<target>`` of an older device plugin,
+    kept only to say so when it is all there is."""
+
+    __slots__ = ("kind", "target", "annotation", "value", "request", "signature",
+                 "legacy_signature")
+    kind: str
     target: str
     annotation: str
     value: str
-    request: DevicesFrom | DevicesIds
+    request: DevicesFrom | DevicesIds | IsolationRequest
     signature: str | None
+    legacy_signature: str | None
+
+
+def _parse_request(kind: str, target: str, value: str) -> DevicesFrom | DevicesIds | IsolationRequest:
+    if kind == KIND_FROM:
+        return parse_devices_from(target, value)
+    if kind == KIND_IDS:
+        return parse_devices_ids(target, value)
+    annotation = ANN_DEVICES_ISOLATION + str(target)
+    _check_target(target, annotation)
+    if not isinstance(value, str) or len(value) > MAX_ANNOTATION_BYTES:
+        raise IdError("annotation", annotation, f"expected a string of at most {MAX_ANNOTATION_BYTES} bytes")
+    return IsolationRequest(target, value)
 
 
 def device_requests(annotations: Mapping[str, str]) -> list[DeviceRequest]:
     """Every gpushare device annotation of a container, parsed; the first bad one raises."""
     found = []
     for key, value in sorted(annotations.items()):
-        if key.startswith(ANN_DEVICES_FROM):
-            target = key[len(ANN_DEVICES_FROM) :]
-            request: DevicesFrom | DevicesIds = parse_devices_from(target, value)
-        elif key.startswith(ANN_DEVICES_IDS):
-            target = key[len(ANN_DEVICES_IDS) :]
-            request = parse_devices_ids(target, value)
-        else:
-            continue
-        signature = annotations.get(ANN_SIGNATURE + target)
-        found.append(DeviceRequest(target, key, value, request, signature))
+        for prefix, kind in _KINDS:
+            if key.startswith(prefix):
+                target = key[len(prefix) :]
+                request = _parse_request(kind, target, value)
+                found.append(DeviceRequest(
+                    kind, target, key, value, request,
+                    annotations.get(signature_annotation(kind, target)),
+                    annotations.get(ANN_SIGNATURE + target)))
+                break
     return found
 
 
@@ -447,17 +555,66 @@ def _hmac_sha256(key: bytes, message: bytes) -> str:
     return str(sha256(bytes(b ^ 0x5C for b in key) + inner).hexdigest())
 
 
-def sign(key: bytes, target: str, value: str) -> str:
-    """Hex HMAC-SHA256 over ``<target>\\n<value>`` with the node key."""
-    return _hmac_sha256(key, f"{target}\n{value}".encode())
+SIGNATURE_VERSION = "v2"
+SIGNATURE_TAG = f"{DOMAIN}/signature/{SIGNATURE_VERSION}"
+SIGNED_KINDS = frozenset({KIND_FROM, KIND_IDS, KIND_ISOLATION})
 
 
-def verify(key: bytes, target: str, value: str, signature: str | None) -> bool:
-    if not signature or not isinstance(signature, str) or not signature.isascii():
-        return False  # a hex digest is ASCII; compare_digest refuses other text with TypeError
+class SignatureError(ValueError):
+    """A signature that does not verify; ``reason`` says why, in words an operator can act on."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+def signature_message(kind: str, node: str, target: str, value: str) -> bytes:
+    """What a v2 signature covers: the tag (domain and version), the annotation kind, the
+    node's name, the target as written in the annotation key, and the value, one per line
+    (only the value, last, may hold a newline, so the fields cannot run into each other)."""
+    if kind not in SIGNED_KINDS:
+        raise IdError("signature kind", kind, f"expected one of {sorted(SIGNED_KINDS)}")
+    check_node_name(node)
+    if target != ANY_TARGET:
+        check_container_name(target)
+    return "\n".join((SIGNATURE_TAG, kind, node, target, value)).encode("utf-8", "surrogatepass")
+
+
+def sign(key: bytes, kind: str, node: str, target: str, value: str) -> str:
+    """``v2:<hex HMAC-SHA256 of signature_message(...) with the node key>``."""
+    return f"{SIGNATURE_VERSION}:{_hmac_sha256(key, signature_message(kind, node, target, value))}"
+
+
+UPGRADE_DEVICE_PLUGIN = ("unversioned signature, written by a device plugin older than this runtime: "
+            f"upgrade the device plugin on this node (only {SIGNATURE_VERSION} signatures are accepted)")
+
+
+def check_signature(key: bytes, kind: str, node: str, target: str, value: str,
+                    signature: object) -> None:
+    """Raise :class:`SignatureError` unless ``signature`` is this node's v2 signature of it."""
+    if not isinstance(signature, str) or not signature.strip():
+        raise SignatureError("missing")
+    version, colon, digest = signature.strip().partition(":")
+    if not colon:
+        raise SignatureError(UPGRADE_DEVICE_PLUGIN)
+    if version != SIGNATURE_VERSION:
+        raise SignatureError(f"signature version {version[:20]!r} is not supported (this side "
+                             f"knows {SIGNATURE_VERSION}): run matching device plugin and runtime")
+    expected = sign(key, kind, node, target, value)[len(SIGNATURE_VERSION) + 1 :]
     from _operator import _compare_digest  # hmac.compare_digest without importing hmac
 
-    return _compare_digest(sign(key, target, value), signature.strip().lower())
+    # a hex digest is ASCII; compare_digest refuses other text with TypeError
+    if not digest.isascii() or not _compare_digest(expected, digest.lower()):
+        raise SignatureError("does not match (another key or node, another annotation kind or "
+                             "target, or an altered value)")
+
+
+def verify(key: bytes, kind: str, node: str, target: str, value: str, signature: object) -> bool:
+    try:
+        check_signature(key, kind, node, target, value, signature)
+    except SignatureError:
+        return False
+    return True
 
 
 def load_key(path: str) -> bytes:

@@ -29,6 +29,7 @@ class MappingError(ValueError):
 class DeviceStatus(msgspec.Struct, kw_only=True):
     id: str
     sharing_pod: str = ""  # the user's pod (or pod/container) key; "" when free
+    sharing_uid: str = ""  # the user pod's uid, when the event named it
 
 
 class OwnerEntry(msgspec.Struct, kw_only=True):
@@ -71,13 +72,13 @@ class MappingCache:
             raise MappingError(owner, device, "device does not belong to this owner")
         return status
 
-    def use(self, owner: str, user: str, device: str) -> bool:
+    def use(self, owner: str, user: str, device: str, uid: str = "") -> bool:
         status = self._status(owner, device)
-        if status.sharing_pod == user:
+        if status.sharing_pod == user and (not uid or status.sharing_uid == uid):
             return False
-        if status.sharing_pod:
+        if status.sharing_pod and status.sharing_pod != user:
             raise MappingError(owner, device, f"already used by {status.sharing_pod}")
-        status.sharing_pod = user
+        status.sharing_pod, status.sharing_uid = user, uid or status.sharing_uid
         self.changed.add(owner)
         return True
 
@@ -86,9 +87,13 @@ class MappingCache:
         status = entry.devices.get(device) if entry else None
         if status is None or status.sharing_pod != user:
             return False
-        status.sharing_pod = ""
+        status.sharing_pod, status.sharing_uid = "", ""
         self.changed.add(owner)
         return True
+
+    def uses_of(self, user: str) -> list[DeviceStatus]:
+        """Every device ``user`` holds, with the uid it was recorded with."""
+        return [s for e in self._owners.values() for s in e.devices.values() if s.sharing_pod == user]
 
     def unuse_everywhere(self, user: str) -> list[tuple[str, str]]:
         """Free every device ``user`` holds; returns (owner, device) pairs freed."""
@@ -96,7 +101,7 @@ class MappingCache:
         for entry in self._owners.values():
             for status in entry.devices.values():
                 if status.sharing_pod == user:
-                    status.sharing_pod = ""
+                    status.sharing_pod, status.sharing_uid = "", ""
                     freed.append((entry.owner, status.id))
                     self.changed.add(entry.owner)
         return freed

@@ -96,6 +96,10 @@ class NatsSettings:
     # least-authority users only the installer may, and services wait for them instead
     ensure_layout: bool = False
 
+    def servers(self) -> list[str]:
+        """``url`` is one server or a comma-separated list of a cluster's servers."""
+        return [u.strip() for u in self.url.split(",") if u.strip()]
+
 
 @dataclass(frozen=True, slots=True)
 class HttpSettings:
@@ -122,7 +126,7 @@ class NodeSettings:
 @dataclass(frozen=True, slots=True)
 class KubeSettings:
     kubeconfig: str = ""  # empty: in-cluster config, then ~/.kube/config
-    namespace: str = "gpushare-system"
+    system_namespace: str = "gpushare-system"  # gpushare's own namespace: ShadowPods live only here
     qps_timeout_s: float = 10.0
     watch_timeout_s: int = 300
 

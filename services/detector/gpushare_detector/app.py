@@ -13,6 +13,7 @@ from gpushare_common.bus import Bus
 from gpushare_common.events import AnyEvent
 from gpushare_common.http import Health, build_app, serve
 from gpushare_common.logging import get_logger
+from gpushare_common.pods import SYSTEM_NAMESPACE, PodRules
 from gpushare_common.tasks import Tasks, wait_first
 from prometheus_client import CollectorRegistry
 
@@ -20,7 +21,6 @@ from .adapters.exporter import fetch_text
 from .adapters.podresources import PodResources
 from .away import AwayMachine
 from .capacity_service import CapacityService
-from .classify import Rules
 from .detector import Detector
 from .kmod import KmodSync
 from .metrics import DetectorMetrics
@@ -33,8 +33,9 @@ SERVICE = "detector"
 log = get_logger(SERVICE)
 
 
-def rules_of(settings: DetectorSettings) -> Rules:
-    return Rules(domain=settings.domain, vendor_resources=settings.vendor_resources,
+def rules_of(settings: DetectorSettings, system_namespace: str = SYSTEM_NAMESPACE) -> PodRules:
+    return PodRules(domain=settings.domain, vendor_resources=settings.vendor_resources,
+                    system_namespace=system_namespace,
                  lendable_key=settings.lendable_key, lendable_value=settings.lendable_value)
 
 
@@ -50,9 +51,10 @@ def build_scraper(settings: DetectorSettings, metrics: DetectorMetrics) -> Scrap
 
 
 def build_detector(node: str, settings: DetectorSettings, bus: Any, devices: Any,
-                   metrics: DetectorMetrics) -> Detector:
+                   metrics: DetectorMetrics, system_namespace: str = SYSTEM_NAMESPACE) -> Detector:
     return Detector(
-        node=node, tracker=PodTracker(rules_of(settings), node), bus=bus, devices=devices,
+        node=node, tracker=PodTracker(rules_of(settings, system_namespace), node), bus=bus,
+        devices=devices,
         kmod=KmodSync(bus, node, settings.kmod_timeout_s, metrics),
         away=AwayMachine(node, settings.away_window_s, time.monotonic),
         scraper=build_scraper(settings, metrics), metrics=metrics,
@@ -74,7 +76,7 @@ async def run(settings: Settings, stop: asyncio.Event) -> int:
         await bus.wait_for_stream(stop)
         devices = PodResources(config.pod_resources_socket, config.pod_resources_timeout_s)
         stack.push_async_callback(devices.close)
-        detector = build_detector(node, config, bus, devices, metrics)
+        detector = build_detector(node, config, bus, devices, metrics, settings.common.kube.system_namespace)
         facts = await bus.store("detector", bus.layout.scope(node, "fact"))
         saved = await facts.items(list[AnyEvent])
         restored = detector.tracker.restore(saved)

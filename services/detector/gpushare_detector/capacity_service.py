@@ -12,12 +12,12 @@ from typing import Any, Protocol
 from gpushare_common import events as ev
 from gpushare_common.bus import BusError
 from gpushare_common.logging import get_logger
+from gpushare_common.pods import PodKind
 from gpushare_common.subjects import Subjects
 
 from .adapters.cgroups import PodsUsage, read_node, read_pods
 from .capacity import Inputs, Policy, Spare, should_publish, spare, usage_moved, zero
 from .cgroupstats import NodeStats, StatsError
-from .classify import PodClass
 from .metrics import DetectorMetrics
 from .pods import PodTracker
 from .settings import DetectorSettings
@@ -100,7 +100,7 @@ class CapacityService:
                    settings.capacity_s)
 
     def batch_uids(self) -> set[str]:
-        return {v.uid for v in self.tracker.views.values() if v.cls is PodClass.BATCH}
+        return {v.uid for v in self.tracker.views.values() if v.kind is PodKind.BATCH}
 
     async def tick(self) -> None:
         now = self.clock()

@@ -13,9 +13,10 @@ from collections.abc import Iterable, Mapping
 
 import msgspec
 from gpushare_common import events as ev
+from gpushare_common.pods import Pod as PodView
+from gpushare_common.pods import PodKind, PodRules
 from gpushare_common.subjects import resource_token
 
-from .classify import PodClass, PodView, Rules
 from .model import DevicesOf, FactKey
 
 Facts = dict[FactKey, ev.Event]
@@ -52,14 +53,14 @@ def fact_key(event: ev.Event) -> FactKey:
     raise ValueError(f"not a pod fact: {kind_of(event)}")
 
 
-def _vendor_devices(rules: Rules, devices: Mapping[str, tuple[str, ...]]) -> tuple[str, tuple[str, ...]]:
+def _vendor_devices(rules: PodRules, devices: Mapping[str, tuple[str, ...]]) -> tuple[str, tuple[str, ...]]:
     for resource in rules.vendor_resources:
         if devices.get(resource):
             return resource, devices[resource]
     return "", ()
 
 
-def _shadow(view: PodView, rules: Rules, node: str, devices: DevicesOf) -> list[ev.Event]:
+def _shadow(view: PodView, rules: PodRules, node: str, devices: DevicesOf) -> list[ev.Event]:
     vendor, real = _vendor_devices(rules, devices.get("main", {}))
     if view.phase != "Running" or not real or view.share is None:
         return []
@@ -81,40 +82,40 @@ def _per_container(view: PodView, devices: DevicesOf, wanted: object
                 yield container, resource, allocated
 
 
-def _share(view: PodView, rules: Rules, node: str, devices: DevicesOf) -> list[ev.Event]:
+def _share(view: PodView, rules: PodRules, node: str, devices: DevicesOf) -> list[ev.Event]:
     return [
         ev.ShareEvent(node=node, share_pod=view.key, container=container, state="using",
-                      resource=resource_token(resource, rules.domain), devices=ids)
+                      resource=resource_token(resource, rules.domain), devices=ids, pod_uid=view.uid)
         for container, resource, ids in _per_container(view, devices, rules.is_share)
     ]
 
 
-def _spot(view: PodView, rules: Rules, node: str, devices: DevicesOf) -> list[ev.Event]:
+def _spot(view: PodView, rules: PodRules, node: str, devices: DevicesOf) -> list[ev.Event]:
     return [
         ev.SpotEvent(node=node, pod=view.key, container=container, state="using", devices=ids,
-                     priority=view.priority)
+                     priority=view.priority, pod_uid=view.uid)
         for container, _, ids in _per_container(view, devices, rules.spot_resource.__eq__)
     ]
 
 
-def _generic(view: PodView, rules: Rules, node: str, devices: DevicesOf) -> list[ev.Event]:
+def _generic(view: PodView, rules: PodRules, node: str, devices: DevicesOf) -> list[ev.Event]:
     vendor = set(rules.vendor_resources)
     return [
         ev.GenericEvent(node=node, pod=view.key, container=container, vendor_resource=resource,
-                        state="using", devices=ids, lendable=view.lendable)
+                        state="using", devices=ids, lendable=view.lendable, pod_uid=view.uid)
         for container, resource, ids in _per_container(view, devices, vendor.__contains__)
     ]
 
 
 _BUILDERS = {
-    PodClass.SHADOW: _shadow, PodClass.SHARE: _share, PodClass.SPOT: _spot,
-    PodClass.RESERVED: _generic,
+    PodKind.SHADOW: _shadow, PodKind.SHARE: _share, PodKind.SPOT: _spot,
+    PodKind.RESERVED: _generic,
 }
 
 
-def pod_facts(view: PodView, rules: Rules, node: str, devices: DevicesOf) -> Facts:
+def pod_facts(view: PodView, rules: PodRules, node: str, devices: DevicesOf) -> Facts:
     """The events that describe ``view`` now (empty when it finished or holds nothing)."""
-    builder = _BUILDERS.get(view.cls)
+    builder = _BUILDERS.get(view.kind)
     if builder is None or view.finished:
         return {}
     events = (with_stable_id(event, view.uid) for event in builder(view, rules, node, devices))

@@ -9,14 +9,15 @@ from typing import Any
 
 from gpushare_common import events as ev
 from gpushare_common.logging import get_logger
+from gpushare_common.pods import Pod as PodView
+from gpushare_common.pods import PodError, PodKind, PodRules, read_pod
 
-from .classify import ClassifyError, PodClass, PodView, Rules, classify
 from .handlers import Facts, fact_key, plan, pod_facts
 from .model import DevicesOf, NodeDevices, NodeDevicesIn
 
 log = get_logger("detector.pods")
 POD_FACTS = (ev.ShadowEvent, ev.ShareEvent, ev.SpotEvent, ev.GenericEvent)
-NEEDS_DEVICES = frozenset({PodClass.SHADOW, PodClass.SHARE, PodClass.SPOT, PodClass.RESERVED})
+NEEDS_DEVICES = frozenset({PodKind.SHADOW, PodKind.SHARE, PodKind.SPOT, PodKind.RESERVED})
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +32,7 @@ class Owner:
 class PodTracker:
     """Pods by key, their devices, and per pod the facts already published."""
 
-    def __init__(self, rules: Rules, node: str) -> None:
+    def __init__(self, rules: PodRules, node: str) -> None:
         self.rules = rules
         self.node = node
         self.views: dict[str, PodView] = {}
@@ -42,11 +43,16 @@ class PodTracker:
 
     def read(self, pod: Mapping[str, Any]) -> PodView | None:
         try:
-            return classify(pod, self.rules)
-        except ClassifyError as err:
+            view = read_pod(pod, self.rules)
+        except PodError as err:
             self.errors["malformed-pod"] += 1
             log.warning("ignored malformed pod", node=self.node, pod=err.pod, reason=err.reason)
             return None
+        if view.forged_shadow and view.key not in self.views:
+            self.errors["forged-shadow-pod"] += 1
+            log.warning("pod carries the ShadowPod label outside the system namespace; not a ShadowPod",
+                        node=self.node, pod=view.key, system_namespace=self.rules.system_namespace)
+        return view
 
     def _refresh(self, key: str) -> list[ev.Event]:
         view = self.views.get(key)
@@ -99,7 +105,7 @@ class PodTracker:
         return [e for facts in self.published.values() for e in facts.values()]
 
     def needs_devices(self, view: PodView) -> bool:
-        return view.cls in NEEDS_DEVICES and not view.finished
+        return view.kind in NEEDS_DEVICES and not view.finished
 
     def reserved_containers(self) -> set[str]:
         """``ns/pod/container`` of every container holding real cards of a reserved pod."""
@@ -116,4 +122,4 @@ class PodTracker:
         return {k: Owner(k, tuple(sorted(d)), tuple(sorted(c))) for k, (d, c) in found.items()}
 
     def by_class(self) -> dict[str, int]:
-        return dict(Counter(str(v.cls) for v in self.views.values()))
+        return dict(Counter(str(v.kind) for v in self.views.values()))

@@ -19,6 +19,7 @@ from gpushare_common import events
 from gpushare_common.bus import Bus, BusError, Permanent
 from gpushare_common.http import Health, build_app, serve
 from gpushare_common.logging import get_logger
+from gpushare_common.pods import PodRules
 from gpushare_common.settings import CommonSettings
 from gpushare_common.tasks import Tasks, wait_first
 from prometheus_client import CollectorRegistry
@@ -45,7 +46,7 @@ class Service:
         self.settings = settings
         self.node = common.node.require()
         self.registry = registry or CollectorRegistry()
-        self.plugins = PluginSet(settings, Signer(key), PluginMetrics(self.registry))
+        self.plugins = PluginSet(settings, Signer(key, self.node), PluginMetrics(self.registry))
         self.supervisor = Supervisor(self.plugins.plugins, settings.kubelet_path, settings.poll_s,
                                      settings.backoff_min_s, settings.backoff_max_s,
                                      on_tick=self._readiness)
@@ -53,6 +54,7 @@ class Service:
         self.bus = Bus(common.nats, SERVICE, self.registry, self.node)
         self.bus.on_state.append(lambda up: self.health.set("nats", up, "" if up else "disconnected"))
         self.tasks = Tasks(SERVICE)
+        self.rules = PodRules(domain=settings.domain, system_namespace=common.kube.system_namespace)
         self.stopping = asyncio.Event()
 
     # --- startup ----------------------------------------------------------------
@@ -140,7 +142,7 @@ class Service:
                                                     kube):
             if not frozen:  # the client's modules are loaded now
                 frozen = freeze_heap()
-            self.plugins.replace_shadows(v for p in pods if (v := shadow_view(p)) is not None)
+            self.plugins.replace_shadows(v for p in pods if (v := shadow_view(p, self.rules)) is not None)
 
     # --- views ------------------------------------------------------------------
 

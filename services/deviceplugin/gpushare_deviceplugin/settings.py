@@ -10,6 +10,7 @@ from gpushare_common.settings import SettingsError, load
 
 Policy = Literal["packed", "spread"]
 POLICIES: tuple[str, ...] = ("packed", "spread")
+SHARE_KINDS: tuple[str, ...] = ("share", "share-dev")
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +35,10 @@ class DevicePluginSettings:
     poll_s: float = 0.2
     backoff_min_s: float = 0.5
     backoff_max_s: float = 30.0
+    # share caps (capped ShadowPods): each card's memory per vendor resource, e.g.
+    # nvidia.com/gpu=81920, and the share kinds whose SharePods may opt out of their caps
+    card_memory_mib: dict[str, str] = field(default_factory=dict)
+    isolation_opt_out: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -46,6 +51,16 @@ class DevicePluginSettings:
                 raise SettingsError("GPUSHARE_DP_CAPACITY_RESOURCES", name, "vcpu and/or vmem")
         if self.resend_s <= 0 or self.poll_s <= 0:
             raise SettingsError("GPUSHARE_DP_RESEND_S", str(self.resend_s), "a positive number")
+        for kind in self.isolation_opt_out:
+            if kind not in SHARE_KINDS:
+                raise SettingsError("GPUSHARE_DP_ISOLATION_OPT_OUT", kind, " or ".join(SHARE_KINDS))
+        for resource, mib in self.card_memory_mib.items():
+            if not (mib.isdigit() and mib.isascii() and int(mib) > 0):
+                raise SettingsError("GPUSHARE_DP_CARD_MEMORY_MIB", f"{resource}={mib}",
+                                    "resource=MiB pairs with a positive whole number of MiB")
+
+    def card_memory(self) -> dict[str, int]:
+        return {resource: int(mib) for resource, mib in self.card_memory_mib.items()}
 
     def path(self, name: str) -> str:
         """A socket path: absolute names pass through, others live in ``plugin_dir``."""

@@ -36,7 +36,8 @@ class ShadowControllerApp:
         self.leader = LeaderElector(
             self.kube, settings.shadow.lease_namespace, settings.shadow.lease_name,
             settings.shadow.who(), settings.shadow.lease_duration_s, settings.shadow.renew_every_s)
-        self.controller = Controller(self.kube, settings.shadow, self.registry, lambda: self.leader.is_leader)
+        self.controller = Controller(self.kube, settings.shadow, self.registry, lambda: self.leader.is_leader,
+                                     system_namespace=settings.kube.system_namespace)
         self.tasks = Tasks("shadow-controller")
 
     async def _watch(self, stop: asyncio.Event, namespace: str | None) -> None:
@@ -57,7 +58,9 @@ class ShadowControllerApp:
 
     def start(self, stop: asyncio.Event) -> None:
         self.tasks = Tasks("shadow-controller", stop)
-        namespaces: list[str | None] = list(self.settings.shadow.namespaces) or [None]
+        served = self.settings.shadow.namespaces  # the tenants served, and the ShadowPods' own namespace
+        namespaces: list[str | None] = list(dict.fromkeys([*served, self.settings.kube.system_namespace])) \
+            if served else [None]
         for namespace in namespaces:
             self.tasks.spawn(f"watch-{namespace or 'all'}", self._watch(stop, namespace))
         self.tasks.spawn("leader", self.leader.run(stop))

@@ -13,9 +13,10 @@ from gpushare_common import ids
 from gpushare_common.adapters.kube import Kube, KubeError, NotFound, PodChange
 from gpushare_common.logging import get_logger
 from gpushare_common.mapping import QuotaKey
+from gpushare_common.pods import SYSTEM_NAMESPACE, PodRules
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from .model import Record, ShadowPod, classify, share_resource_pattern
+from .model import Record, ShadowPod, classify
 from .planner import Plan, plan
 from .settings import ShadowSettings
 from .template import shadow_name, shadow_pod
@@ -44,9 +45,11 @@ class Metrics:
 
 class Controller:
     def __init__(self, kube: Kube, settings: ShadowSettings, registry: CollectorRegistry,
-                 is_leader: Callable[[], bool], clock: Callable[[], float] = time.time) -> None:
+                 is_leader: Callable[[], bool], clock: Callable[[], float] = time.time,
+                 system_namespace: str = SYSTEM_NAMESPACE) -> None:  # fmt: skip
         self.kube, self.settings, self.is_leader, self.clock = kube, settings, is_leader, clock
-        self.pattern = share_resource_pattern(settings.domain)
+        self.rules = PodRules(domain=settings.domain, vendor_resources=(settings.vendor_resource,),
+                              system_namespace=system_namespace)
         self.records: dict[str, Record] = {}
         self.expected: dict[str, tuple[QuotaKey, float]] = {}  # created, not seen yet
         self.idle_since: dict[str, float] = {}
@@ -64,7 +67,7 @@ class Controller:
             kept = {k: v for k, v in self.records.items()
                     if namespace is not None and not k.startswith(namespace + "/")}
             for pod in change.pods:
-                record = classify(pod, self.pattern)
+                record = classify(pod, self.rules)
                 if record is not None:
                     kept[record.key] = record
                     self.expected.pop(record.key, None)
@@ -72,7 +75,7 @@ class Controller:
         elif change.pod is not None:
             meta = change.pod.get("metadata") or {}
             key = ids.pod_key(meta.get("namespace", ""), meta.get("name", ""))
-            record = None if change.kind == "DELETED" else classify(change.pod, self.pattern)
+            record = None if change.kind == "DELETED" else classify(change.pod, self.rules)
             if record is None:
                 self.records.pop(key, None)
             else:

@@ -29,6 +29,21 @@ class ShadowSettings:
     lease_duration_s: float = 15.0
     renew_every_s: float = 5.0
     identity: str = ""
+    # hard caps: share kinds whose ShadowPods run NVIDIA's MPS control daemon for their card,
+    # the image it runs in (any with a POSIX shell: the driver's MPS binaries and nvidia-smi
+    # come with the card) and the host directory holding each ShadowPod's pipe, log and shm
+    # directories on the node (the runtime's isolation_dir; not a path in this container)
+    mps_kinds: tuple[str, ...] = ()
+    mps_image: str = "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"
+    isolation_host_path: str = "/run/gpushare/isolation"
+
+    def __post_init__(self) -> None:
+        for kind in self.mps_kinds:
+            if kind not in ("share", "share-dev"):
+                raise SettingsError("GPUSHARE_SHADOW_MPS_KINDS", kind, "share and/or share-dev")
+        if not self.isolation_host_path.startswith("/") or "/../" in self.isolation_host_path + "/":
+            raise SettingsError("GPUSHARE_SHADOW_ISOLATION_HOST_PATH", self.isolation_host_path,
+                                "an absolute path")
 
     def tolerations_list(self) -> list[dict[str, Any]]:
         try:

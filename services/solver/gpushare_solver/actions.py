@@ -79,10 +79,13 @@ class ReclaimProgress(msgspec.Struct, kw_only=True):
 
     containers: dict[str, list[str]] = {}  # pod -> container ids killed
     uids: dict[str, str] = {}  # pod -> uid seen before the kill ("" when already gone)
+    refused: dict[str, str] = {}  # pod -> why it must not be killed or deleted (verification)
     killed: bool = False
     released: bool = False
     kill_ms: float = 0.0
     started: float = 0.0
+    dead_at: float = 0.0  # wall clock when the last task killed had exited
+    released_at: float = 0.0  # wall clock when the release was sent
 
 
 class Plan(msgspec.Struct, kw_only=True):

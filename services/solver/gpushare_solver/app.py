@@ -16,6 +16,7 @@ from gpushare_common.adapters.kube import Kube
 from gpushare_common.bus import AckPolicy, Bus
 from gpushare_common.http import Health, bound_port, build_app, serve
 from gpushare_common.logging import get_logger
+from gpushare_common.pods import PodRules
 from gpushare_common.retry import Backoff
 from gpushare_common.settings import CommonSettings
 from gpushare_common.tasks import Tasks, wait_first
@@ -69,7 +70,8 @@ async def started(common: CommonSettings, settings: SolverSettings, stop: asynci
             client = ContainerdTasks(settings.containerd_address, settings.containerd_namespace,
                                      direct=settings.direct_kill)
             tasks_api = await stack.enter_async_context(client)
-        solver = Solver(node, settings, bus, pods or Kube(common.kube), tasks_api, registry)
+        solver = Solver(node, settings, bus, pods or Kube(common.kube), tasks_api, registry,
+                        PodRules(system_namespace=common.kube.system_namespace))
         policy = PressurePolicy(settings.memory_threshold, settings.cpu_threshold,
                                 settings.pressure_cooldown_s)
         watch = PressureWatch(node, policy, solver.pods,

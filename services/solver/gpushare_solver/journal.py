@@ -7,6 +7,8 @@ from collections import OrderedDict
 
 import msgspec
 
+from .state import Victim
+
 
 class JournalDoc(msgspec.Struct, kw_only=True):
     seen: list[str] = []
@@ -14,6 +16,7 @@ class JournalDoc(msgspec.Struct, kw_only=True):
     inventory: dict[str, list[str]] = {}  # vendor resource -> cards the kubelet can allocate
     shadow_cards: dict[str, list[str]] = {}  # ShadowPod -> the real cards it holds
     lend_after: float = 0.0  # the inventory lends nothing before (wall clock), after a rebuild
+    evicting: dict[str, Victim] = {}  # pods taken out of the cache to be evicted
 
 
 class Seen:

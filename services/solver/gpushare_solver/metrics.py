@@ -11,6 +11,9 @@ class SolverMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.evictions = Counter("gpushare_solver_evictions", "Pods evicted, by reason and outcome",
                                  ["reason", "outcome"], registry=registry)
+        self.refused = Counter("gpushare_solver_evictions_refused",
+                               "Pods a plan named that failed verification (never killed nor deleted), by why",
+                               ["why"], registry=registry)
         self.events = Counter("gpushare_solver_events", "Events handled, by type and result",
                               ["event", "result"], registry=registry)
         self.kill_seconds = Histogram("gpushare_solver_kill_seconds",

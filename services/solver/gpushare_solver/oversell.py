@@ -21,7 +21,7 @@ from .pressure import (
 )
 
 log = get_logger("solver.pressure")
-Evict = Callable[[str, list[str]], Awaitable[None]]
+Evict = Callable[[str, dict[str, str]], Awaitable[None]]  # trigger, pod -> uid
 
 
 class PressureWatch:
@@ -49,14 +49,15 @@ class PressureWatch:
         self.samples += 1
         if not usage.over(self.policy):
             return
-        victims = choose_victims(usage, await self._candidates(), self.policy, self.units,
-                                 self.last_eviction, self.clock())
+        candidates = await self._candidates()
+        victims = choose_victims(usage, candidates, self.policy, self.units, self.last_eviction, self.clock())
+        uids = {c.key: c.uid for c in candidates}
         if victims:
             self.last_eviction = self.clock()
             self.evicted = (self.evicted + victims)[-50:]
             log.info("node under pressure; evicting oversold pods", node=self.node,
                      pods=",".join(victims), over=",".join(sorted(usage.over(self.policy))))
-            await self.evict(f"pressure-{event.id}", victims)
+            await self.evict(f"pressure-{event.id}", {v: uids.get(v, "") for v in victims})
 
     def status(self) -> dict[str, Any]:
         """The last sample as the watch judged it (for /status): use, what is over, the cooldown."""

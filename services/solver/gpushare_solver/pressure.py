@@ -72,6 +72,7 @@ class OversoldPod:
     created: float  # epoch seconds
     vcpu: int  # devices of gpushare/vcpu requested
     vmem: int  # devices of gpushare/vmem requested
+    uid: str = ""
 
 
 def parse_count(where: str, value: object) -> int:
@@ -105,7 +106,8 @@ def oversold_pod(pod: Mapping[str, Any], domain: str = "gpushare") -> OversoldPo
         return None
     priority = spec.get("priority")
     return OversoldPod(key=key, priority=priority if isinstance(priority, int) else 0,
-                       created=_created(pod), vcpu=totals["vcpu"], vmem=totals["vmem"])
+                       created=_created(pod), vcpu=totals["vcpu"], vmem=totals["vmem"],
+                       uid=str(meta.get("uid") or ""))
 
 
 def eviction_order(pods: list[OversoldPod]) -> list[OversoldPod]:

@@ -2,10 +2,9 @@
 
 What the pod objects tell, and so what is rebuilt here:
 
-- ShadowPods (label ``pod-description=shadow-pod``, Running, annotations
-  ``share-spec`` and ``share-kind``): the owner and its N virtual devices,
-  resource ``share-gpu-<N>`` or ``share-dev-gpu-<N>``; terminating when the pod
-  has a deletion timestamp.
+- ShadowPods (as :mod:`gpushare_common.pods` reads them: the platform's own, in the system
+  namespace; Running): the owner and its N virtual devices, resource ``share-gpu-<N>`` or
+  ``share-dev-gpu-<N>``; terminating when the pod has a deletion timestamp.
 - Their SharePods: the ShadowPod's ``Using`` condition (written by the solver)
   names the device of each user; a user is kept when it is a pod of the node,
   not finished, whose ``device-owner`` annotation names that ShadowPod or is
@@ -24,32 +23,26 @@ carries no signed Allocate annotation. Desired health is not derived here.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpushare_common.ids import (
-    ANN_DEVICE_OWNER,
     ANN_DEVICES_IDS,
-    ANN_SHARE_KIND,
-    ANN_SHARE_SPEC,
-    ANN_SIGNATURE,
-    CONDITION_USING,
-    LABEL_POD_DESCRIPTION,
-    SHADOW_POD_LABEL_VALUE,
+    KIND_IDS,
     IdError,
     parse_devices_ids,
     share_device_ids,
+    signature_annotation,
     spot_device_id,
     verify,
 )
 from gpushare_common.mapping import IDLE_SPACE, MappingError
+from gpushare_common.pods import Pod, PodError, PodKind, PodRules, read_pod
 
 from .actions import Action, DeviceList
 from .state import SHADOW, SolverState
 
 Obj = dict[str, Any]
-SHARE_RESOURCES = {"share": "share-gpu", "share-dev": "share-dev-gpu"}
 
 
 @dataclass
@@ -80,62 +73,26 @@ def _key(pod: Obj) -> str:
     return f"{_meta(pod).get('namespace', '')}/{_meta(pod).get('name', '')}"
 
 
-def _phase(pod: Obj) -> str:
-    status = pod.get("status")
-    return str(status.get("phase") or "") if isinstance(status, dict) else ""
-
-
-def _shadow_spec(pod: Obj) -> tuple[str, int] | None:
-    """(share resource, N) of a Running ShadowPod; None for any other pod or bad annotations."""
-    if _strings(pod, "labels").get(LABEL_POD_DESCRIPTION) != SHADOW_POD_LABEL_VALUE or _phase(pod) != "Running":
-        return None
-    annotations = _strings(pod, "annotations")
-    kind, spec = annotations.get(ANN_SHARE_KIND, "share"), annotations.get(ANN_SHARE_SPEC, "")
-    if kind not in SHARE_RESOURCES or not spec.isdigit() or not 1 <= int(spec) <= 1024:
-        raise ValueError(f"bad {ANN_SHARE_KIND}={kind!r} or {ANN_SHARE_SPEC}={spec!r}")
-    return f"{SHARE_RESOURCES[kind]}-{int(spec)}", int(spec)
-
-
-def _using(pod: Obj) -> dict[str, str]:
-    """The ``Using`` condition's users: virtual device -> SharePod."""
-    status = pod.get("status")
-    conditions = status.get("conditions") if isinstance(status, dict) else None
-    for condition in conditions if isinstance(conditions, list) else []:
-        if isinstance(condition, dict) and condition.get("type") == CONDITION_USING:
-            users = json.loads(str(condition.get("message") or "{}"))
-            if not isinstance(users, dict) or not all(isinstance(u, str) for u in users.values()):
-                raise ValueError("Using condition message is not a JSON object of pod keys")
-            return {str(d): u for d, u in users.items()}
-    return {}
-
-
-def _rebuild_shadow(pod: Obj, live: dict[str, Obj], state: SolverState, found: Rebuilt) -> str:
+def _rebuild_shadow(view: Pod, live: dict[str, Pod], state: SolverState, found: Rebuilt) -> str:
     """The ShadowPod's owner and users; its share resource ("" when the pod is not a ShadowPod)."""
-    try:
-        spec = _shadow_spec(pod)
-        if spec is None:
-            return ""
-        users = _using(pod)
-        namespace, name = _key(pod).split("/", 1)
-        devices = share_device_ids(namespace, name, spec[1])
-    except (ValueError, IdError):
-        found.skip("malformed-shadow-pod")
+    if view.kind is not PodKind.SHADOW or view.share is None or view.phase != "Running":
         return ""
-    shadow = _key(pod)
-    state.cache.create(shadow, devices, kind=SHADOW, resource=spec[0])
-    if _meta(pod).get("deletionTimestamp"):
+    shadow = view.key
+    state.cache.create(shadow, share_device_ids(view.namespace, view.name, view.share.count), kind=SHADOW,
+                       resource=view.share.resource)  # fmt: skip
+    if view.terminating:
         state.terminating.add(shadow)
     found.shadow_pods += 1
-    for device, user in sorted(users.items()):
-        owner = _strings(live.get(user, {}), "annotations").get(ANN_DEVICE_OWNER, shadow)
-        if user not in live or owner != shadow:
-            found.skip("user-not-on-node" if user not in live else "user-of-another-shadow-pod")
+    for device, user in sorted(view.using.items()):
+        sharer = live.get(user)
+        if sharer is None or (sharer.device_owner or shadow) != shadow:
+            found.skip("user-not-on-node" if sharer is None else "user-of-another-shadow-pod")
             continue
         try:
             found.users += state.cache.use(shadow, user, device)
         except MappingError:
             found.skip("user-device-unknown")
-    return spec[0]
+    return view.share.resource
 
 
 def _resources(pod: Obj) -> set[str]:
@@ -174,7 +131,9 @@ def _signed_spot_devices(pod: Obj, key: bytes) -> list[str]:
         if not name.startswith(ANN_DEVICES_IDS):
             continue
         target = name[len(ANN_DEVICES_IDS):]
-        if not verify(key, target, value, annotations.get(ANN_SIGNATURE + target)):
+        node = str((pod.get("spec") or {}).get("nodeName") or "")  # the node whose key signed it
+        signature = annotations.get(signature_annotation(KIND_IDS, target))
+        if not verify(key, KIND_IDS, node, target, value, signature):
             raise ValueError(f"{name}: missing or wrong signature")
         request = parse_devices_ids(target, value)
         devices += [spot_device_id(card) for _, cards in request.devices for card in cards]
@@ -201,14 +160,32 @@ def _rebuild_borrower(pod: Obj, state: SolverState, key: bytes | None, found: Re
     found.borrowers += 1
 
 
-def rebuild(state: SolverState, pods: list[Obj], key: bytes | None) -> tuple[list[Action], Rebuilt]:
+def _read(pods: list[Obj], rules: PodRules, found: Rebuilt) -> dict[str, tuple[Pod, Obj]]:
+    """The node's pods that are not finished, read once; malformed ones are skipped and counted."""
+    views: dict[str, tuple[Pod, Obj]] = {}
+    for pod in pods:
+        try:
+            view = read_pod(pod, rules)
+        except PodError:
+            found.skip("malformed-pod")
+            continue
+        if view.forged_shadow:
+            found.skip("forged-shadow-pod")
+        if not view.finished:
+            views[view.key] = (view, pod)
+    return views
+
+
+def rebuild(state: SolverState, pods: list[Obj], key: bytes | None,
+            rules: PodRules) -> tuple[list[Action], Rebuilt]:  # fmt: skip
     """Fill an empty cache from the node's pods; the share resources' device lists to publish."""
     found = Rebuilt()
-    live = {_key(p): p for p in pods if _phase(p) not in ("Succeeded", "Failed")}
+    read = _read(pods, rules, found)
+    live = {k: view for k, (view, _) in read.items()}
     resources: set[str] = set()
-    for pod in live.values():
+    for view, pod in read.values():
         found.unknown_holders += _may_hold_cards(pod, state.spot_resource)
-        if resource := _rebuild_shadow(pod, live, state, found):
+        if resource := _rebuild_shadow(view, live, state, found):
             resources.add(resource)
         else:
             _rebuild_borrower(pod, state, key, found)

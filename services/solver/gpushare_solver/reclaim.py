@@ -3,6 +3,10 @@
 Steps (each persisted in the plan's :class:`ReclaimProgress`, so a restarted
 solver resumes at the step it stopped):
 
+0. verify each pod before anything is done to it: it must be recorded as taken out of the
+   mapping cache by a handler of this solver (:class:`~.state.Victim`), run on this node and
+   carry the recorded uid; a pod that fails is *refused* (logged, counted, neither killed nor
+   deleted), whatever the plan says — a plan is data in a bucket, the checks are not;
 1. find every container of every pod (``status.*containerStatuses[].containerID``);
 2. SIGKILL all of them in parallel through containerd and wait for the exits;
 3. release the owner (kmod ``release``) as soon as the tasks exited, or at the
@@ -26,6 +30,7 @@ import contextlib
 import hashlib
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from gpushare_common.adapters.kube import NotFound
@@ -40,6 +45,7 @@ from .adapters.containerd import ContainerdError
 from .metrics import SolverMetrics
 from .ports import Obj, Outbox, PodApi, TaskApi
 from .settings import SolverSettings
+from .state import Victim
 
 log = get_logger("solver.reclaim")
 Save = Callable[[], Awaitable[None]]
@@ -65,75 +71,131 @@ def container_ids(pod: Obj) -> list[str]:
     return found
 
 
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """A pod as the API last showed it: who it is, where it runs, its containers."""
+
+    uid: str
+    node: str
+    containers: tuple[str, ...] = ()
+
+
+def refusal(victim: Victim | None, seen: Seen | None, node: str) -> str:
+    """Why a pod must not be killed or deleted ("" when it may): it was not taken out of the
+    cache by this solver, it runs on another node, or it is another pod of the same name."""
+    if victim is None:
+        return "not-taken-out-of-the-cache"
+    if seen is None or not seen.uid:
+        return ""  # gone already: nothing to kill, nothing to delete
+    if seen.node != node:
+        return "on-another-node"
+    if victim.uid and seen.uid != victim.uid:
+        return "uid-mismatch"
+    return ""
+
+
 class Reclaimer:
     def __init__(self, node: str, settings: SolverSettings, pods: PodApi, tasks: TaskApi,
-                 outbox: Outbox, eviction_subject: str, metrics: SolverMetrics) -> None:
+                 outbox: Outbox, eviction_subject: str, metrics: SolverMetrics,
+                 victims: Callable[[], dict[str, Victim]] = dict) -> None:  # fmt: skip
         self.node = node
+        self.victims = victims
         self.settings = settings
         self.pods = pods
         self.tasks = tasks
         self.outbox = outbox
         self.subject = eviction_subject
         self.metrics = metrics
-        self.known: dict[str, list[str]] = {}  # borrower pod -> container ids seen earlier
+        self.known: dict[str, Seen] = {}  # borrower pod -> as the API showed it earlier
         self.pids: dict[str, int] = {}  # container id -> init pid seen earlier (checked before use)
-        self.after_kill: Callable[[], Awaitable[None]] | None = None  # a test's hook
         self.hold_first_s = HOLD_FIRST_S
 
     async def run(self, action: Reclaim, progress: ReclaimProgress, trigger_id: str,
                   received: float, save: Save) -> None:
         if not progress.killed:
             await self._kill(action, progress, received, save)
-            if self.after_kill is not None:
-                await self.after_kill()
         if action.release is not None and not progress.released:
             await self._release(action, progress, received)
             await save()
-        outcomes = await asyncio.gather(*(self._delete(pod, progress) for pod in action.pods))
-        for pod, (outcome, delete_ms, error) in zip(action.pods, outcomes, strict=True):
+        pods = [p for p in action.pods if p not in progress.refused]
+        outcomes = await asyncio.gather(*(self._delete(pod, progress) for pod in pods))
+        for pod, (outcome, delete_ms, error) in zip(pods, outcomes, strict=True):
             await self._record(action, progress, trigger_id, received, pod, (outcome, delete_ms, error))
+            self.victims().pop(pod, None)
 
     async def learn(self, pod: str) -> None:
         """Remember a borrower's containers ahead of time, so a reclaim can kill at once."""
-        uid, ids = await self._containers(pod)
-        if ids:
-            self.known[pod] = ids
+        seen = await self._read(pod)
+        if seen is not None and seen.containers:
+            self.known[pod] = seen
             with contextlib.suppress(ContainerdError):
-                self.pids.update(await self.tasks.pids(ids))
-        elif not uid:
+                self.pids.update(await self.tasks.pids(list(seen.containers)))
+        elif seen is None:
             self.known.pop(pod, None)
 
     def forget(self, pod: str) -> None:
-        for container_id in self.known.pop(pod, []):
+        seen = self.known.pop(pod, None)
+        for container_id in seen.containers if seen else ():
             self.pids.pop(container_id, None)
+
+    def _refuse(self, pod: str, why: str, action: Reclaim, progress: ReclaimProgress) -> None:
+        progress.refused[pod] = why
+        self.victims().pop(pod, None)
+        self.metrics.refused.labels(why).inc()
+        log.error("eviction refused: not a borrower or sharer this solver took out", node=self.node,
+                  pod=pod, reason=action.reason, owner=action.owner, why=why)
 
     async def _kill(self, action: Reclaim, progress: ReclaimProgress, received: float, save: Save) -> None:
         """Kill the containers known ahead at once while the pods are read; kill any container
         found late. The owner is released when every task known is dead (or at the deadline)."""
         progress.started = progress.started or time.time()
         start = time.perf_counter()
-        all_known = all(pod in self.known for pod in action.pods)
-        ahead = [c for pod in action.pods for c in self.known.get(pod, [])]
+        victims = self.victims()
+        for pod in action.pods:
+            if pod not in progress.refused and (why := refusal(victims.get(pod), self.known.get(pod), self.node)):
+                self._refuse(pod, why, action, progress)
+        pods = [p for p in action.pods if p not in progress.refused]
+        all_known = all(pod in self.known for pod in pods)
+        ahead = [c for pod in pods for c in self._known_containers(pod)]
         pids = {c: self.pids.pop(c) for c in ahead if c in self.pids}
-        kills = [asyncio.ensure_future(self.tasks.kill_all(ahead, self.settings.kill_timeout_s, pids))]
+        kills = [self._timed_kill(ahead, progress, pids)]
         if all_known:  # the pods are read after the release: reading threads would slow both down
             await self._release_when_dead(kills[0], action, progress, received)
-        reading = asyncio.gather(*(self._containers(pod) for pod in action.pods))
-        for pod, (uid, ids) in zip(action.pods, await reading, strict=True):
-            progress.uids[pod] = uid
-            progress.containers[pod] = list(dict.fromkeys(self.known.pop(pod, []) + ids))
-        late = [c for ids in progress.containers.values() for c in ids if c not in ahead]
+        reading = asyncio.gather(*(self._read(pod) for pod in pods))
+        for pod, seen in zip(pods, await reading, strict=True):
+            why = refusal(victims.get(pod), seen, self.node)
+            if why:  # known ahead and killed: the pod of that name is another one now; never deleted
+                self._refuse(pod, why, action, progress)
+                continue
+            progress.uids[pod] = seen.uid if seen else ""
+            progress.containers[pod] = list(dict.fromkeys([*self._known_containers(pod, pop=True),
+                                                           *(seen.containers if seen else ())]))
+        late = [c for p, ids in progress.containers.items() if p not in progress.refused
+                for c in ids if c not in ahead]
         if late and all_known:
             log.warning("containers unknown ahead killed after the release", node=self.node,
                         owner=action.owner, containers=",".join(late))
-        kills.append(asyncio.ensure_future(self.tasks.kill_all(late, self.settings.kill_timeout_s)))
+        kills.append(self._timed_kill(late, progress))
         killing = asyncio.ensure_future(asyncio.gather(*kills))
         await self._release_when_dead(killing, action, progress, received)
         await self._finish_kill(killing, action, progress, start)
         await save()
 
+    def _timed_kill(self, containers: list[str], progress: ReclaimProgress,
+                    pids: dict[str, int] | None = None) -> asyncio.Future[Any]:
+        """Kill ``containers``; the moment they had all exited is the reclaim's ``dead_at``."""
+        async def kill() -> Any:
+            exits = await self.tasks.kill_all(containers, self.settings.kill_timeout_s, pids)
+            if containers:
+                progress.dead_at = max(progress.dead_at, time.time())
+            return exits
+
+        return asyncio.ensure_future(kill())
+
     async def _release_when_dead(self, killing: asyncio.Future[Any], action: Reclaim,
                                  progress: ReclaimProgress, received: float) -> None:
+        """Release the owner once the kill finished, or at the deadline while it still runs; never
+        after a kill that failed (the borrowers may live: the plan retries the kill first)."""
         if action.release is None or progress.released:
             return
         holding = asyncio.ensure_future(self._hold_while(killing, action))
@@ -143,6 +205,8 @@ class Reclaimer:
             holding.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await holding
+        if done and killing.exception() is not None:
+            return
         if not done:
             log.warning("borrowers still running at the release deadline; releasing the owner now",
                         node=self.node, owner=action.owner, pods=",".join(action.pods),
@@ -173,22 +237,33 @@ class Reclaimer:
 
     async def _finish_kill(self, killing: asyncio.Future[Any], action: Reclaim,
                            progress: ReclaimProgress, start: float) -> None:
+        """A kill that failed is retried with the plan (the event is redelivered): the pods are
+        never deleted, nor the owner released, while their tasks may still run."""
         try:
             await killing
         except ContainerdError as err:
-            log.error("killing borrower tasks failed; deleting the pods anyway", node=self.node,
-                      owner=action.owner, error=str(err))
+            log.error("killing borrower tasks failed; retrying", node=self.node, owner=action.owner,
+                      error=str(err))
+            raise
         progress.kill_ms = (time.perf_counter() - start) * 1000
         progress.killed = True
         self.metrics.kill_seconds.labels(action.reason).observe(progress.kill_ms / 1000)
 
-    async def _containers(self, pod: str) -> tuple[str, list[str]]:
+    def _known_containers(self, pod: str, pop: bool = False) -> tuple[str, ...]:
+        seen = self.known.pop(pod, None) if pop else self.known.get(pod)
+        return seen.containers if seen else ()
+
+    async def _read(self, pod: str) -> Seen | None:
+        """The pod as the API shows it now; None when it is gone."""
         namespace, name = parse_pod_key(pod)
         try:
             obj = await self.pods.get_pod(namespace, name)
         except NotFound:
-            return "", []
-        return str((obj.get("metadata") or {}).get("uid") or ""), container_ids(obj)
+            return None
+        spec, meta = obj.get("spec"), obj.get("metadata")
+        node = spec.get("nodeName") if isinstance(spec, dict) else ""
+        uid = meta.get("uid") if isinstance(meta, dict) else ""
+        return Seen(str(uid or ""), str(node or ""), tuple(container_ids(obj)))
 
     async def _release(self, action: Reclaim, progress: ReclaimProgress, received: float) -> None:
         """Wake the owner. A release that cannot be delivered is tried again for
@@ -197,7 +272,7 @@ class Reclaimer:
         assert action.release is not None
         command = KmodCommand(node=self.node, op="release", pods=action.release.pods,
                               pidns=action.release.pidns, reason=action.reason)
-        progress.released = True
+        progress.released, progress.released_at = True, time.time()
         try:
             reply = await retry(lambda: self.outbox.kmod(command), (Transient,), "release the owner",
                                 backoff=Backoff(0.02, 0.5), deadline_s=self.settings.release_retry_s,
@@ -231,8 +306,13 @@ class Reclaimer:
             owner=action.owner, containers=tuple(progress.containers.get(pod, ())),
             kill_ms=round(progress.kill_ms, 3), delete_ms=round(delete_ms, 3),
             total_ms=round((time.time() - received) * 1000, 3), trigger_id=trigger_id,
-            outcome=outcome, error=error)
+            outcome=outcome, error=error, tasks_dead_ms=_since(received, progress.dead_at),
+            released_ms=_since(received, progress.released_at))
         await self.outbox.publish_once(self.subject, record)
         self.metrics.evictions.labels(action.reason, outcome).inc()
         log.info("evicted", node=self.node, pod=pod, reason=action.reason, owner=action.owner,
                  outcome=outcome, kill_ms=record.kill_ms, total_ms=record.total_ms)
+
+
+def _since(start: float, at: float) -> float:
+    return round(max(0.0, at - start) * 1000, 3) if at else 0.0

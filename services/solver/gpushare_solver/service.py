@@ -23,6 +23,7 @@ import time
 import uuid
 from typing import Any
 
+import msgspec
 from gpushare_common.adapters.kube import KubeError
 from gpushare_common.bus import Bus, Store
 from gpushare_common.events import (
@@ -36,6 +37,7 @@ from gpushare_common.events import (
 from gpushare_common.ids import IdError, load_key
 from gpushare_common.logging import get_logger
 from gpushare_common.mapping import PersistentMapping
+from gpushare_common.pods import PodRules
 from prometheus_client import CollectorRegistry
 
 from .actions import DeviceList, Plan, Reclaim
@@ -64,14 +66,15 @@ async def _settled(persisting: asyncio.Future[None]) -> None:
 
 class Solver:
     def __init__(self, node: str, settings: SolverSettings, bus: Bus, pods: PodApi, tasks: TaskApi,
-                 registry: CollectorRegistry) -> None:
+                 registry: CollectorRegistry, rules: PodRules | None = None) -> None:
         self.node, self.settings, self.bus, self.pods = node, settings, bus, pods
+        self.rules = rules or PodRules()
         self.state = SolverState(spot_resource=settings.spot_resource)
         self.metrics = SolverMetrics(registry)
         self.seen = Seen(settings.seen_events)
         self.plans: dict[str, Plan] = {}
         self.reclaimer = Reclaimer(node, settings, pods, tasks, BusOutbox(bus, node, settings.kmod_timeout_s),
-                                   bus.subjects.eviction(node), self.metrics)
+                                   bus.subjects.eviction(node), self.metrics, lambda: self.state.evicting)
         self.executor = Executor(node, bus.subjects, pods, self.reclaimer.outbox, self.reclaimer)
         self._stores: dict[str, Store] = {}
         self.mapping: PersistentMapping | None = None
@@ -96,6 +99,7 @@ class Solver:
         self.state.inventory = {r: tuple(c) for r, c in journal.inventory.items()}
         self.state.shadow_cards = {s: tuple(c) for s, c in journal.shadow_cards.items()}
         self.state.lend_after = journal.lend_after
+        self.state.evicting = dict(journal.evicting)
         self.plans = await self._stores["plan"].items(Plan)
         log.info("state loaded", node=self.node, owners=len(self.state.cache.owners()),
                  pending_plans=len(self.plans))
@@ -133,7 +137,7 @@ class Solver:
     def _rebuild(self, pods: list[Obj]) -> list[Any]:
         """An empty bucket: what the pods tell; the rest comes with the detector's republication,
         which the ids remembered must not drop."""
-        actions, found = rebuild(self.state, pods, self._signing_key())
+        actions, found = rebuild(self.state, pods, self._signing_key(), self.rules)
         self.seen = Seen(self.settings.seen_events)
         self.rebuild_needed = False
         if found.unknown_holders:  # who holds which card comes with the detector's republication
@@ -219,7 +223,7 @@ class Solver:
         doc = JournalDoc(seen=self.seen.recent(_PERSISTED_SEEN), terminating=sorted(self.state.terminating),
                          inventory={r: list(c) for r, c in self.state.inventory.items()},
                          shadow_cards={s: list(c) for s, c in self.state.shadow_cards.items()},
-                         lend_after=self.state.lend_after)
+                         lend_after=self.state.lend_after, evicting=dict(self.state.evicting))
         await self._stores["journal"].put(_JOURNAL, doc)
 
     async def _save_device_list(self, action: DeviceList) -> None:
@@ -255,9 +259,11 @@ class Solver:
         self.metrics.in_flight.set(len(self.plans))
         self.metrics.borrowers.set(len(self.state.borrowers()))
 
-    async def evict(self, trigger_id: str, reason: str, pods: list[str]) -> None:
-        """Evict pods outside any event of the stream (pressure): a plan of one reclaim."""
+    async def evict(self, trigger_id: str, reason: str, pods: dict[str, str]) -> None:
+        """Evict pods (key -> uid) outside any event of the stream (pressure): a plan of one reclaim."""
         async with self._lock:
+            for pod, uid in pods.items():
+                self.state.take_out(pod, uid=uid)
             await self._run(trigger_id, reason, [Reclaim(reason=reason, pods=tuple(pods))], time.time())
 
     # --- /status --------------------------------------------------------------
@@ -269,6 +275,7 @@ class Solver:
             "borrowers": self.state.borrowers(),
             "spot_health": dict(sorted(self.state.health.items())),
             "terminating_shadow_pods": sorted(self.state.terminating),
+            "evicting": {p: msgspec.structs.asdict(v) for p, v in sorted(self.state.evicting.items())},
             "card_inventory": {r: list(c) for r, c in sorted(self.state.inventory.items())},
             "shadow_cards": {s: list(c) for s, c in sorted(self.state.shadow_cards.items())},
             "evictions_in_flight": [_plan_view(p) for p in self.plans.values()],

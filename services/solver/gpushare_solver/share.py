@@ -44,7 +44,7 @@ def shadow_cleared(event: ShadowEvent, state: SolverState) -> list[Action]:
         return freed
     users = sorted(state.cache.users_of(event.shadow_pod))
     for user in users:
-        state.cache.unuse_everywhere(user)
+        state.take_out(user, event.shadow_pod)
     state.cache.delete(event.shadow_pod)
     resource = entry.resource or event.resource
     actions: list[Action] = []
@@ -66,15 +66,15 @@ def _usable_owner(device: str, state: SolverState) -> str | None:
 def share_using(event: ShareEvent, state: SolverState) -> list[Action]:
     owners = {device: _usable_owner(device, state) for device in event.devices}
     if any(owner is None for owner in owners.values()):
-        state.cache.unuse_everywhere(event.share_pod)
         gone = next(d for d, o in owners.items() if o is None)
-        return [Reclaim(reason=SHADOW_GONE, pods=(event.share_pod,),
-                        owner=state.cache.owner_of(gone) or "")]
+        holder = state.cache.owner_of(gone) or ""
+        state.take_out(event.share_pod, holder, event.pod_uid, event.devices)
+        return [Reclaim(reason=SHADOW_GONE, pods=(event.share_pod,), owner=holder)]
     changed: set[str] = set()
     for device, owner in owners.items():
         assert owner is not None
         try:
-            if state.cache.use(owner, event.share_pod, device):
+            if state.cache.use(owner, event.share_pod, device, event.pod_uid):
                 changed.add(owner)
         except MappingError as err:
             raise HandlerError(event.id, str(err)) from None

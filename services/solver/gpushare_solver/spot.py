@@ -64,8 +64,13 @@ def owner_back(owner: str, release: Release, state: SolverState) -> list[Action]
 
 
 def lowpower(event: LowPowerEvent, state: SolverState) -> list[Action]:
+    """The detector's away/back machine moved. Back is news only while the solver still lends
+    the owner's cards: after the kernel's owner-back (which the detector echoes as back) the
+    return has been handled once, and a second reclaim or release would be noise."""
     if not event.using:
         return owner_away(event, state)
+    if state.kind_of(event.owner) != SPOT_OWNER:
+        return []
     return owner_back(event.owner, Release(pods=(event.owner,)), state)
 
 
@@ -87,15 +92,15 @@ def spot_using(event: SpotEvent, state: SolverState) -> list[Action]:
         raise HandlerError(event.id, str(err)) from None
     for real in reals.values():
         if (holder := state.holder_of(real, active_only=True)) is not None:
-            state.cache.unuse_everywhere(event.pod)
+            state.take_out(event.pod, holder, event.pod_uid, event.devices)
             return [Reclaim(reason=RESERVED_REASON, pods=(event.pod,), owner=holder)]
         if not state.in_inventory(real):
-            state.cache.unuse_everywhere(event.pod)
+            state.take_out(event.pod, IDLE_SPACE, event.pod_uid, event.devices)
             return [Reclaim(reason=CARD_GONE, pods=(event.pod,))]
     state.lend(list(reals))
     for device in reals:
         try:
-            state.cache.use(IDLE_SPACE, event.pod, device)
+            state.cache.use(IDLE_SPACE, event.pod, device, event.pod_uid)
         except MappingError as err:
             raise HandlerError(event.id, str(err)) from None
     return []

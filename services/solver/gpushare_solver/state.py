@@ -10,15 +10,26 @@ borrowers).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+import msgspec
 from gpushare_common.events import Health
 from gpushare_common.mapping import IDLE_SPACE, MappingCache
 
 SHADOW = "shadow"
 RESERVED = "reserved"
 SPOT_OWNER = "spot-owner"
+
+
+class Victim(msgspec.Struct, frozen=True, kw_only=True):
+    """A pod a handler took out of the mapping cache to evict it: what the cache knew of it.
+    The reclaimer kills and deletes only pods recorded here, on this node, with this uid."""
+
+    uid: str = ""  # "" when the event that put it in the cache did not name one
+    devices: tuple[str, ...] = ()  # the devices it used (of ``owner``)
+    owner: str = ""
+    since: float = 0.0
 
 
 class HandlerError(ValueError):
@@ -39,7 +50,18 @@ class SolverState:
     inventory: dict[str, tuple[str, ...]] = field(default_factory=dict)  # vendor resource -> cards
     shadow_cards: dict[str, tuple[str, ...]] = field(default_factory=dict)  # ShadowPod -> its real cards
     lend_after: float = 0.0  # wall clock before which the inventory lends nothing (after a rebuild)
+    evicting: dict[str, Victim] = field(default_factory=dict)  # pod -> what the cache knew of it
     clock: Callable[[], float] = time.time
+
+    def take_out(self, pod: str, owner: str = "", uid: str = "", devices: Iterable[str] = ()) -> None:
+        """Free every device ``pod`` uses and record it as a victim, with what the cache knew of
+        it (its uid and devices; ``uid``/``devices`` name a pod the cache never had)."""
+        uses = self.cache.uses_of(pod)
+        known = next((u.sharing_uid for u in uses if u.sharing_uid), "")
+        owners = {self.cache.owner_of(u.id) or "" for u in uses}
+        self.evicting[pod] = Victim(uid=known or uid, devices=tuple(u.id for u in uses) or tuple(devices),
+                                    owner=owner or next(iter(sorted(owners)), ""), since=self.clock())
+        self.cache.unuse_everywhere(pod)
 
     def kind_of(self, owner: str | None) -> str:
         entry = self.cache.get(owner) if owner else None
@@ -77,7 +99,7 @@ class SolverState:
         borrowers = sorted({entry.devices[d].sharing_pod for d in spot_devices
                             if d in entry.devices and entry.devices[d].sharing_pod})
         for borrower in borrowers:
-            self.cache.unuse_everywhere(borrower)
+            self.take_out(borrower, IDLE_SPACE)
         remaining = [d for d in entry.devices if d not in spot_devices]
         if not remaining:
             self.cache.delete(IDLE_SPACE)

@@ -22,6 +22,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--history", type=int, default=10_000, help="changes kept for watches")
     parser.add_argument("--watch-queue", type=int, default=100_000, help="events per slow watcher")
     parser.add_argument("--bookmark-interval", type=float, default=1.0, help="seconds")
+    parser.add_argument("--state-file", type=Path, help="keep the objects here across a restart")
     return parser.parse_args(argv)
 
 
@@ -29,10 +30,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     setup("INFO")
     api = ApiSettings(args.history, args.watch_queue, args.bookmark_interval)
-    server = ApiServer(ServerSettings(args.host, args.port, api))
+    server = ApiServer(ServerSettings(args.host, args.port, api), args.state_file)
     if args.kubeconfig is not None:
         write_kubeconfig(args.kubeconfig, server.url)
-    log.info("serving", url=server.url, kubeconfig=args.kubeconfig)
+    log.info("serving", url=server.url, kubeconfig=args.kubeconfig, restored=server.restored)
     asyncio.run(server.serve())
     log.info("stopped", url=server.url)
 

@@ -11,9 +11,9 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route as PathRoute
 
-from . import discovery, handlers
+from . import discovery, handlers, logs, namespaces, reads
+from .context import Context, error_response, json_response
 from .errors import ApiError
-from .handlers import Context, error_response, json_response
 from .routes import Route, resolve
 from .store import Store
 
@@ -22,18 +22,18 @@ Handler = Callable[[Context, Route, Request], Awaitable[Response]]
 _ALL = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 
 _COLLECTION: dict[str, Handler] = {
-    "GET": handlers.list_or_watch,
+    "GET": reads.list_or_watch,
     "POST": handlers.create,
     "DELETE": handlers.delete_collection,
 }
 _ITEM: dict[str, Handler] = {
-    "GET": handlers.get,
+    "GET": reads.get,
     "PUT": handlers.replace,
     "PATCH": handlers.patch,
     "DELETE": handlers.delete,
 }
 _STATUS: dict[str, Handler] = {
-    "GET": handlers.get,
+    "GET": reads.get,
     "PUT": handlers.replace,
     "PATCH": handlers.patch,
 }
@@ -41,7 +41,11 @@ _SUBRESOURCES: dict[str, dict[str, Handler]] = {
     "status": _STATUS,
     "binding": {"POST": handlers.bind},
     "eviction": {"POST": handlers.evict},
+    "log": {"GET": logs.pod_log},
+    "token": {"POST": handlers.request_token},
 }
+_COLLECTION_VERBS = {"GET": "list", "POST": "create", "DELETE": "deletecollection"}
+_ITEM_VERBS = {"GET": "get", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +58,9 @@ class ApiSettings:
 
 
 def _handler(route: Route, method: str) -> Handler:
+    verbs = _COLLECTION_VERBS if route.name is None else _ITEM_VERBS
+    if route.subresource is None and verbs.get(method, method.lower()) not in route.kind.verbs:
+        raise ApiError(405, f"{method} is not supported on {route.kind.resource}")
     if route.name is None:
         table = _COLLECTION
     elif route.subresource is None:
@@ -113,7 +120,9 @@ async def _ok(request: Request) -> Response:
 
 
 def build_app(store: Store, settings: ApiSettings, address: Callable[[], str]) -> Starlette:
-    """The ASGI app; `address` tells /api which host:port clients reach it at."""
+    """The ASGI app; `address` tells /api which host:port clients reach it at. The store gets
+    the namespaces a fresh cluster has."""
+    namespaces.bootstrap(store)
     api = Api(store, settings)
 
     async def core_versions(request: Request) -> Response:

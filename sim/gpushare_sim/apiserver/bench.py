@@ -3,8 +3,8 @@
   python -m gpushare_sim.apiserver.bench [--pods 10000] [--nodes 100] [--patches 2000]
 
 The emulator runs in its own process (as in the local cluster). Figures:
-create throughput, list latency (all pods; by node with a field selector; by
-label), and watch fan-out: one watcher per node plus one for every pod, while
+create throughput, list latency (all pods; as kubectl's Table; by node with a
+field selector; by label), and watch fan-out: one watcher per node plus one for every pod, while
 pods are patched, with one watcher that never reads (it must not slow the
 writers; it is dropped with 410 once its queue is full).
 """
@@ -31,6 +31,7 @@ import msgspec
 from kubernetes import client, config
 
 Figures = list[tuple[str, float, str]]  # (metric, value, unit)
+_TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"  # what kubectl get asks for
 
 
 def _free_port() -> int:
@@ -104,11 +105,14 @@ def bench_writes_and_lists(core: Any, pods: int, nodes: int) -> Figures:
     by_node = _timed(raw_list(field_selector=f"spec.nodeName=node-{nodes // 2}"), 20)
     by_label = _timed(raw_list(label_selector="app=app-3"), 10)
     typed = _timed(lambda: core.list_pod_for_all_namespaces(), 1)
+    table = _timed(lambda: core.list_pod_for_all_namespaces(_preload_content=False,
+                                                            _headers={"Accept": _TABLE}).data, 5)  # fmt: skip
     return [
         ("create pods (4 client threads)", rate, "pods/s"),
         (f"list {pods} pods, response bytes only, median", statistics.median(fetched), "ms"),
         (f"list {pods} pods, decoded with msgspec, median", statistics.median(everything), "ms"),
         (f"list {pods} pods into client models", typed[0], "ms"),
+        (f"list {pods} pods as a Table (kubectl get), median", statistics.median(table), "ms"),
         ("list one node's pods (fieldSelector), median", statistics.median(by_node), "ms"),
         ("list 10% of pods (labelSelector), median", statistics.median(by_label), "ms"),
     ]
@@ -176,6 +180,7 @@ def run(pods: int = 10_000, nodes: int = 100, patches: int = 2_000) -> Figures:
             emulator_process(Path(directory), watch_queue=1_000) as (url, kubeconfig):
         api = config.new_client_from_config(config_file=str(kubeconfig))
         core: Any = client.CoreV1Api(api)  # raw responses (_preload_content=False)
+        core.create_namespace({"metadata": {"name": "bench"}}, _preload_content=False).read()
         figures = bench_writes_and_lists(core, pods, nodes)
         figures += asyncio.run(bench_watch(url, core, nodes, min(patches, pods)))
         api.close()

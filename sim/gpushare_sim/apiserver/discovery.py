@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from .kinds import KINDS, Kind
 
-_VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
-_SUB_VERBS = {"status": ["get", "patch", "update"], "binding": ["create"], "eviction": ["create"]}
-_SUB_KINDS = {"binding": "Binding", "eviction": "Eviction"}
-_SUB_GROUPS = {"eviction": ("policy", "v1")}
+_SUB_VERBS = {"status": ["get", "patch", "update"], "binding": ["create"], "eviction": ["create"], "log": ["get"],
+              "token": ["create"]}
+_SUB_KINDS = {"binding": "Binding", "eviction": "Eviction", "token": "TokenRequest"}
+_SUB_GROUPS = {"eviction": ("policy", "v1"), "token": ("authentication.k8s.io", "v1")}
+_VERSION = re.compile(r"^v([0-9]+)(?:(alpha|beta)([0-9]+))?$")
 
 VERSION_INFO = {
     "major": "1",
-    "minor": "31",
-    "gitVersion": "v1.31.0-gpushare-sim",
+    "minor": "34",
+    "gitVersion": "v1.34.0-gpushare-sim",
     "gitCommit": "0000000000000000000000000000000000000000",
     "gitTreeState": "clean",
     "buildDate": "2024-01-01T00:00:00Z",
@@ -30,8 +32,9 @@ def _resources(kind: Kind) -> list[dict[str, Any]]:
         "singularName": kind.kind.lower(),
         "namespaced": kind.namespaced,
         "kind": kind.kind,
-        "verbs": _VERBS,
+        "verbs": list(kind.verbs),
         "shortNames": list(kind.short_names),
+        "categories": list(kind.categories),
     }
     subs = []
     for sub in kind.subresources:
@@ -68,8 +71,17 @@ def core_versions(address: str) -> dict[str, Any]:
     }
 
 
+def _version_priority(version: str) -> tuple[int, int, int, str]:
+    """Kubernetes' version order: GA before beta before alpha, then the higher numbers."""
+    match = _VERSION.match(version)
+    if match is None:
+        return (3, 0, 0, version)
+    major, stage, minor = match.groups()
+    return ({None: 0, "beta": 1, "alpha": 2}[stage], -int(major), -int(minor or 0), version)
+
+
 def _group(name: str) -> dict[str, Any]:
-    versions = sorted({k.version for k in KINDS if k.group == name})
+    versions = sorted({k.version for k in KINDS if k.group == name}, key=_version_priority)
     entries = [{"groupVersion": f"{name}/{v}", "version": v} for v in versions]
     return {"name": name, "versions": entries, "preferredVersion": entries[0]}
 
@@ -115,6 +127,7 @@ def openapi_document(path: str) -> dict[str, Any] | None:
     for kind in kinds:
         prefix = f"/{path}/namespaces/{{namespace}}" if kind.namespaced else f"/{path}"
         operation = {"x-kubernetes-group-version-kind": _gvk(kind), "parameters": [parameter]}
+        # every kind gets its PATCH: kubectl reads it as "this server validates fields itself"
         paths[f"{prefix}/{kind.plural}/{{name}}"] = {"patch": operation, "put": operation}
         paths[f"{prefix}/{kind.plural}"] = {"post": operation}
     return {

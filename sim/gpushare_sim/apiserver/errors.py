@@ -6,6 +6,7 @@ from typing import Any
 
 REASONS = {
     400: "BadRequest",
+    403: "Forbidden",
     404: "NotFound",
     405: "MethodNotAllowed",
     406: "NotAcceptable",
@@ -14,6 +15,7 @@ REASONS = {
     415: "UnsupportedMediaType",
     422: "Invalid",
     500: "InternalError",
+    503: "ServiceUnavailable",
 }
 
 

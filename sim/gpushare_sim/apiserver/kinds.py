@@ -2,63 +2,14 @@
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from functools import cache
 from typing import Any
 
 from .errors import invalid
+from .kind import META_FIELDS, Kind, Obj, valid_name
+from .resource_kinds import RESOURCE_KINDS
 
-Obj = dict[str, Any]
-
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_META_FIELDS = frozenset({"metadata.name", "metadata.namespace"})
-
-
-def _no_defaults(obj: Obj) -> None:
-    return None
-
-
-@dataclass(frozen=True)
-class Kind:
-    """One REST resource: where it lives and how it behaves."""
-
-    plural: str
-    kind: str
-    model: str  # name of the official client's model, used for schema checks
-    group: str = ""
-    version: str = "v1"
-    namespaced: bool = True
-    status_subresource: bool = False
-    graceful_delete: bool = False
-    field_labels: frozenset[str] = _META_FIELDS
-    short_names: tuple[str, ...] = ()
-    subresources: tuple[str, ...] = ()
-    on_create: Callable[[Obj], None] = field(default=_no_defaults)
-    on_update: Callable[[Obj, Obj], None] = field(default=lambda old, new: None)
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-    @property
-    def list_kind(self) -> str:
-        return f"{self.kind}List"
-
-    def field_value(self, obj: Obj, label: str) -> str:
-        """The value a field selector compares with ("" when the field is absent)."""
-        node: Any = obj
-        for part in _path(label):
-            node = node.get(part) if isinstance(node, dict) else None
-        if isinstance(node, bool):
-            return "true" if node else "false"
-        return "" if node is None else str(node)
-
-
-@cache
-def _path(label: str) -> tuple[str, ...]:
-    return tuple(("source.component" if label == "source" else label).split("."))
+__all__ = ["BY_PATH", "KINDS", "Kind", "Obj", "valid_name"]
+_META_FIELDS = META_FIELDS
 
 
 def _qos_class(spec: Obj) -> str:
@@ -82,6 +33,7 @@ _POD_DEFAULTS = {
     "terminationGracePeriodSeconds": 30,
     "schedulerName": "default-scheduler",
     "dnsPolicy": "ClusterFirst",
+    "serviceAccountName": "default",  # the ServiceAccount admission plugin's default
 }
 _MUTABLE_POD_SPEC = ("activeDeadlineSeconds", "terminationGracePeriodSeconds", "tolerations")
 _IMMUTABLE_MESSAGE = (
@@ -135,6 +87,9 @@ def _event_create(event: Obj) -> None:
 
 
 def _namespace_create(namespace: Obj) -> None:
+    spec: dict[str, Any] = namespace["spec"] if isinstance(namespace.get("spec"), dict) else {}
+    finalizers = list(spec.get("finalizers") or [])
+    namespace["spec"] = {**spec, "finalizers": finalizers or ["kubernetes"]}
     namespace["status"] = {"phase": "Active"}
 
 
@@ -144,6 +99,7 @@ PODS = Kind(
     model="V1Pod",
     status_subresource=True,
     graceful_delete=True,
+    delete_returns_object=True,
     field_labels=_META_FIELDS
     | {
         "spec.nodeName",
@@ -156,7 +112,8 @@ PODS = Kind(
         "status.nominatedNodeName",
     },
     short_names=("po",),
-    subresources=("status", "binding", "eviction"),
+    categories=("all",),
+    subresources=("status", "binding", "eviction", "log"),
     on_create=_pod_create,
     on_update=_pod_update,
 )
@@ -199,9 +156,23 @@ LEASES = Kind(
     group="coordination.k8s.io",
 )
 
-KINDS: tuple[Kind, ...] = (PODS, NODES, NAMESPACES, EVENTS, LEASES)
+SERVICEACCOUNTS = Kind(
+    plural="serviceaccounts",
+    kind="ServiceAccount",
+    model="V1ServiceAccount",
+    short_names=("sa",),
+    subresources=("token",),
+    delete_returns_object=True,
+)
+TOKENREVIEWS = Kind(
+    plural="tokenreviews",
+    kind="TokenReview",
+    model="V1TokenReview",
+    group="authentication.k8s.io",
+    namespaced=False,
+    verbs=("create",),
+    stored=False,
+)
+
+KINDS: tuple[Kind, ...] = (PODS, NODES, NAMESPACES, EVENTS, SERVICEACCOUNTS, LEASES, TOKENREVIEWS, *RESOURCE_KINDS)
 BY_PATH: dict[tuple[str, str, str], Kind] = {(k.group, k.version, k.plural): k for k in KINDS}
-
-
-def valid_name(name: str) -> bool:
-    return 0 < len(name) <= 253 and _DNS_SUBDOMAIN.match(name) is not None

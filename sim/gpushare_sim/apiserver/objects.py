@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from . import errors
-from .kinds import Kind, valid_name
+from .kind import Kind, valid_name
 from .patch import PatchError, apply_patch
 from .store import Entry, Key, Obj, Store
 
@@ -36,7 +36,7 @@ class Target:
         return (self.namespace, self.name)
 
 
-def _require(store: Store, target: Target) -> Entry:
+def require(store: Store, target: Target) -> Entry:
     entry = store.get(target.kind, target.key)
     if entry is None:
         raise errors.not_found(target.kind.plural, target.name, target.kind.group)
@@ -73,7 +73,7 @@ def create(store: Store, kind: Kind, namespace: str, obj: Obj) -> Entry:
 
 def update(store: Store, target: Target, obj: Obj, *, status: bool = False) -> Entry:
     """PUT: replace the object (or only its status), honouring resourceVersion."""
-    entry = _require(store, target)
+    entry = require(store, target)
     _check_version(target, entry, obj.get("metadata", {}).get("resourceVersion"))
     return _write(store, target, entry, obj, status)
 
@@ -86,6 +86,8 @@ def _write(store: Store, target: Target, entry: Entry, new: Obj, status: bool) -
         raise errors.bad_request("metadata must be an object")
     for server_field in _SERVER_META:
         _copy_field(old["metadata"], meta, server_field)
+    if "managedFields" not in meta and "managedFields" in old["metadata"]:
+        meta["managedFields"] = old["metadata"]["managedFields"]  # an update that omits them keeps them
     meta["name"] = target.name
     if target.kind.namespaced:
         meta["namespace"] = target.namespace
@@ -132,7 +134,7 @@ def patch(
     validate: Callable[[Obj], None] = lambda obj: None,
 ) -> Entry:
     """PATCH: apply the patch to the stored object; a resourceVersion in it is a precondition."""
-    entry = _require(store, target)
+    entry = require(store, target)
     try:
         patched = apply_patch(content_type, entry.copy(), body)
     except PatchError as error:
@@ -154,11 +156,9 @@ class DeleteOptions:
 
 def delete(store: Store, target: Target, options: DeleteOptions) -> tuple[Entry, bool]:
     """Delete; returns (object, removed). A pod on a node goes Terminating first."""
-    entry = _require(store, target)
+    entry = require(store, target)
     meta = entry.obj["metadata"]
-    if options.uid is not None and options.uid != meta.get("uid"):
-        raise errors.conflict(target.kind.plural, target.name, "Precondition failed: UID")
-    _check_version(target, entry, options.resource_version)
+    check_preconditions(target, entry, options)
     if not _graceful(target.kind, entry.obj, options.grace_period):
         return store.remove(target.kind, target.key), True
     if "deletionTimestamp" in meta:
@@ -172,6 +172,12 @@ def delete(store: Store, target: Target, options: DeleteOptions) -> tuple[Entry,
     return store.put(target.kind, target.key, pod), False
 
 
+def check_preconditions(target: Target, entry: Entry, options: DeleteOptions) -> None:
+    if options.uid is not None and options.uid != entry.obj["metadata"].get("uid"):
+        raise errors.conflict(target.kind.plural, target.name, "Precondition failed: UID")
+    _check_version(target, entry, options.resource_version)
+
+
 def _graceful(kind: Kind, obj: Obj, grace: int | None) -> bool:
     if not kind.graceful_delete or grace == 0:
         return False
@@ -182,7 +188,7 @@ def _graceful(kind: Kind, obj: Obj, grace: int | None) -> bool:
 
 def bind(store: Store, target: Target, node: str) -> None:
     """pods/binding: set spec.nodeName once."""
-    entry = _require(store, target)
+    entry = require(store, target)
     pod = entry.copy()
     spec = pod.setdefault("spec", {})
     if spec.get("nodeName"):

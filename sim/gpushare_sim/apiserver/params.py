@@ -6,7 +6,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import msgspec
+import yaml
 
+from . import protobuf
 from .errors import ApiError, bad_request
 from .kinds import Kind
 from .objects import DeleteOptions
@@ -15,6 +17,7 @@ from .selectors import SelectorError, parse_field_selector, parse_label_selector
 from .store import Selection
 
 _decode = msgspec.json.Decoder().decode
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _MAX_GRACE = 10**9  # seconds; keeps deletionTimestamp a representable time
 _TRUE = {"1", "t", "T", "true", "TRUE", "True"}
 _FALSE = {"0", "f", "F", "false", "FALSE", "False"}
@@ -59,6 +62,33 @@ def selection(kind: Kind, namespace: str | None, query: Mapping[str, str]) -> Se
         if term.field not in kind.field_labels:
             raise bad_request(f'field label not supported: "{term.field}"')
     return Selection(kind, namespace, labels, fields)
+
+
+def decode_body(body: bytes, content_type: str | None) -> Any:
+    """A request body as JSON data: JSON, or Kubernetes protobuf for the kinds kubectl sends so."""
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    if media != protobuf.CONTENT_TYPE:
+        return decode_json(body)
+    if not body:
+        raise bad_request("the request body is empty")
+    try:
+        return protobuf.decode(body)
+    except protobuf.UnsupportedKind as error:
+        raise ApiError(415, str(error)) from None
+    except protobuf.ProtobufError as error:
+        raise bad_request(f"the request body is not a valid protobuf message: {error}") from None
+
+
+def decode_yaml(body: bytes) -> Any:
+    """An apply configuration: YAML (JSON is YAML too)."""
+    if not body.strip():
+        raise bad_request("the request body is empty")
+    try:
+        return yaml.load(body, Loader=_YAML_LOADER)
+    except yaml.YAMLError as error:
+        raise bad_request(f"the request body is not valid YAML: {error}") from None
+    except RecursionError:
+        raise bad_request("the request body is nested too deeply") from None
 
 
 def decode_json(body: bytes) -> Any:
@@ -115,10 +145,10 @@ def check_identity(kind: Kind, obj: dict[str, Any], namespace: str, name: str | 
         raise bad_request(f"the name of the object ({meta.get('name')}) does not match {name!r}")
 
 
-def delete_options(query: Mapping[str, str], body: bytes) -> DeleteOptions:
+def delete_options(query: Mapping[str, str], body: bytes, content_type: str | None = None) -> DeleteOptions:
     options: dict[str, Any] = {}
     if body.strip():
-        decoded = decode_json(body)
+        decoded = decode_body(body, content_type)
         if not isinstance(decoded, dict):
             raise bad_request("DeleteOptions must be a JSON object")
         options = decoded

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import uvicorn
 import yaml
 
+from . import persist
 from .app import ApiSettings, build_app
 from .store import Store
 
@@ -86,9 +87,11 @@ class _Server(uvicorn.Server):
 class ApiServer:
     """One emulated API server on a bound socket; `serve()` runs until `stop()`."""
 
-    def __init__(self, settings: ServerSettings) -> None:
+    def __init__(self, settings: ServerSettings, state_file: Path | None = None) -> None:
         self.settings = settings
+        self.state_file = state_file
         self.store = Store(settings.api.history, settings.api.watch_queue)
+        self.restored = persist.load(self.store, state_file) if state_file and state_file.exists() else 0
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         # headers and body go out as two writes: without NODELAY the body waits for an ACK
@@ -116,6 +119,8 @@ class ApiServer:
     async def serve(self) -> None:
         self.loop = asyncio.get_running_loop()
         await self.server.serve(sockets=[self.sock])
+        if self.state_file is not None:
+            persist.dump(self.store, self.state_file)
 
     def start_thread(self, timeout: float = 10.0) -> None:
         """Serve from a daemon thread; return once the server accepts connections."""

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from .errors import gone
 from .kinds import Kind
 from .records import Change, Entry, Key, Obj, Selection, encode, event_line, node_of
+from .tokens import SigningKey
 from .watchers import Watcher, WatcherIndex
 
 __all__ = ["Entry", "Key", "Obj", "Selection", "Store", "Watcher", "event_line"]
@@ -27,6 +28,7 @@ class Store:
         self.objects: dict[str, dict[Key, Entry]] = {}
         self._on_node: dict[str, dict[str, dict[Key, None]]] = {}  # resource -> node -> keys
         self._watchers = WatcherIndex()
+        self.signing_key = SigningKey.generate()  # signs service-account tokens
 
     @property
     def watchers(self) -> dict[str, set[Watcher]]:

@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
+import platform
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 from gpushare_sim.fakegpu.cards import FakeCard, make_cards
 from gpushare_sim.fakegpu.exporter import Exporter
@@ -22,6 +26,7 @@ from gpushare_sim.node.adapters.kube import KubeError
 from gpushare_sim.node.adapters.podresources import PodResourcesServer
 from gpushare_sim.node.adapters.runners import Runner
 from gpushare_sim.node.devices import DeviceTable
+from gpushare_sim.node.events import EventRecorder
 from gpushare_sim.node.kubelet import Kubelet, PodApi
 from gpushare_sim.node.model import PodDef, PodError, parse_pod
 from gpushare_sim.node.settings import SIM_NODE_LABEL, NodeSimSettings
@@ -33,6 +38,8 @@ NODE_STATUS_RESEND_S = 10.0
 
 
 class NodeApi(PodApi, Protocol):
+    async def create_event(self, namespace: str, body: dict[str, Any]) -> None: ...
+    async def patch_event(self, namespace: str, name: str, patch: dict[str, Any]) -> None: ...
     async def ensure_node(self, name: str, labels: dict[str, str]) -> None: ...
     async def patch_node_status(self, name: str, status: dict[str, Any]) -> None: ...
     async def list_node_pods(self, node: str) -> list[dict[str, Any]]: ...
@@ -40,9 +47,10 @@ class NodeApi(PodApi, Protocol):
 
 
 def node_status(
-    settings: NodeSimSettings, table: DeviceTable, gone: frozenset[str] = frozenset()
+    settings: NodeSimSettings, table: DeviceTable, gone: frozenset[str] = frozenset(), kubelet_port: int = 0
 ) -> dict[str, Any]:
-    """The Node's status; resources in ``gone`` (no plugin any more) are reported as 0."""
+    """The Node's status; resources in ``gone`` (no plugin any more) are reported as 0. The
+    kubelet port (this node's HTTP server) is where the API server fetches container logs."""
     base = {"cpu": settings.cpu, "memory": settings.memory, "pods": "110", **dict.fromkeys(gone, "0")}
     capacity = {**base, **{r: str(n) for r, n in table.capacity().items()}}
     allocatable = {**base, **{r: str(n) for r, n in table.allocatable().items()}}
@@ -54,8 +62,25 @@ def node_status(
             {"type": "InternalIP", "address": settings.host_ip},
             {"type": "Hostname", "address": settings.name},
         ],
-        "nodeInfo": {"kubeletVersion": "v1.31.0-gpushare-sim", "containerRuntimeVersion": "sim"},
+        "nodeInfo": node_info(settings.name),
+        **({"daemonEndpoints": {"kubeletEndpoint": {"Port": kubelet_port}}} if kubelet_port else {}),
     }
+
+
+@functools.cache
+def node_info(name: str) -> dict[str, str]:
+    """What a kubelet reports about its machine (every field: clients require them all)."""
+    machine = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
+    release = {}
+    with contextlib.suppress(OSError):
+        release = dict(line.split("=", 1) for line in Path("/etc/os-release").read_text().splitlines() if "=" in line)
+    identity = str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{name}.gpushare-sim"))
+    return {
+        "architecture": machine, "bootID": identity, "containerRuntimeVersion": "sim",
+        "kernelVersion": platform.release(), "kubeProxyVersion": "", "kubeletVersion": "v1.34.0-gpushare-sim",
+        "machineID": identity.replace("-", ""), "operatingSystem": "linux",
+        "osImage": release.get("PRETTY_NAME", "Linux").strip('"'), "systemUUID": identity,
+    }  # fmt: skip
 
 
 class NodeSim:
@@ -67,13 +92,16 @@ class NodeSim:
         self.plugins = DevicePluginManager(settings.plugin_dir, self.table, self.changed.set)
         self.cards: list[FakeCard] = []
         self.vendor: VendorPlugin | None = None
+        self.events = EventRecorder(api, "kubelet", settings.name)
         self.kubelet = Kubelet(self.table, self.plugins, runner, api or _NoApi(),
-                               SpecContext(settings.node_dir, settings.host_ip, _kmod(settings)))  # fmt: skip
+                               SpecContext(settings.node_dir, settings.host_ip, _kmod(settings)),
+                               self.events)  # fmt: skip
         self.pod_resources = PodResourcesServer(settings.pod_resources_socket, self.table, self.kubelet.pods)
         self.exporter: Exporter | None = None
         self.bad_pods: set[str] = set()
         self.syncs = 0
         self.signing_key: Path | None = None
+        self.kubelet_port = 0
         self._urls: dict[str, str] = {}
 
     async def start(self, stack: AsyncExitStack) -> None:
@@ -83,6 +111,8 @@ class NodeSim:
         stack.push_async_callback(self.plugins.stop)
         await self.pod_resources.start()
         stack.push_async_callback(self.pod_resources.stop)
+        self.events.start()
+        stack.push_async_callback(self.events.close)  # after the kubelet's last events
         stack.push_async_callback(self.kubelet.close)
         self.cards = await asyncio.to_thread(make_cards, settings.node_dir, settings.name,
                                              settings.gpus)  # fmt: skip
@@ -137,8 +167,8 @@ class NodeSim:
             gone = frozenset(reported - set(self.table.resources))
             reported |= set(self.table.resources)
             try:
-                await self.api.patch_node_status(self.settings.name,
-                                                 node_status(self.settings, self.table, gone))  # fmt: skip
+                status = node_status(self.settings, self.table, gone, self.kubelet_port)
+                await self.api.patch_node_status(self.settings.name, status)
             except KubeError as err:
                 log.warning("node status update failed node=%s: %s", self.settings.name, err)
             with contextlib.suppress(TimeoutError):
@@ -158,6 +188,7 @@ class NodeSim:
     def publish_endpoints(self, urls: dict[str, str]) -> None:
         """Record the HTTP URLs and write ``<node dir>/endpoints.json`` for orchestrators."""
         self._urls = dict(urls)
+        self.kubelet_port = urlsplit(urls.get("http", "")).port or 0
         path = self.settings.node_dir / "endpoints.json"
         path.write_text(json.dumps(self.endpoints(), indent=1) + "\n")
 
@@ -171,6 +202,7 @@ class NodeSim:
             "node_status": node_status(self.settings, self.table),
             "pods": self.kubelet.snapshot(),
             "syncs": self.syncs,
+            "events": self.events.status(),
             "endpoints": self.endpoints(),
         }
 

@@ -26,6 +26,7 @@ from gpushare_sim.node.adapters.deviceplugins import (
 from gpushare_sim.node.adapters.kube import KubeError
 from gpushare_sim.node.adapters.runners import Runner, RunnerError
 from gpushare_sim.node.devices import ContainerKey, DeviceConflict, DeviceTable
+from gpushare_sim.node.events import NORMAL, WARNING, EventRecorder, Involved
 from gpushare_sim.node.model import ContainerDef, PodDef
 from gpushare_sim.node.spec import SpecContext, container_spec
 from gpushare_sim.node.status import ContainerState, admission_failure, pod_status
@@ -80,7 +81,9 @@ class Kubelet:
         runner: Runner,
         api: PodApi,
         context: SpecContext,
+        events: EventRecorder | None = None,
     ) -> None:
+        self.events = events or EventRecorder(None, "kubelet")
         self.table = table
         self.plugins = plugins
         self.runner = runner
@@ -125,6 +128,7 @@ class Kubelet:
             allocations = await self._admit(uid, pod)
         except AdmissionError as err:
             log.warning("pod admission failed pod=%s: %s", pod.key, err)
+            self.events.record(Involved.pod(pod), WARNING, "UnexpectedAdmissionError", str(err))
             self.table.release_pod(uid)
             failure = admission_failure("UnexpectedAdmissionError", str(err))
             await self._safely(self.api.write_pod_status(pod.namespace, pod.name, failure), pod.key)
@@ -179,16 +183,23 @@ class Kubelet:
                               container_id)  # fmt: skip
         previous = worker.ids.get(container.name)
         worker.ids[container.name] = container_id
+        state.previous_id = previous or state.previous_id
         state.container_id = container_id
         state.exit_code = state.finished_at = None
         state.message = ""
+        involved = Involved.pod(pod, container.name)
+        pulled = f'Container image "{container.image}" already present on machine'
+        self.events.record(involved, NORMAL, "Pulled", pulled)
         try:
             await self.runner.start(spec)
             state.started_at = time.time()
             log.info("container started pod=%s container=%s id=%s", pod.key,
                      container.name, container_id[:12])  # fmt: skip
+            self.events.record(involved, NORMAL, "Created", f"Created container: {container.name}")
+            self.events.record(involved, NORMAL, "Started", f"Started container: {container.name}")
         except RunnerError as err:
             log.warning("container start failed pod=%s: %s", pod.key, err)
+            self.events.record(involved, WARNING, "Failed", f"Error: {err.reason}")
             state.started_at = state.finished_at = time.time()
             state.exit_code = 128
             state.message = str(err)
@@ -208,6 +219,11 @@ class Kubelet:
             await self._report(worker)
             if not restarts(worker.pod.restart_policy, state.exit_code):
                 return
+            if state.exit_code != 0:
+                pod = worker.pod
+                self.events.record(Involved.pod(pod, state.name), WARNING, "BackOff",
+                                   f"Back-off restarting failed container {state.name} in pod "
+                                   f"{pod.name}_{pod.namespace}({pod.uid})")  # fmt: skip
             await asyncio.sleep(restart_backoff(state.restart_count))
             state.restart_count += 1
             await self._start_one(worker, container, state)
@@ -244,6 +260,10 @@ class Kubelet:
         self._killers.add(task)
 
     async def _kill_pod(self, uid: str, worker: PodWorker, confirm: bool) -> None:
+        for state in worker.containers:
+            if state.running:
+                self.events.record(Involved.pod(worker.pod, state.name), NORMAL, "Killing",
+                                   f"Stopping container {state.name}")  # fmt: skip
         await asyncio.gather(*(self.runner.kill(i) for i in worker.ids.values()))
         if worker.task is not None:
             worker.task.cancel()
@@ -266,6 +286,13 @@ class Kubelet:
                 await self._kill_pod(uid, worker, confirm=False)
 
     # --- views ---------------------------------------------------------------
+
+    def container(self, namespace: str, pod: str, container: str) -> ContainerState | None:
+        """The state of one container of a pod this node runs (None: no such pod or container)."""
+        for worker in self.workers.values():
+            if worker.pod.namespace == namespace and worker.pod.name == pod:
+                return next((c for c in worker.containers if c.name == container), None)
+        return None
 
     def pods(self) -> list[tuple[str, str, str, list[str]]]:
         return [

@@ -1,6 +1,7 @@
 """``python -m gpushare_sim.node``: parse settings, build, run until a signal.
 
-HTTP: ``/healthz``, ``/readyz``, ``/status`` (JSON), ``POST /kubelet/restart``
+HTTP: ``/healthz``, ``/readyz``, ``/status`` (JSON), ``/containerLogs/<ns>/<pod>/<container>``
+(a container's output, as the kubelet serves it to the API server), ``POST /kubelet/restart``
 (re-create kubelet.sock, as a kubelet restart does; SIGHUP does the same) and
 ``POST /gpus/{index}/health?healthy=false`` (fault injection); the exporter
 serves ``/metrics`` on its own port.
@@ -15,15 +16,18 @@ import signal
 from contextlib import AsyncExitStack
 from pathlib import Path
 
-from fastapi import FastAPI, Response
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import JSONResponse, StreamingResponse
 from gpushare_common.http import Health, bound_port, build_app, serve
 from gpushare_common.settings import HttpSettings
 from gpushare_common.tasks import Tasks, run_service, wait_first
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
 
+from gpushare_sim.node import logs
 from gpushare_sim.node.adapters.backend import build_runner
 from gpushare_sim.node.adapters.kube import SimKube
 from gpushare_sim.node.app import NodeSim
+from gpushare_sim.node.events import EventRecorder
 from gpushare_sim.node.settings import NodeSimSettings
 from gpushare_sim.scheduler import Scheduler
 
@@ -65,6 +69,19 @@ def http_app(sim: NodeSim, health: Health) -> FastAPI:
     async def restart() -> dict[str, int]:
         await sim.restart_kubelet()
         return {"restarts": sim.plugins.restarts}
+
+    @app.get("/containerLogs/{namespace}/{pod}/{container}", response_model=None)
+    async def container_logs(namespace: str, pod: str, container: str,
+                             request: Request) -> StreamingResponse | JSONResponse:  # fmt: skip
+        try:
+            wanted = logs.parse(request.query_params)
+            state = sim.kubelet.container(namespace, pod, container)
+            if state is None:
+                raise logs.LogError(404, f"container {container} of pod {namespace}/{pod} is not on this node")
+            source = logs.source(sim.settings.node_dir, pod, state, wanted.previous)
+        except logs.LogError as err:
+            return JSONResponse({"message": str(err)}, status_code=err.code)
+        return StreamingResponse(logs.stream(source, wanted), media_type="text/plain")
 
     @app.post("/gpus/{index}/health")
     async def gpu_health(index: int, healthy: bool = True) -> dict[str, object]:
@@ -110,7 +127,10 @@ async def run(settings: NodeSimSettings, stop: asyncio.Event) -> int:
             tasks.spawn("pod-sync", sim.sync_loop(stop))
             tasks.spawn("node-status", sim.node_status_loop())
             if settings.schedule:
-                tasks.spawn("scheduler", Scheduler(api).run(stop))
+                scheduler_events = EventRecorder(api, "default-scheduler")
+                scheduler_events.start()
+                stack.push_async_callback(scheduler_events.close)
+                tasks.spawn("scheduler", Scheduler(api, events=scheduler_events).run(stop))
         stack.push_async_callback(tasks.cancel_all)
         asyncio.get_running_loop().add_signal_handler(
             signal.SIGHUP, lambda: tasks.spawn("kubelet-restart", sim.restart_kubelet(), False)

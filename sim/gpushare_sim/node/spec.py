@@ -36,6 +36,11 @@ class SpecContext:
     kmod_socket: Path | None = None
 
 
+def container_dir(node_dir: Path, container_id: str) -> Path:
+    """Where a container's files live: its OCI bundle or working directory, and `log`, its output."""
+    return node_dir / "containers" / container_id[:16]
+
+
 def report_dir(node_dir: Path, namespace: str, pod: str, container: str) -> Path:
     return node_dir / "util" / namespace / pod / container
 
@@ -74,5 +79,5 @@ def container_spec(
         devices=list(allocation.devices),
         mounts=mounts,
         annotations=container_annotations(pod, container, allocation),
-        workdir=ctx.node_dir / "containers" / container_id[:16],
+        workdir=container_dir(ctx.node_dir, container_id),
     )

@@ -20,6 +20,7 @@ class ContainerState:
     name: str
     image: str
     container_id: str = ""
+    previous_id: str = ""  # the instance before the last restart (its log is `logs --previous`)
     started_at: float | None = None
     exit_code: int | None = None
     finished_at: float | None = None

@@ -68,6 +68,7 @@ class Cluster:
         self.run_dir = settings.run_dir or Path(tempfile.mkdtemp(prefix="gsr-", dir="/tmp"))
         self.logs = self.run_dir / "logs"
         self.kubeconfig = self.run_dir / "kubeconfig"
+        self.api_url = ""
         names = ["nats-server"] if settings.nats_servers == 1 else \
             [f"nats-server-{i}" for i in range(1, settings.nats_servers + 1)]
         self.nats = natsd.members(names, [free_port() for _ in names], [free_port() for _ in names],
@@ -120,7 +121,7 @@ class Cluster:
         say(f"nats-server -js up ({len(self.nats)} server{'s' if len(self.nats) > 1 else ''}); "
             f"stream and buckets at {self.nats_replicas} replica(s)", url=self.nats_url)
         await self._start_apiserver()
-        say("Kubernetes API emulator up", kubeconfig=self.kubeconfig)
+        say("Kubernetes API emulator up", url=self.api_url, kubeconfig=self.kubeconfig)
         for index in range(1, self.settings.nodes + 1):
             node = await self._start_node(f"gpu-node-{index}", schedule=index == 1)
             mode = "real containers (private containerd + runc + gpushare-runtime)" if node.containerd \
@@ -158,7 +159,9 @@ class Cluster:
     async def _start_apiserver(self) -> None:
         port = free_port()
         argv = [sys.executable, "-m", "gpushare_sim.apiserver", "--port", str(port),
-                "--kubeconfig", str(self.kubeconfig)]  # fmt: skip
+                "--kubeconfig", str(self.kubeconfig),
+                "--state-file", str(self.run_dir / "apiserver-state.json")]  # survives a restart
+        self.api_url = f"http://127.0.0.1:{port}"
         await wait_port(port, self._child("apiserver", argv))
 
     async def _start_node(self, name: str, schedule: bool) -> Node:
@@ -233,6 +236,8 @@ class Cluster:
         member = next((m for m in self.nats if m.name == name), None)
         if member is not None:
             await wait_port(member.client_port, child)
+        elif name == "apiserver":
+            await wait_port(int(self.api_url.rsplit(":", 1)[1]), child)
         elif child.http:
             await child.wait_ready("/healthz" if name == "shadow-controller" else "/readyz")
 

@@ -32,24 +32,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--containerd", default="auto", help="auto (real containers when root) or none")
     p.add_argument("--dir", type=Path, default=None, help="run directory (default: a new one in /tmp)")
     p.add_argument("--keep-logs", action="store_true", help="keep the run directory and its logs")
+    p.add_argument("--nats-cluster", type=int, default=1, metavar="N",
+                   help="NATS servers: 1, or 3 (a cluster; the stream and buckets at 3 replicas)")
     a = p.parse_args(argv)
     if a.scenario not in ("all", "none", *SCENARIOS):
         p.error(f"unknown scenario {a.scenario!r}: all, none or one of {', '.join(SCENARIOS)}")
     if not 1 <= a.nodes <= 4:
         p.error("--nodes must be between 1 and 4")
+    if a.nats_cluster not in (1, 3, 5):
+        p.error("--nats-cluster must be 1, 3 or 5 (a cluster needs an odd number of servers)")
     return a
 
 
 async def run(args: argparse.Namespace, timeline: Timeline) -> int:
     settings = ClusterSettings(nodes=args.nodes, gpus=args.gpus, containerd=args.containerd,
-                               run_dir=args.dir, keep_dir=args.keep_logs or args.dir is not None)  # fmt: skip
+                               run_dir=args.dir, keep_dir=args.keep_logs or args.dir is not None,
+                               nats_servers=args.nats_cluster)  # fmt: skip
     names = list(SCENARIOS) if args.scenario == "all" else [] if args.scenario == "none" else [args.scenario]
     async with Cluster(settings, timeline) as cluster:
         ok = await play(cluster, timeline, names)
         if names:
             print("\n" + timeline.summary(), flush=True)
         if args.keep:
-            timeline.step("--keep: everything stays up; Ctrl-C stops it. Status endpoints:")
+            timeline.step("--keep: everything stays up; Ctrl-C stops it.")
+            timeline.step(f"  kubectl --kubeconfig {cluster.kubeconfig} get pods -A   (API {cluster.api_url})")
+            timeline.step("Status endpoints:")
             for name, url in cluster.status_endpoints().items():
                 timeline.step(f"  {name:28} {url}")
             await asyncio.Event().wait()

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpushare_sim.run.lifeline import owned
+
 
 class ChildError(RuntimeError):
     """A child exited or did not become ready; carries the tail of its log."""
@@ -74,7 +76,7 @@ class Child:
         with self.log_path.open("ab") as out:
             out.write(f"--- start {time.strftime('%H:%M:%S')} {' '.join(self.argv)}\n".encode())
             out.flush()
-            self.proc = subprocess.Popen(self.argv, env=self.env, stdout=out, stderr=subprocess.STDOUT,
+            self.proc = subprocess.Popen(owned(self.argv), env=self.env, stdout=out, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
         self.starts += 1
         return self

@@ -17,7 +17,7 @@ import time
 from collections import Counter
 
 from gpushare_sim.run.procs import http_json
-from gpushare_sim.scenarios.kit import Scenario, ScenarioError, scenario, wait_until
+from gpushare_sim.scenarios.kit import SYSTEM_NAMESPACE, Scenario, ScenarioError, scenario, wait_until
 from gpushare_sim.scenarios.sharegpu import expect_shadows, fill
 from gpushare_sim.scenarios.spot import lend, narrate_trial, owner_back, setup_owner
 
@@ -59,8 +59,8 @@ async def same_plugins(s: Scenario, node: str, before: set[str], what: str) -> N
 async def share_faults(s: Scenario) -> None:
     await fill(s, "share-gpu-2", SHARERS)
     (shadow,) = await expect_shadows(s, 1, "one ShadowPod for two SharePods")
-    node = str(((await s.pod(shadow)) or {}).get("spec", {}).get("nodeName", ""))
-    owner, solver = f"{s.namespace}/{shadow}", f"solver@{node}"
+    node = str(((await s.shadow_pod(shadow)) or {}).get("spec", {}).get("nodeName", ""))
+    owner, solver = f"{SYSTEM_NAMESPACE}/{shadow}", f"solver@{node}"
 
     async def mapped() -> dict[str, str] | None:
         users = await mapping_of(s, solver, owner)
@@ -83,7 +83,7 @@ async def share_faults(s: Scenario) -> None:
     await restart(s, "nats-server")
     await all_ready(s)
     started = time.monotonic()
-    await s.delete(shadow)
+    await s.delete_shadow(shadow)
     for name in SHARERS:
         await s.wait_gone(name)
     s.hop("ShadowPod deleted after the restarts -> both sharers evicted", time.monotonic() - started)

@@ -25,12 +25,14 @@ from gpushare_common.retry import retry
 from gpushare_common.settings import KubeSettings
 
 from gpushare_sim.run.cluster import Cluster
+from gpushare_sim.run.kubeapi import ensure_namespace
 from gpushare_sim.run.narrate import Timeline
 
 T = TypeVar("T")
 Obj = dict[str, Any]
 GPU = "nvidia.com/gpu"
 SHADOW_SELECTOR = "gpushare.k8s.io/pod-description=shadow-pod"
+SYSTEM_NAMESPACE = "gpushare-system"  # where the shadow-controller makes every ShadowPod
 # every container lists its device nodes (name major,minor) into its report directory, then waits
 LIST_DEVICES = ["sh", "-c", "ls -l /dev > /run/gpuload/devs; exec sleep 3600"]
 
@@ -82,14 +84,24 @@ class Scenario:
         return items
 
     async def shadow_pods(self, alive: bool = True) -> list[Obj]:
-        found = await self.pods(SHADOW_SELECTOR)
+        """The ShadowPods (all in the system namespace, shared by every tenant)."""
+        found, _ = await self.kube.list_pods(SYSTEM_NAMESPACE, label_selector=SHADOW_SELECTOR)
         return [p for p in found if not alive or not p["metadata"].get("deletionTimestamp")]
 
-    async def delete(self, name: str) -> None:
+    async def shadow_pod(self, name: str) -> Obj | None:
         try:
-            await self.kube.delete_pod(self.namespace, name, grace_seconds=0)
+            return await self.kube.get_pod(SYSTEM_NAMESPACE, name)
+        except NotFound:
+            return None
+
+    async def delete(self, name: str, namespace: str = "") -> None:
+        try:
+            await self.kube.delete_pod(namespace or self.namespace, name, grace_seconds=0)
         except NotFound:
             return
+
+    async def delete_shadow(self, name: str) -> None:
+        await self.delete(name, SYSTEM_NAMESPACE)
 
     async def wait_running(self, name: str, timeout: float = 60.0) -> Obj:
         async def probe() -> Obj | None:
@@ -257,6 +269,7 @@ async def _follow(s: Scenario, after: int, every_s: float = 0.05) -> None:
 async def run_scenario(s: Scenario) -> str:
     """Play one scenario (its summary line, or its error raised); its namespace is emptied after."""
     s.timeline.step(f"=== scenario {s.name}")
+    await asyncio.to_thread(ensure_namespace, s.cluster.kubeconfig, s.namespace)
     async with recording(s):
         if s.name in NEEDS_CONTAINERS and not all(n.containerd for n in s.cluster.nodes):
             raise Skipped("needs real containers (root, containerd, runc): the nodes run plain processes")
@@ -287,17 +300,20 @@ def _collect(s: Scenario, event: events.AnyEvent) -> None:
 
 
 async def clean_namespace(s: Scenario) -> None:
-    """Delete every pod left in the scenario's namespace and wait until they are gone."""
+    """Delete every pod left in the scenario's namespace, and the ShadowPods it caused, and wait
+    until they are gone."""
     try:
         for pod in await s.pods():
             await s.delete(pod["metadata"]["name"])
+        for pod in await s.shadow_pods(alive=False):
+            await s.delete_shadow(pod["metadata"]["name"])
         await wait_until(lambda: _none_left(s), 60, f"namespace {s.namespace} empty")
     except (KubeError, TimeoutError) as err:
         s.say(f"clean-up incomplete: {err}")
 
 
 async def _none_left(s: Scenario) -> bool:
-    return not await s.pods()
+    return not await s.pods() and not await s.shadow_pods(alive=False)
 
 
 async def play(cluster: Cluster, timeline: Timeline, names: list[str]) -> bool:

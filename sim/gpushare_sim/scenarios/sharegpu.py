@@ -12,6 +12,7 @@ import time
 
 from gpushare_sim.scenarios.kit import (
     LIST_DEVICES,
+    SYSTEM_NAMESPACE,
     Obj,
     Scenario,
     ScenarioError,
@@ -67,11 +68,11 @@ async def expect_shadows(s: Scenario, count: int, why: str, timeout: float = 30.
 
 
 async def _no_shadows(s: Scenario) -> bool:
-    return not await s.pods("gpushare.k8s.io/pod-description=shadow-pod")
+    return not await s.shadow_pods(alive=False)
 
 
 async def users_of(s: Scenario, shadow: str) -> list[str]:
-    owner = f"{s.namespace}/{shadow}"
+    owner = f"{SYSTEM_NAMESPACE}/{shadow}"
     return sorted(p["metadata"]["name"] for p in await s.pods()
                   if (p["metadata"].get("annotations") or {}).get("gpushare.k8s.io/device-owner") == owner)
 
@@ -89,7 +90,7 @@ async def share_inference(s: Scenario) -> str:
     s.say(f"the fifth SharePod got a second ShadowPod {shadow2} on {second}")
     sharers = await wait_until(lambda: _users(s, shadow1, 4), 30, f"device-owner of 4 sharers of {shadow1}", s.cluster)
     started = time.monotonic()
-    await s.delete(shadow1)
+    await s.delete_shadow(shadow1)
     s.say(f"deleted ShadowPod {shadow1}: its sharers must be evicted", sharers=",".join(sharers))
     for name in sharers:
         await s.wait_gone(name)
@@ -117,7 +118,7 @@ async def retire(s: Scenario, shadow: str, users: list[str]) -> None:
 
 
 async def _gone(s: Scenario, name: str) -> bool:
-    return await s.pod(name) is None
+    return await s.shadow_pod(name) is None
 
 
 async def share_dev(s: Scenario) -> str:

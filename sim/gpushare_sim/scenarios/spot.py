@@ -144,7 +144,8 @@ async def owner_back(s: Scenario, report_dir: Path, borrower: str) -> Trial:
     returned = float(doc["ts"])
     notices = [e.ts for e in s.owner_backs if e.ts >= t0]
     ioctl = min([returned - hold_ms / 1000, *notices])  # the kernel's notice never precedes the ioctl
-    tasks_dead = record.ts - (record.total_ms - record.kill_ms) / 1000  # the kill ended here
+    handled = record.ts - record.total_ms / 1000  # when the solver took the owner-back
+    tasks_dead = handled + record.tasks_dead_ms / 1000  # every task of the borrower had exited
     if returned < tasks_dead - 0.05:
         raise ScenarioError("the owner's call returned before the borrower's tasks were dead")
     notice = notices[0] - ioctl if notices else 0.0

@@ -134,7 +134,7 @@ class Bus:
 
     async def connect(self, stop: asyncio.Event | None = None) -> None:
         """Connect, retrying with backoff until a server answers (or ``stop`` is set)."""
-        servers = [u.strip() for u in self.settings.url.split(",") if u.strip()]
+        servers = self.settings.servers()
 
         async def attempt() -> Client:
             try:

@@ -21,8 +21,9 @@ SHADOW_SELECTOR = f"{ids.LABEL_POD_DESCRIPTION}={ids.SHADOW_POD_LABEL_VALUE}"
 
 async def watch_shadow_pods(settings: KubeSettings, node: str, stop: asyncio.Event,
                             kube: Kube | None = None) -> AsyncIterator[list[PodDoc]]:
-    """Yield every ShadowPod on ``node`` (API JSON form) after each change, until ``stop``."""
+    """Yield every ShadowPod on ``node`` (API JSON form) after each change, until ``stop``: only
+    the system namespace is watched, where only the shadow-controller may create pods."""
     client = kube or Kube(settings)
-    async for pods in client.watch_pod_sets(stop, field_selector=f"spec.nodeName={node}",
+    async for pods in client.watch_pod_sets(stop, settings.system_namespace, field_selector=f"spec.nodeName={node}",
                                             label_selector=SHADOW_SELECTOR):
         yield pods

@@ -25,15 +25,17 @@ class PreferredRequest:
 
 
 class Signer:
-    """Signs runtime annotations with the node key for target ``*``."""
+    """Signs runtime annotations (v2: kind, node, target ``*``, value) with the node key."""
 
-    def __init__(self, key: bytes) -> None:
+    def __init__(self, key: bytes, node: str) -> None:
         self._key = key
+        self.node = ids.check_node_name(node)
 
-    def annotations(self, prefix: str, value: str) -> Annotations:
+    def annotations(self, kind: str, value: str) -> Annotations:
+        target = ids.ANY_TARGET
         return {
-            prefix + ids.ANY_TARGET: value,
-            ids.ANN_SIGNATURE + ids.ANY_TARGET: ids.sign(self._key, ids.ANY_TARGET, value),
+            ids.ANNOTATION_PREFIXES[kind] + target: value,
+            ids.signature_annotation(kind, target): ids.sign(self._key, kind, self.node, target, value),
         }
 
 

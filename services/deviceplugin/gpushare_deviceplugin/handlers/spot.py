@@ -70,7 +70,7 @@ class SpotLogic(PluginLogic):
             if not vendor:
                 raise not_found(self.resource, f"no real card behind {device_id!r}")
             per_vendor.setdefault(vendor, []).append(real_id)
-        return self._signer.annotations(ids.ANN_DEVICES_IDS, ids.format_devices_ids(per_vendor))
+        return self._signer.annotations(ids.KIND_IDS, ids.format_devices_ids(per_vendor))
 
     def _choose(self, candidates: list[str], request: PreferredRequest) -> list[str]:
         """Idle cards nobody borrows first, then cards already lent, then the rest."""

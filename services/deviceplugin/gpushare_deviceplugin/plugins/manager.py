@@ -27,7 +27,8 @@ def build_logics(settings: DevicePluginSettings, signer: Signer) -> dict[str, Pl
     for kind, specs in (("share", settings.share_specs), ("share-dev", settings.share_dev_specs)):
         for spec in specs:
             token = share_resource_token(kind, spec)
-            logics[token] = ShareLogic(f"{domain}/{token}", spec, signer, settings.policy)
+            logics[token] = ShareLogic(f"{domain}/{token}", spec, signer, settings.policy,
+                                       settings.card_memory(), kind in settings.isolation_opt_out)
     if settings.spot:
         logics[SPOT_TOKEN] = SpotLogic(f"{domain}/{SPOT_TOKEN}", signer)
     for token in settings.capacity_resources:

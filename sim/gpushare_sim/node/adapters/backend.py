@@ -22,6 +22,7 @@ from gpushare_sim.node.settings import NodeSimSettings
 log = logging.getLogger("gpushare_sim.node.backend")
 
 GPULOAD = "gpuload"
+HOG = "hog"
 RUNTIME_CONFIG_ENV = "GPUSHARE_RUNTIME_CONFIG"
 RUNTIME_NAME = "gpushare-runtime"
 
@@ -51,6 +52,7 @@ def runtime_config(settings: NodeSimSettings) -> Path:
         "lower_runtime": "runc",
         "key_file": str(signing_key(settings.node_dir)),
         "cdi_dirs": [str(settings.node_dir / "cdi")],
+        "node_name": settings.name,  # signatures bind it
     }
     path.write_text(json.dumps(doc, indent=1))
     return path
@@ -98,7 +100,8 @@ async def build_runner(settings: NodeSimSettings, stack: AsyncExitStack) -> Runn
         return ProcessRunner(tool_dirs)
     gpuload = await asyncio.to_thread(ensure_gpuload, settings.tools_dir)
     base = settings.node_dir / "rootfs-base"
-    await asyncio.to_thread(build_base, base, find_busybox(), [gpuload])
+    extra = [t for t in (settings.tools_dir / HOG,) if t.exists()]  # hog: a borrower slow to die
+    await asyncio.to_thread(build_base, base, find_busybox(), [gpuload, *extra])
     namespace = settings.containerd_namespace
     if mode == "auto":
         runtime = runtime_binary(settings.runtime_binary)

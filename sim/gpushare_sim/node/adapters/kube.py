@@ -10,6 +10,7 @@ write pod status, confirm deletions, bind pods.
 from __future__ import annotations
 
 import asyncio
+import urllib.parse
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -55,6 +56,11 @@ class SimKube(Kube):
             await self.delete_pod(namespace, name, grace_seconds=0)
         except NotFound:
             pass
+
+    async def patch_event(self, namespace: str, name: str, patch: Obj) -> None:
+        """Count a repeat of an event (count, lastTimestamp), as client-go's recorder does."""
+        path = "/api/v1/namespaces/{}/events/{}".format(*(urllib.parse.quote(p, safe="") for p in (namespace, name)))
+        await self._rest(f"patch event {namespace}/{name}", "PATCH", path, patch, MERGE)
 
     # --- reads ---------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ from typing import Any, BinaryIO, Protocol
 
 from gpushare_sim.node.adapters.rootfs import container_rootfs
 from gpushare_sim.node.model import ContainerSpec
+from gpushare_sim.run.lifeline import owned
 
 log = logging.getLogger("gpushare_sim.node.runners")
 
@@ -39,6 +40,7 @@ class RunnerError(Exception):
 
     def __init__(self, container_id: str, reason: str) -> None:
         self.container_id = container_id
+        self.reason = reason
         super().__init__(f"container {container_id}: {reason}")
 
 
@@ -96,10 +98,14 @@ class ProcessRunner:
     async def start(self, spec: ContainerSpec) -> None:
         spec.workdir.mkdir(parents=True, exist_ok=True)
         (spec.workdir / "annotations.json").write_text(json.dumps(spec.annotations, indent=1))
+        env = self._env(spec)
+        program = shutil.which(spec.args[0], path=env["PATH"]) if spec.args else None
+        if program is None:  # what exec would say: the lifeline (setpriv) would say it later
+            raise RunnerError(spec.container_id, f"cannot exec {spec.args[:1]}: no such program on PATH")
         with _open_log(spec.workdir) as out:
             try:
                 process = await asyncio.create_subprocess_exec(
-                    *spec.args, env=self._env(spec), stdin=subprocess.DEVNULL,
+                    *owned([program, *spec.args[1:]], "KILL"), env=env, stdin=subprocess.DEVNULL,
                     stdout=out, stderr=out, start_new_session=True, cwd=spec.workdir,
                 )  # fmt: skip
             except OSError as err:
@@ -187,8 +193,8 @@ class CtrRunner:
         runtime = ["--runc-binary", str(self._runtime)] if self._runtime else []
         with _open_log(spec.workdir) as out:
             process = await asyncio.create_subprocess_exec(
-                *self._ctr, "run", *self._run_flags, "--rm", "--config", str(config),
-                "--pid-file", str(pid_file), *runtime, spec.container_id,
+                *owned([*self._ctr, "run", *self._run_flags, "--rm", "--config", str(config),
+                        "--pid-file", str(pid_file), *runtime, spec.container_id]),
                 stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True,
             )  # fmt: skip
         self._procs[spec.container_id] = _Proc(process, spec)

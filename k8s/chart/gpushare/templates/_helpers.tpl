@@ -1,0 +1,129 @@
+{{/* An image of this repository: <registry>/gpushare/<name>:<tag>. */}}
+{{- define "gpushare.image" -}}
+{{- $root := index . 0 -}}
+{{- $name := index . 1 -}}
+{{- with $root.Values.images.registry }}{{ trimSuffix "/" . }}/{{ end -}}
+gpushare/{{ $name }}:{{ $root.Values.images.tag | default $root.Chart.AppVersion }}
+{{- end -}}
+
+{{/* The labels every object of a part carries; the selector uses the name only. */}}
+{{- define "gpushare.labels" -}}
+app.kubernetes.io/name: {{ . }}
+app.kubernetes.io/part-of: gpushare
+{{- end -}}
+
+{{/* The namespace ShadowPods live in. */}}
+{{- define "gpushare.shadowNamespace" -}}
+{{ .Values.shadow.namespace | default .Release.Namespace }}
+{{- end -}}
+
+{{/* The username of a gpushare service account in admission requests. */}}
+{{- define "gpushare.serviceAccountUser" -}}
+{{- $root := index . 0 -}}
+system:serviceaccount:{{ $root.Release.Namespace }}:gpushare-{{ index . 1 }}
+{{- end -}}
+
+{{/* The Secret with the NATS users' passwords. */}}
+{{- define "gpushare.natsSecret" -}}
+{{ .Values.nats.auth.existingSecret | default "nats-users" }}
+{{- end -}}
+
+{{/* Host names of the in-chart NATS servers (the StatefulSet's pods through the headless Service). */}}
+{{- define "gpushare.natsHosts" -}}
+{{- $hosts := list -}}
+{{- range $i := until (int .Values.nats.replicas) -}}
+{{- $hosts = append $hosts (printf "gpushare-nats-%d.gpushare-nats-headless.%s.svc.%s" $i $.Release.Namespace $.Values.clusterDomain) -}}
+{{- end -}}
+{{ join "," $hosts }}
+{{- end -}}
+
+{{/* GPUSHARE_NATS_URL: every server, comma-separated. */}}
+{{- define "gpushare.natsUrls" -}}
+{{- if .Values.nats.enabled -}}
+{{- $urls := list -}}
+{{- range $host := splitList "," (include "gpushare.natsHosts" .) -}}
+{{- $urls = append $urls (printf "nats://%s:4222" $host) -}}
+{{- end -}}
+{{ join "," $urls }}
+{{- else -}}
+{{- if not .Values.nats.external.urls -}}
+{{- fail "nats.enabled=false needs nats.external.urls (every server of the external NATS)" -}}
+{{- end -}}
+{{ join "," .Values.nats.external.urls }}
+{{- end -}}
+{{- end -}}
+
+{{/* GPUSHARE_NATS_STREAM_REPLICAS. */}}
+{{- define "gpushare.streamReplicas" -}}
+{{- if gt (int .Values.nats.streamReplicas) 0 -}}
+{{ int .Values.nats.streamReplicas }}
+{{- else if .Values.nats.enabled -}}
+{{ min (int .Values.nats.replicas) 3 }}
+{{- else -}}
+1
+{{- end -}}
+{{- end -}}
+
+{{/* The environment every NATS client service gets: node, NATS servers and user, logging, port.
+     Arguments: root, NATS user, password key in the Secret, HTTP port. */}}
+{{- define "gpushare.serviceEnv" -}}
+{{- $root := index . 0 -}}
+- name: GPUSHARE_NODE_NAME
+  valueFrom: {fieldRef: {fieldPath: spec.nodeName}}
+- {name: GPUSHARE_NATS_URL, value: {{ include "gpushare.natsUrls" $root | quote }}}
+- {name: GPUSHARE_NATS_USER, value: {{ index . 1 | quote }}}
+- name: GPUSHARE_NATS_PASSWORD
+  valueFrom: {secretKeyRef: {name: {{ include "gpushare.natsSecret" $root }}, key: {{ index . 2 }}}}
+- {name: GPUSHARE_NATS_STREAM_REPLICAS, value: {{ include "gpushare.streamReplicas" $root | quote }}}
+- {name: GPUSHARE_LOG_JSON, value: {{ $root.Values.logJson | quote }}}
+- {name: GPUSHARE_HTTP_PORT, value: {{ index . 3 | quote }}}
+{{- end -}}
+
+{{/* Pod-level settings every node DaemonSet shares. */}}
+{{- define "gpushare.nodePod" -}}
+priorityClassName: system-node-critical
+nodeSelector: {{- toYaml .Values.nodeSelector | nindent 2 }}
+tolerations: [{operator: Exists}]
+{{- with .Values.images.pullSecrets }}
+imagePullSecrets:
+{{- range . }}
+  - name: {{ . }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* The HTTP probes of a service on its named port "http". */}}
+{{- define "gpushare.probes" -}}
+livenessProbe:
+  httpGet: {path: /healthz, port: http}
+  periodSeconds: 10
+readinessProbe:
+  httpGet: {path: /readyz, port: http}
+  periodSeconds: 5
+{{- end -}}
+
+{{/* The vendor's resource names, comma-separated. */}}
+{{- define "gpushare.vendorResources" -}}
+{{- $names := list -}}
+{{- range .Values.vendor.resources }}{{ $names = append $names .name }}{{ end -}}
+{{ join "," $names }}
+{{- end -}}
+
+{{/* GPUSHARE_DP_VENDOR_SOCKETS: resource=socket,... */}}
+{{- define "gpushare.vendorSockets" -}}
+{{- $pairs := list -}}
+{{- range .Values.vendor.resources }}{{ $pairs = append $pairs (printf "%s=%s" .name .socket) }}{{ end -}}
+{{ join "," $pairs }}
+{{- end -}}
+
+{{/* nodeSelector as the shadow-controller's key=value,... setting. */}}
+{{- define "gpushare.selectorSetting" -}}
+{{- $pairs := list -}}
+{{- range $key, $value := .Values.nodeSelector }}{{ $pairs = append $pairs (printf "%s=%s" $key $value) }}{{ end -}}
+{{ join "," $pairs }}
+{{- end -}}
+
+{{/* A file of the chart as the body of a literal block scalar (4 spaces; blank lines stay empty). */}}
+{{- define "gpushare.fileBlock" -}}
+{{ regexReplaceAll "(?m)^(.+)$" ((index . 0).Files.Get (index . 1)) "    ${1}" }}
+{{- end -}}

@@ -1,0 +1,1 @@
+"""The chaos soak: python -m gpushare_sim.soak."""

@@ -1,0 +1,176 @@
+"""The one typed pod model: kinds, ShadowPods only where the platform makes them, bad input."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from gpushare_common.pods import PodError, PodKind, PodRules, ShareSpec, parse_share_resource, read_pod, using_of
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.detector import podfactory as pf
+
+RULES = PodRules(vendor_resources=("nvidia.com/gpu", "hygon.com/dcu"))
+
+
+@pytest.mark.parametrize(
+    ("pod", "kind", "lendable"),
+    [
+        (pf.shadow("s1"), PodKind.SHADOW, False),
+        (pf.share("a"), PodKind.SHARE, False),
+        (pf.share("b", resource="gpushare/share-dev-gpu-8"), PodKind.SHARE, False),
+        (pf.spot("c"), PodKind.SPOT, False),
+        (pf.reserved("d"), PodKind.RESERVED, False),
+        (pf.reserved("e", lendable=True), PodKind.RESERVED, True),
+        (pf.pod("f", requests={"main": {"hygon.com/dcu": "2"}}), PodKind.RESERVED, False),
+        (pf.pod("g", requests={"main": {"gpushare/vcpu": "4"}}), PodKind.BATCH, False),
+        (pf.pod("h", requests={"main": {"cpu": "1"}}), PodKind.ORDINARY, False),
+        (pf.pod("i", requests={"main": {"amd.com/gpu": "1"}}), PodKind.ORDINARY, False),
+        (pf.pod("j", requests={"main": {"nvidia.com/gpu": "1"}},
+                annotations={"gpushare.k8s.io/lendable": "true"}), PodKind.RESERVED, True),
+        (pf.pod("k", requests={"main": {"nvidia.com/gpu": "1"}},
+                labels={"gpushare.k8s.io/lendable": "no"}), PodKind.RESERVED, False),
+        # a ShadowPod asks for a vendor card but is never a reserved pod
+        (pf.pod("s2", namespace=pf.SYSTEM, requests={"main": {"nvidia.com/gpu": "1"}},
+                labels={**pf.SHADOW_LABELS, "gpushare.k8s.io/lendable": "true"},
+                annotations={"gpushare.k8s.io/share-spec": "2"}), PodKind.SHADOW, False),
+        # the ShadowPod label in a tenant's namespace, or without the controller's label: not one
+        (pf.shadow("fake", namespace="mallory"), PodKind.RESERVED, False),
+        (pf.shadow("fake", labels=pf.SHADOW_LABEL), PodKind.RESERVED, False),
+        # share wins over spot, spot over reserved
+        (pf.pod("m", requests={"a": {"gpushare/share-gpu-2": "1"}, "b": {"gpushare/spot-gpu": "1"}}),
+         PodKind.SHARE, False),
+        (pf.pod("n", requests={"a": {"nvidia.com/gpu": "1"}, "b": {"gpushare/spot-gpu": "1"}}),
+         PodKind.SPOT, False),
+    ],
+)
+def test_classification_table(pod: dict[str, Any], kind: PodKind, lendable: bool) -> None:
+    view = read_pod(pod, RULES)
+    assert view.kind is kind
+    assert view.lendable is lendable
+
+
+def test_custom_lendable_key_and_domain() -> None:
+    rules = PodRules(domain="acme", lendable_key="dev.acme/lend", lendable_value="yes")
+    pod = pf.pod("x", requests={"main": {"nvidia.com/gpu": "1"}}, annotations={"dev.acme/lend": "yes"})
+    assert read_pod(pod, rules).lendable
+    assert read_pod(pf.pod("y", requests={"c": {"acme/spot-gpu": "1"}}), rules).kind is PodKind.SPOT
+    assert read_pod(pf.spot("z"), rules).kind is PodKind.ORDINARY
+
+
+def test_shadow_spec_and_state() -> None:
+    view = read_pod(pf.shadow("s", spec=8, kind="share-dev", deleting=True), RULES)
+    assert view.share == ShareSpec("share-dev", 8)
+    assert view.share.resource == "share-dev-gpu-8"
+    assert view.terminating
+    assert read_pod(pf.shadow("t", phase="Succeeded"), RULES).finished
+
+
+@pytest.mark.parametrize(
+    ("pod", "reason"),
+    [
+        ({}, "no metadata"),
+        ({"metadata": {"name": "a"}}, "non-empty"),
+        ({"metadata": {"name": "a", "namespace": "n"}, "spec": {"containers": "x"}}, "must be a list"),
+        ({"metadata": {"name": "a", "namespace": "n"}, "spec": {"containers": [{"image": "x"}]}}, "name"),
+        (pf.shadow("s", spec=0), "share-spec"),
+        (pf.pod("s", namespace=pf.SYSTEM, labels=pf.SHADOW_LABELS,
+                annotations={"gpushare.k8s.io/share-spec": "x"}), "share-spec"),
+        (pf.shadow("s", spec=7) | {"spec": {"priority": True, "containers": []}}, "priority"),
+        (pf.shadow("s", kind="huge"), "share-kind"),
+    ],
+)
+def test_malformed_pods_are_typed_errors(pod: dict[str, Any], reason: str) -> None:
+    with pytest.raises(PodError, match=reason):
+        read_pod(pod, RULES)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=20,
+)
+
+
+def _mutations() -> st.SearchStrategy[dict[str, Any]]:
+    """Valid pods with one part replaced by arbitrary JSON."""
+    paths = [("metadata",), ("metadata", "labels"), ("metadata", "annotations"), ("metadata", "name"),
+             ("spec",), ("spec", "containers"), ("spec", "priority"), ("status",), ("status", "phase")]
+
+    def mutate(base: dict[str, Any], path: tuple[str, ...], value: Any) -> dict[str, Any]:
+        target = base
+        for part in path[:-1]:
+            target = target[part]
+        target[path[-1]] = value
+        return base
+
+    examples = [pf.shadow("p"), pf.share("p"), pf.spot("p"), pf.reserved("p")]
+    bases = st.sampled_from(examples).map(copy.deepcopy)
+    return st.builds(mutate, bases, st.sampled_from(paths), json_values)
+
+
+@given(_mutations())
+def test_any_json_is_a_pod_or_a_pod_error(pod: dict[str, Any]) -> None:
+    try:
+        read_pod(pod, RULES)
+    except PodError:
+        pass
+
+
+def test_a_forged_shadow_pod_is_flagged_and_grants_nothing() -> None:
+    fake = read_pod(pf.shadow("fake", namespace="mallory"), RULES)
+    assert fake.forged_shadow and fake.share is None and fake.using == {}
+    assert not read_pod(pf.shadow("real"), RULES).forged_shadow
+    elsewhere = PodRules(system_namespace="platform")
+    assert read_pod(pf.shadow("s", namespace="platform"), elsewhere).kind is PodKind.SHADOW
+    assert read_pod(pf.shadow("s"), elsewhere).kind is PodKind.RESERVED
+
+
+def test_share_device_owner_container_ids_and_using() -> None:
+    share = pf.share("app", annotations={"gpushare.k8s.io/device-owner": "gpushare-system/s1"})
+    share["status"]["containerStatuses"] = [{"name": "app", "containerID": "containerd://abc"},
+                                            {"name": "odd", "containerID": "nope"}, "junk"]
+    view = read_pod(share, RULES)
+    assert (view.device_owner, view.container_ids) == ("gpushare-system/s1", {"app": "abc"})
+    shadow = pf.shadow("s1")
+    shadow["status"]["conditions"] = [{"type": "gpushare.k8s.io/Using", "status": "True",
+                                       "message": '{"gpushare-system/s1-0": "ns/app"}'}]
+    assert read_pod(shadow, RULES).using == {"gpushare-system/s1-0": "ns/app"}
+
+
+@pytest.mark.parametrize("conditions", [
+    None, "x", [{"type": "gpushare.k8s.io/Using", "status": "False", "message": '{"d": "p"}'}],
+    [{"type": "gpushare.k8s.io/Using", "status": "True", "message": "not json"}],
+    [{"type": "gpushare.k8s.io/Using", "status": "True", "message": "[1, 2]"}],
+    [{"type": "Ready", "status": "True", "message": '{"d": "p"}'}],
+])
+def test_a_using_condition_that_is_not_the_solvers_reads_as_free(conditions: Any) -> None:
+    assert using_of(conditions) == {}
+
+
+@pytest.mark.parametrize(("resource", "spec"), [
+    ("gpushare/share-gpu-4", ShareSpec("share", 4)), ("gpushare/share-dev-gpu-16", ShareSpec("share-dev", 16)),
+    ("gpushare/share-gpu-0", None), ("gpushare/share-gpu-04", None), ("gpushare/share-gpu-x", None),
+    ("gpushare/share-tpu-4", None), ("acme/share-gpu-4", None), ("gpushare/share-gpu-1025", None),
+    ("gpushare/spot-gpu", None),
+])
+def test_share_resources_parse_one_way(resource: str, spec: ShareSpec | None) -> None:
+    assert parse_share_resource(resource, "gpushare") == spec
+    if spec is not None:
+        assert f"gpushare/{spec.resource}" == resource
+
+
+@given(st.text(max_size=40))
+def test_any_resource_name_parses_or_is_none(resource: str) -> None:
+    spec = parse_share_resource(resource, "gpushare")
+    assert spec is None or f"gpushare/{spec.resource}" == resource
+
+
+def test_a_share_pod_asks_for_one_share_and_counts_its_devices() -> None:
+    two = pf.pod("app", requests={"a": {"gpushare/share-gpu-4": "1"}, "b": {"gpushare/share-gpu-4": "2"}})
+    view = read_pod(two, RULES)
+    assert (view.kind, view.share, view.share_devices) == (PodKind.SHARE, ShareSpec("share", 4), 3)
+    odd = pf.pod("odd", requests={"a": {"gpushare/share-dev-gpu-8": "x"}})
+    assert read_pod(odd, RULES).share_devices == 1

@@ -1,0 +1,272 @@
+"""The admission policies of k8s/ (as shipped in k8s/base), evaluated with cel-python against
+admission requests (tests/deploy/admission_requests.py): who may create, patch and delete which pods.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.deploy.admission import Decision, Policies, Request, expressions, functions_used
+from tests.deploy.admission_requests import (
+    NODE_NAME,
+    NS,
+    SHADOW_CONTROLLER,
+    SOLVER,
+    TENANT,
+    USING,
+    admitted,
+    create,
+    delete,
+    shipped_docs,
+    solver_token,
+    template_pod,
+    tenant_pod,
+    update,
+)
+from tests.deploy.chart import BASE
+
+# the CEL the policies may use: what cel-python and the API server's cel-go both evaluate the same
+CEL_SUBSET = {"has", "all", "exists", "size", "startsWith", "matches"}
+
+
+@pytest.fixture(scope="module")
+def policies() -> Policies:
+    return Policies(shipped_docs())
+
+
+def denied_by(decision: Decision, policy: str) -> bool:
+    return not decision.allowed and decision.policy == policy
+
+
+# --- the solver: its own node's pods, gpushare annotations and the Using condition only ------------
+
+
+def set_annotation(key: str, value: str) -> Callable[[dict[str, Any]], None]:
+    return lambda pod: pod["metadata"].setdefault("annotations", {}).__setitem__(key, value)
+
+
+def set_using(users: str) -> Callable[[dict[str, Any]], None]:
+    def change(pod: dict[str, Any]) -> None:
+        conditions = [c for c in pod["status"].get("conditions", []) if c["type"] != USING]
+        pod["status"]["conditions"] = [*conditions, {"type": USING, "status": "True", "reason": "Shared",
+                                                     "message": users, "lastTransitionTime": "2026-01-01T00:01:00Z"}]
+    return change
+
+
+def test_solver_deletes_a_pod_on_its_node(policies: Policies) -> None:
+    assert policies.admit(delete(admitted(tenant_pod()), SOLVER, solver_token("node-a"))).allowed
+
+
+def test_solver_may_not_delete_a_pod_on_another_node(policies: Policies) -> None:
+    decision = policies.admit(delete(admitted(tenant_pod(), node="node-b"), SOLVER, solver_token("node-a")))
+    assert denied_by(decision, "gpushare-solver-own-node")
+    assert decision.message == "the solver may delete or patch only pods on its own node"
+
+
+def test_solver_may_not_delete_a_pending_pod(policies: Policies) -> None:
+    decision = policies.admit(delete(admitted(tenant_pod(), node=None), SOLVER, solver_token("node-a")))
+    assert denied_by(decision, "gpushare-solver-own-node")
+
+
+def test_solver_without_a_node_bound_token_is_refused(policies: Policies) -> None:
+    decision = policies.admit(delete(admitted(tenant_pod()), SOLVER))
+    assert denied_by(decision, "gpushare-solver-own-node") and "names no node" in decision.message
+    no_node = {k: v for k, v in solver_token("node-a").items() if k != NODE_NAME}
+    assert denied_by(policies.admit(delete(admitted(tenant_pod()), SOLVER, no_node)), "gpushare-solver-own-node")
+
+
+def test_solver_sets_a_gpushare_annotation(policies: Policies) -> None:
+    request = update(admitted(tenant_pod()), set_annotation("gpushare.k8s.io/device-owner", f"{NS}/shadow-1"),
+                     SOLVER, extra=solver_token("node-a"))
+    assert policies.admit(request).allowed
+
+
+def test_solver_may_not_annotate_a_pod_on_another_node(policies: Policies) -> None:
+    request = update(admitted(tenant_pod(), node="node-b"),
+                     set_annotation("gpushare.k8s.io/device-owner", f"{NS}/shadow-1"), SOLVER,
+                     extra=solver_token("node-a"))
+    assert denied_by(policies.admit(request), "gpushare-solver-own-node")
+
+
+@pytest.mark.parametrize(("what", "change", "message"), [
+    ("another annotation", set_annotation("team.example.com/owner", "mallory"), "only annotations"),
+    ("a new foreign annotation", set_annotation("example.com/x", "1"), "only annotations"),
+    ("an annotation removed", lambda p: p["metadata"]["annotations"].pop("team.example.com/owner"),
+     "only annotations"),
+    ("a label", lambda p: p["metadata"].__setitem__("labels", {"app": "x"}), "labels"),
+    ("a finalizer", lambda p: p["metadata"].__setitem__("finalizers", ["example.com/keep"]), "labels"),
+    ("the spec", lambda p: p["spec"].__setitem__("activeDeadlineSeconds", 1), "spec"),
+    ("an image", lambda p: p["spec"]["containers"][0].__setitem__("image", "evil"), "spec"),
+])  # fmt: skip
+def test_solver_may_change_nothing_else_of_a_pod(policies: Policies, what: str,
+                                                 change: Callable[[dict[str, Any]], None], message: str) -> None:
+    decision = policies.admit(update(admitted(tenant_pod()), change, SOLVER, extra=solver_token("node-a")))
+    assert denied_by(decision, "gpushare-solver-own-node"), what
+    assert message in decision.message, (what, decision.message)
+
+
+def test_solver_sets_the_using_condition_through_the_status_subresource(policies: Policies) -> None:
+    shadow = admitted(template_pod())
+    first = update(shadow, set_using('{"team-a/inference-1":"gpushare-system/x-0"}'), SOLVER, "status",
+                   solver_token("node-a"))
+    assert policies.admit(first).allowed
+    assert first.object is not None
+    again = update(first.object, set_using("{}"), SOLVER, "status", solver_token("node-a"))
+    assert policies.admit(again).allowed
+
+
+@pytest.mark.parametrize(("what", "change"), [
+    ("a foreign condition", lambda p: p["status"]["conditions"][0].__setitem__("status", "False")),
+    ("a condition added", lambda p: p["status"]["conditions"].append({"type": "example.com/Mine", "status": "True"})),
+    ("a condition removed", lambda p: p["status"]["conditions"].pop(0)),
+    ("the phase", lambda p: p["status"].__setitem__("phase", "Failed")),
+    ("a container status", lambda p: p["status"]["containerStatuses"][0].__setitem__("ready", False)),
+    ("the pod IP", lambda p: p["status"].__setitem__("podIP", "10.9.9.9")),
+])  # fmt: skip
+def test_solver_may_change_no_other_status(policies: Policies, what: str,
+                                           change: Callable[[dict[str, Any]], None]) -> None:
+    request = update(admitted(template_pod()), change, SOLVER, "status", solver_token("node-a"))
+    assert denied_by(policies.admit(request), "gpushare-solver-own-node"), what
+
+
+def test_solver_status_patch_on_another_node_is_refused(policies: Policies) -> None:
+    request = update(admitted(template_pod(), node="node-b"), set_using("{}"), SOLVER, "status", solver_token("node-a"))
+    assert denied_by(policies.admit(request), "gpushare-solver-own-node")
+
+
+def test_other_users_are_not_bound_by_the_solver_policy(policies: Policies) -> None:
+    request = update(admitted(tenant_pod(), node="node-b"), set_annotation("team.example.com/owner", "bob"), TENANT)
+    assert policies.admit(request).allowed
+
+
+# --- the shadow-controller: its template, in the system namespace -----------------------------------
+
+
+def test_shadow_controller_creates_its_template(policies: Policies) -> None:
+    assert policies.admit(create(template_pod(), SHADOW_CONTROLLER)).allowed
+
+
+def with_pod(change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    pod = template_pod()
+    change(pod)
+    return pod
+
+
+HOST_PATH = {"name": "root", "hostPath": {"path": "/"}}
+SIDE_CAR = {"name": "side", "image": "busybox", "command": ["sh"]}
+
+
+@pytest.mark.parametrize(("what", "pod", "message"), [
+    ("in a tenant namespace", template_pod("team-a"), "in the namespace gpushare-system only"),
+    ("with a hostPath volume", with_pod(lambda p: p["spec"].__setitem__("volumes", [HOST_PATH])), "no volumes"),
+    ("with a second container", with_pod(lambda p: p["spec"]["containers"].append(SIDE_CAR)), "one container"),
+    ("with an init container", with_pod(lambda p: p["spec"].__setitem__("initContainers", [SIDE_CAR])),
+     "one container"),
+    ("with another image", with_pod(lambda p: p["spec"]["containers"][0].__setitem__("image", "busybox")),
+     "one container"),
+    ("with two cards", with_pod(lambda p: p["spec"]["containers"][0]["resources"].__setitem__(
+        "limits", {"nvidia.com/gpu": "2"})), "exactly one card"),
+    ("with another resource", with_pod(lambda p: p["spec"]["containers"][0]["resources"]["limits"].__setitem__(
+        "memory", "1Gi")), "exactly one card"),
+    ("on the host network", with_pod(lambda p: p["spec"].__setitem__("hostNetwork", True)), "host namespaces"),
+    ("privileged", with_pod(lambda p: p["spec"]["containers"][0].__setitem__(
+        "securityContext", {"privileged": True})), "security context"),
+    ("with a command", with_pod(lambda p: p["spec"]["containers"][0].__setitem__("command", ["sh"])),
+     "no command"),
+    ("with the token mounted", with_pod(lambda p: p["spec"].pop("automountServiceAccountToken")), "mounts"),
+    ("as another service account", with_pod(lambda p: p["spec"].__setitem__("serviceAccountName", "admin")),
+     "default service account"),
+    ("without the ShadowPod label", with_pod(lambda p: p["metadata"]["labels"].pop(
+        "gpushare.k8s.io/pod-description")), "labelled"),
+    ("with a foreign label", with_pod(lambda p: p["metadata"]["labels"].__setitem__("app", "x")), "labelled"),
+    ("with a bad share spec", with_pod(lambda p: p["metadata"]["annotations"].__setitem__(
+        "gpushare.k8s.io/share-spec", "0")), "share-spec"),
+])  # fmt: skip
+def test_shadow_controller_creates_nothing_but_its_template(policies: Policies, what: str, pod: dict[str, Any],
+                                                            message: str) -> None:
+    decision = policies.admit(create(pod, SHADOW_CONTROLLER))
+    assert denied_by(decision, "gpushare-shadowpod-template"), (what, decision)
+    assert message in decision.message, (what, decision.message)
+
+
+def test_shadow_template_without_its_parameters_is_refused() -> None:
+    docs = [d for d in shipped_docs() if d["metadata"]["name"] != "gpushare-shadow-template"]
+    decision = Policies(docs).admit(create(template_pod(), SHADOW_CONTROLLER))
+    assert denied_by(decision, "gpushare-shadowpod-template") and "gpushare-shadow-template" in decision.message
+
+
+def test_shadow_controller_deletes_only_shadow_pods_in_the_system_namespace(policies: Policies) -> None:
+    assert policies.admit(delete(admitted(template_pod()), SHADOW_CONTROLLER)).allowed
+    for pod in (tenant_pod(), tenant_pod(namespace=NS)):
+        decision = policies.admit(delete(admitted(pod), SHADOW_CONTROLLER))
+        assert denied_by(decision, "gpushare-shadowpod-delete"), pod["metadata"]
+
+
+# --- tenants: no ShadowPods of their own, no pods in the system namespace ---------------------------
+
+
+SHADOW_LABELS = {"gpushare.k8s.io/pod-description": "shadow-pod"}
+
+
+def test_tenant_may_not_create_a_pod_with_the_shadow_label(policies: Policies) -> None:
+    fake = tenant_pod(name="fake-shadow", labels=SHADOW_LABELS,
+                      annotations={"gpushare.k8s.io/share-spec": "4", "gpushare.k8s.io/share-kind": "share"})
+    decision = policies.admit(create(fake, TENANT))
+    assert denied_by(decision, "gpushare-shadowpod-label") and "reserved" in decision.message
+
+
+def test_no_pod_gains_the_shadow_label_later(policies: Policies) -> None:
+    request = update(admitted(tenant_pod()), lambda p: p["metadata"].__setitem__("labels", SHADOW_LABELS), TENANT)
+    assert denied_by(policies.admit(request), "gpushare-shadowpod-label")
+
+
+def test_a_workload_controller_may_not_create_shadow_pods_either(policies: Policies) -> None:
+    fake = tenant_pod(name="rs-abc12", labels=SHADOW_LABELS)
+    decision = policies.admit(create(fake, "system:serviceaccount:kube-system:replicaset-controller"))
+    assert denied_by(decision, "gpushare-shadowpod-label")
+
+
+def test_shadow_pods_stay_writable_for_the_kubelet(policies: Policies) -> None:
+    request = update(admitted(template_pod()), lambda p: p["status"].__setitem__("phase", "Running"),
+                     "system:node:node-a", "status")
+    assert policies.admit(request).allowed
+
+
+def test_tenant_creates_ordinary_pods_in_its_namespace(policies: Policies) -> None:
+    assert policies.admit(create(tenant_pod(), TENANT)).allowed
+
+
+def test_tenant_may_not_create_pods_in_the_system_namespace(policies: Policies) -> None:
+    decision = policies.admit(create(tenant_pod(namespace=NS), TENANT))
+    assert denied_by(decision, "gpushare-system-namespace-pods")
+    daemon = "system:serviceaccount:kube-system:daemon-set-controller"
+    assert policies.admit(create(tenant_pod(namespace=NS), daemon)).allowed
+    admin = Request("CREATE", NS, "debug", "root", object=admitted(tenant_pod(namespace=NS)),
+                    groups=("system:masters",))
+    assert policies.admit(admin).allowed
+
+
+# --- the expressions themselves ------------------------------------------------------------------------
+
+
+def test_policies_use_only_the_cel_both_evaluators_share() -> None:
+    found = set().union(*(functions_used(e) for e in expressions(shipped_docs())))
+    assert found <= CEL_SUBSET, found - CEL_SUBSET
+    assert {"has", "all", "exists", "startsWith"} <= found
+
+
+def test_every_policy_is_bound_and_denies() -> None:
+    docs = shipped_docs()
+    policies = {d["metadata"]["name"] for d in docs if d["kind"] == "ValidatingAdmissionPolicy"}
+    bindings = [d["spec"] for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding"]
+    assert policies == {b["policyName"] for b in bindings} and len(policies) == 5
+    assert all(b["validationActions"] == ["Deny"] for b in bindings)
+    assert all(d["spec"]["failurePolicy"] == "Fail" for d in docs if d["kind"] == "ValidatingAdmissionPolicy")
+
+
+def test_shipped_policies_are_the_files_in_base() -> None:
+    assert (Path(BASE) / "admission-policies.yaml").is_file()

@@ -1,0 +1,280 @@
+"""The Helm chart k8s/chart/gpushare, rendered by a real helm for several value sets: every object
+validates against the Kubernetes schemas, each switch renders what it says, and k8s/base (built
+with a real kubectl kustomize) is the chart's rendering."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from tests.deploy import chart, tools
+from tests.deploy.chart import NAMESPACE, ROOT, RenderError, render
+
+KUBE_VERSIONS = ("1.30", "1.33")  # the chart's minimum (admission policies v1) and kubectl's
+EXTERNAL = {"nats": {"enabled": False, "external": {"urls": ["nats://a.example:4222", "nats://b.example:4222"]},
+                     "auth": {"existingSecret": "my-nats"}}}  # fmt: skip
+VALUE_SETS: dict[str, dict[str, Any]] = {
+    "defaults": {},
+    "kmod on": {"kernelModule": {"enabled": True}},
+    "external NATS": EXTERNAL,
+    "console on": {"console": {"enabled": True}},
+    "overselling off": {"overselling": {"enabled": False}},
+    "1 NATS replica": {"nats": {"replicas": 1}},
+    "5 NATS replicas": {"nats": {"replicas": 5}},
+    "device plugins off, dra on": {"devicePlugins": {"enabled": False}, "dra": {"enabled": True}},
+    "registry and pull secret": {"images": {"registry": "registry.example.com/", "tag": "1.2.3",
+                                            "pullSecrets": ["regcred"]}},
+    "shadow namespace": {"shadow": {"namespace": "gpushare-shadow"}},
+    "no admission policies": {"admission": {"enabled": False}},
+}
+
+
+def find(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    found = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
+    assert len(found) == 1, f"{kind} {name}: {len(found)} rendered"
+    return found[0]
+
+
+def containers(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    spec = doc["spec"]["template"]["spec"]
+    return [*spec.get("initContainers", []), *spec["containers"]]
+
+
+def env_of(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env", [])}
+
+
+def service_env(docs: list[dict[str, Any]], workload: str) -> dict[str, Any]:
+    (doc,) = [d for d in docs if d["kind"] in ("DaemonSet", "Deployment") and d["metadata"]["name"] == workload]
+    (container,) = doc["spec"]["template"]["spec"]["containers"]
+    return env_of(container)
+
+
+@pytest.fixture(scope="module")
+def rendered() -> dict[str, list[dict[str, Any]]]:
+    return {name: render(values) for name, values in VALUE_SETS.items()}
+
+
+@pytest.mark.parametrize("value_set", VALUE_SETS)
+def test_every_rendered_object_validates(rendered: dict[str, list[dict[str, Any]]], value_set: str) -> None:
+    for doc in rendered[value_set]:
+        for version in KUBE_VERSIONS:
+            kubernetes_validate.validate(doc, version, strict=True)
+
+
+def test_a_broken_object_is_caught(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    policy = dict(find(rendered["defaults"], "ValidatingAdmissionPolicy", "gpushare-solver-own-node"))
+    policy["spec"] = {**policy["spec"], "validations": [{"expresion": "true"}]}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(policy, "1.30", strict=True)
+
+
+def test_defaults_run_a_three_server_nats_cluster(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    docs = rendered["defaults"]
+    statefulset = find(docs, "StatefulSet", "gpushare-nats")
+    spec = statefulset["spec"]
+    assert spec["replicas"] == 3 and spec["serviceName"] == "gpushare-nats-headless"
+    headless = find(docs, "Service", "gpushare-nats-headless")["spec"]
+    assert headless["clusterIP"] == "None" and headless["publishNotReadyAddresses"] is True
+    assert find(docs, "PodDisruptionBudget", "gpushare-nats")["spec"]["maxUnavailable"] == 1
+    pod = spec["template"]["spec"]
+    (spread, *_) = pod["topologySpreadConstraints"]
+    assert spread["topologyKey"] == "kubernetes.io/hostname" and spread["whenUnsatisfiable"] == "DoNotSchedule"
+    assert pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    (nats,) = pod["containers"]
+    assert nats["args"] == ["-c", "/etc/nats/cluster.conf"]
+    routes = [v for k, v in env_of(nats).items() if k.startswith("ROUTE_") and k != "ROUTE_PASSWORD"]
+    assert routes == [f"nats://route:$(ROUTE_PASSWORD)@gpushare-nats-{i}.gpushare-nats-headless.{NAMESPACE}"
+                      f".svc.cluster.local:6222" for i in range(3)]  # fmt: skip
+    assert "routes: [$ROUTE_0, $ROUTE_1, $ROUTE_2]" in find(docs, "ConfigMap", "nats-config")["data"]["cluster.conf"]
+
+
+def test_every_nats_client_gets_all_servers_and_the_stream_replicas(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    urls = ",".join(f"nats://gpushare-nats-{i}.gpushare-nats-headless.{NAMESPACE}.svc.cluster.local:4222"
+                    for i in range(3))  # fmt: skip
+    for workload in ("gpushare-detector", "gpushare-solver", "gpushare-deviceplugin", "gpushare-kmod-bridge"):
+        env = service_env(rendered["defaults"], workload)
+        assert env["GPUSHARE_NATS_URL"] == urls and env["GPUSHARE_NATS_STREAM_REPLICAS"] == "3", workload
+    for value_set, replicas in (("1 NATS replica", "1"), ("5 NATS replicas", "3"), ("external NATS", "1")):
+        assert service_env(rendered[value_set], "gpushare-solver")["GPUSHARE_NATS_STREAM_REPLICAS"] == replicas
+
+
+def test_one_nats_replica_is_a_single_server(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    docs = rendered["1 NATS replica"]
+    (nats,) = find(docs, "StatefulSet", "gpushare-nats")["spec"]["template"]["spec"]["containers"]
+    assert nats["args"] == ["-c", "/etc/nats/nats.conf"] and "env" not in nats
+    assert "cluster.conf" not in find(docs, "ConfigMap", "nats-config")["data"]
+    assert not [d for d in docs if d["kind"] == "PodDisruptionBudget"]
+
+
+def test_two_nats_replicas_are_refused() -> None:
+    with pytest.raises(RenderError, match=r"nats\.replicas: 1, or 3 or more"):
+        render({"nats": {"replicas": 2}})
+
+
+def test_external_nats(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    docs = rendered["external NATS"]
+    assert not [d for d in docs if "nats" in d["metadata"]["name"] or d["kind"] == "Secret"]
+    env = service_env(docs, "gpushare-detector")
+    assert env["GPUSHARE_NATS_URL"] == "nats://a.example:4222,nats://b.example:4222"
+    assert env["GPUSHARE_NATS_PASSWORD"]["secretKeyRef"]["name"] == "my-nats"
+    with pytest.raises(RenderError, match=r"needs nats\.external\.urls"):
+        render({"nats": {"enabled": False, "auth": {"existingSecret": "x"}}})
+    with pytest.raises(RenderError, match=r"needs nats\.auth\.existingSecret"):
+        render({"nats": {"enabled": False, "external": {"urls": ["nats://a:4222"]}}})
+
+
+def test_generated_nats_secret_has_every_password(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    secret = find(rendered["defaults"], "Secret", "nats-users")
+    keys = {"DETECTOR_PASSWORD", "SOLVER_PASSWORD", "DEVICEPLUGIN_PASSWORD", "KMOD_BRIDGE_PASSWORD",
+            "EVENTS_READER_PASSWORD", "ROUTE_PASSWORD"}  # fmt: skip
+    assert set(secret["data"]) == keys and len(set(secret["data"].values())) == len(keys)
+    gen = (chart.K8S / "gen-secrets.sh").read_text()
+    assert all(k.removesuffix("_PASSWORD") in gen for k in keys)
+
+
+def test_kernel_module_switch(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    off = find(rendered["defaults"], "DaemonSet", "gpushare-kmod-bridge")["spec"]["template"]["spec"]
+    on = find(rendered["kmod on"], "DaemonSet", "gpushare-kmod-bridge")["spec"]["template"]["spec"]
+    assert "initContainers" not in off
+    (installer,) = on["initContainers"]
+    assert installer["image"] == "gpushare/kmod-installer:0.1.0" and installer["securityContext"]["privileged"]
+    assert {v["name"] for v in on["volumes"]} - {v["name"] for v in off["volumes"]} == {"modules", "usr-src",
+                                                                                      "sys-module"}
+
+
+def test_overselling_switch(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    assert service_env(rendered["defaults"], "gpushare-deviceplugin")["GPUSHARE_DP_CAPACITY_RESOURCES"] == "vcpu,vmem"
+    assert service_env(rendered["overselling off"], "gpushare-deviceplugin")["GPUSHARE_DP_CAPACITY_RESOURCES"] == ""
+
+
+def test_console_switch(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    assert not [d for d in rendered["defaults"] if "console" in d["metadata"]["name"]]
+    docs = rendered["console on"]
+    deployment = find(docs, "Deployment", "gpushare-console")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "gpushare/console:0.1.0" and container["ports"] == [
+        {"name": "http", "containerPort": 8080}]
+    assert find(docs, "Service", "gpushare-console")["spec"]["ports"][0]["port"] == 8080
+    assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == "gpushare-console"
+    find(docs, "ServiceAccount", "gpushare-console")
+    rules = find(docs, "ClusterRole", "gpushare-console")["rules"]
+    assert {v for r in rules for v in r["verbs"]} == {"get", "list", "watch"}
+    assert find(docs, "ClusterRoleBinding", "gpushare-console")["subjects"][0]["name"] == "gpushare-console"
+
+
+def test_device_plugins_switch_and_dra_renders_nothing_yet(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    docs = rendered["device plugins off, dra on"]
+    assert not [d for d in docs if "deviceplugin" in d["metadata"]["name"]]
+    defaults = {(d["kind"], d["metadata"]["name"]) for d in rendered["defaults"]}
+    assert {(d["kind"], d["metadata"]["name"]) for d in docs} <= defaults
+
+
+def test_images_come_from_the_registry(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    docs = rendered["registry and pull secret"]
+    images = {c["image"] for d in docs if d["kind"] in ("DaemonSet", "Deployment") for c in containers(d)}
+    assert "registry.example.com/gpushare/solver:1.2.3" in images
+    assert {i for i in images if "gpushare/" in i and not i.startswith("registry.example.com/")} == set()
+    for doc in docs:
+        if doc["kind"] in ("DaemonSet", "Deployment", "StatefulSet"):
+            assert doc["spec"]["template"]["spec"]["imagePullSecrets"] == [{"name": "regcred"}], doc["metadata"]
+
+
+def test_shadow_namespace(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    docs = rendered["shadow namespace"]
+    find(docs, "Namespace", "gpushare-shadow")
+    assert find(docs, "Role", "gpushare-shadow-controller-shadowpods")["metadata"]["namespace"] == "gpushare-shadow"
+    policy = find(docs, "ValidatingAdmissionPolicy", "gpushare-shadowpod-template")
+    assert "request.namespace == 'gpushare-shadow'" in policy["spec"]["validations"][0]["expression"]
+    selector = find(docs, "ValidatingAdmissionPolicy", "gpushare-system-namespace-pods")["spec"]["matchConstraints"]
+    assert selector["namespaceSelector"]["matchExpressions"][0]["values"] == [NAMESPACE, "gpushare-shadow"]
+
+
+def test_admission_switch(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    assert not [d for d in rendered["no admission policies"] if d["kind"].startswith("ValidatingAdmission")]
+
+
+# --- k8s/base is the chart ---------------------------------------------------------------------------
+
+
+def test_base_and_kmod_component_are_the_charts_rendering() -> None:
+    assert chart.differences() == [], "run `make manifests`"
+
+
+def test_a_stale_base_file_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    base = tmp_path / "base"
+    shutil.copytree(chart.BASE, base)
+    solver = base / "solver.yaml"
+    solver.write_text(solver.read_text().replace("containerPort: 8082", "containerPort: 1"))
+    (base / "old.yaml").write_text("kind: x\n")
+    monkeypatch.setattr(chart, "BASE", base)
+    monkeypatch.setattr(chart, "ROOT", tmp_path)
+    expected = {"base/old.yaml: not rendered by the chart", "base/solver.yaml: differs from the chart's rendering"}
+    assert expected <= set(chart.differences())
+
+
+def test_base_kustomization_lists_every_rendered_file() -> None:
+    kustomization = yaml.safe_load((chart.BASE / "kustomization.yaml").read_text())
+    assert sorted(kustomization["resources"]) == sorted(p.name for p in chart.generated_in_base())
+
+
+def kustomize(tmp_path: Path, target: str) -> list[dict[str, Any]]:
+    """``kubectl kustomize`` of a copy of k8s/ with generated NATS passwords."""
+    k8s = tmp_path / "k8s"
+    shutil.copytree(chart.K8S, k8s, symlinks=True, ignore=shutil.ignore_patterns("secrets"))
+    shutil.copytree(ROOT / "runtime" / "install", tmp_path / "runtime" / "install")
+    subprocess.run([str(k8s / "gen-secrets.sh")], check=True, capture_output=True)
+    built = subprocess.run([str(tools.binary("kubectl")), "kustomize", str(k8s / target)], capture_output=True,
+                           text=True, check=True)
+    return [d for d in yaml.safe_load_all(built.stdout) if d]
+
+
+def _by_name(docs: list[dict[str, Any]]) -> dict[tuple[str, str], str]:
+    """Objects by kind and name, the generated Secret's hashed name written as the chart's."""
+    (secret,) = [d["metadata"]["name"] for d in docs if d["kind"] == "Secret"]
+    return {(d["kind"], d["metadata"]["name"]): yaml.safe_dump(d).replace(secret, "nats-users")
+            for d in docs if d["kind"] != "Secret"}  # fmt: skip
+
+
+def test_kustomize_builds_the_charts_objects(tmp_path: Path) -> None:
+    """kubectl kustomize k8s/base gives the chart's objects, plus the NATS Secret it generates."""
+    base = kustomize(tmp_path, "base")
+    (secret,) = [d for d in base if d["kind"] == "Secret"]
+    assert secret["metadata"]["name"].startswith("nats-users-") and secret["metadata"]["namespace"] == NAMESPACE
+    assert set(secret["data"]) == set(find(render(), "Secret", "nats-users")["data"])
+    expected = {(d["kind"], d["metadata"]["name"]): yaml.safe_dump(d) for d in render(base=True)}
+    assert _by_name(base) == expected
+    for doc in base:
+        for version in KUBE_VERSIONS:
+            kubernetes_validate.validate(doc, version, strict=True)
+
+
+def test_kustomize_kmod_overlay_is_the_chart_with_the_module_on(tmp_path: Path) -> None:
+    with_kmod = _by_name(kustomize(tmp_path, "overlays/with-kmod"))
+    expected = {(d["kind"], d["metadata"]["name"]): yaml.safe_dump(d)
+                for d in render({"kernelModule": {"enabled": True}}, base=True)}  # fmt: skip
+    assert with_kmod == expected
+
+
+def test_install_material_comes_from_the_runtime(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    config = find(rendered["defaults"], "ConfigMap", "gpushare-runtime")["data"]
+    install = ROOT / "runtime" / "install"
+    assert config["runtime.json"] == (install / "runtime.json.example").read_text()
+    assert config["containerd-gpushare.toml"] == (install / "containerd-gpushare.toml").read_text()
+    runtime_class = find(rendered["defaults"], "RuntimeClass", "gpushare")
+    assert runtime_class == yaml.safe_load((install / "runtimeclass.yaml").read_text())
+
+
+@pytest.mark.parametrize("value_set", ["defaults", "1 NATS replica", "console on"])
+def test_helm_lint_finds_nothing_to_fix(value_set: str, tmp_path: Path) -> None:
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump(VALUE_SETS[value_set]))
+    result = subprocess.run([str(tools.binary("helm")), "lint", str(chart.CHART), "--strict", "--values", str(values)],
+                            capture_output=True, text=True, check=False)  # fmt: skip
+    assert result.returncode == 0 and "[WARNING]" not in result.stdout, result.stdout + result.stderr
