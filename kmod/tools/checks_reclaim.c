@@ -75,17 +75,28 @@ static void reap(pid_t pid)
 }
 
 /*
- * New namespaces, each kept alive so that the next takes the lowest id
- * still free, until one gets id a or b (returned) or PROBES are made (0).
+ * New namespaces until one gets id a or b (returned; 0 after 10 s). The
+ * kernel gives out the lowest free id: a probe that gets a lower one fills a
+ * hole and is kept alive, so the next probe looks higher; one that gets a
+ * fresh id above both means nothing wanted is free yet (a namespace's id is
+ * freed an RCU grace period after its last process is reaped): it is let go
+ * and the next probe comes a little later.
  */
 static uint64_t probe_until(uint64_t a, uint64_t b, pid_t *kept, int *nkept)
 {
-	uint64_t inum, t = now_ns();
+	uint64_t inum, top = a > b ? a : b, t = now_ns();
+	pid_t pid;
 
 	while (*nkept < PROBES && now_ns() - t < 10000000000ull) {
-		kept[(*nkept)++] = ns_child(&inum);
-		if (inum && (inum == a || inum == b))
-			return inum;
+		pid = ns_child(&inum);
+		if (inum && (inum == a || inum == b || inum < top)) {
+			kept[(*nkept)++] = pid;
+			if (inum == a || inum == b)
+				return inum;
+			continue;
+		}
+		reap(pid);
+		usleep(2000);
 	}
 	return 0;
 }

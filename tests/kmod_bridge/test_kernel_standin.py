@@ -194,12 +194,20 @@ async def test_a_watched_namespace_id_is_not_reused_until_deleted(
         client.close()
 
 
-async def probe_until(namespaces: Namespaces, wanted: set[int], most: int = 150) -> set[int]:
-    """New namespaces, kept alive so each takes the lowest ids still free, until one took an id of
-    ``wanted`` (a namespace's freed id comes back after an RCU grace period): every id they took."""
+async def probe_until(namespaces: Namespaces, wanted: set[int], timeout: float = 20.0) -> set[int]:
+    """New namespaces until one took an id of ``wanted``: every id they took. The kernel hands out
+    the lowest free id: a probe that took a lower one fills a hole and stays, so the next looks
+    higher; one that took only ids above ``wanted`` means none of them is free yet (a namespace's
+    id is freed an RCU grace period after its last process is reaped): it goes, and the next
+    comes a little later."""
     seen: set[int] = set()
-    while len(seen) < 2 * most and not seen & wanted:
-        seen |= (await asyncio.to_thread(namespaces.new)).inums
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not seen & wanted and asyncio.get_running_loop().time() < deadline:
+        probe = await asyncio.to_thread(namespaces.new)
+        seen |= probe.inums
+        if min(probe.inums) > max(wanted):
+            probe.stop()
+            await asyncio.sleep(0.005)
     return seen
 
 
