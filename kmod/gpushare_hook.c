@@ -16,6 +16,7 @@
 #include <linux/kprobes.h>
 #include <linux/module.h>
 #include <linux/pid_namespace.h>
+#include <linux/jiffies.h>
 #include <linux/ktime.h>
 #include <linux/sched/signal.h>
 
@@ -42,34 +43,65 @@ static bool gpushare_reclaim_over(struct gpushare_entry *e, u64 gen)
 static bool gpushare_reclaim_expire(struct gpushare_entry *e, u64 gen)
 {
 	if (!e->reclaiming || e->reclaim_gen != gen ||
-	    time_before(jiffies, e->deadline))
+	    ktime_get_ns() < e->deadline_ns)
 		return false;
 	e->reclaiming = false;
 	atomic64_inc(&e->timeouts);
 	return true;
 }
 
-/* Until release, the deadline (shared by all waiters) or a fatal signal. */
-static void gpushare_wait(struct gpushare_entry *e, u64 gen,
-			  unsigned long deadline)
+/* Jiffies to sleep until deadline_ns: rounded up, at least one. */
+static long gpushare_jiffies_until(u64 deadline_ns, u64 now)
 {
-	long left = (long)(deadline - jiffies);
+	return (long)min_t(u64, nsecs_to_jiffies(deadline_ns - now) + 1,
+			   MAX_SCHEDULE_TIMEOUT - 1);
+}
 
-	if (left > 0 &&
-	    wait_event_killable_timeout(e->wq, gpushare_reclaim_over(e, gen),
-					left) != 0)
-		return;	/* released, or a fatal signal */
-	spin_lock(&e->lock);
-	gpushare_reclaim_expire(e, gen);
-	spin_unlock(&e->lock);
+/*
+ * Until release, the deadline (shared by all waiters, moved later by HOLD:
+ * each waiter reads it again when its sleep ends) or a fatal signal.
+ */
+static void gpushare_wait(struct gpushare_entry *e, u64 gen)
+{
+	u64 now, deadline;
+	bool over;
+
+	for (;;) {
+		now = ktime_get_ns();
+		deadline = READ_ONCE(e->deadline_ns);
+		if (now < deadline &&
+		    wait_event_killable_timeout(e->wq,
+				gpushare_reclaim_over(e, gen),
+				gpushare_jiffies_until(deadline, now)) != 0)
+			return;	/* released, or a fatal signal */
+		spin_lock(&e->lock);
+		over = gpushare_reclaim_expire(e, gen) ||
+		       gpushare_reclaim_over(e, gen);
+		spin_unlock(&e->lock);
+		if (over)
+			break;
+	}
 	wake_up_all(&e->wq);
+}
+
+/* Starts a reclaim at this hit; called with e->lock held. */
+static void gpushare_reclaim_start(struct gpushare_entry *e, unsigned int cmd,
+				   u64 now)
+{
+	e->reclaiming = true;
+	e->reclaim_gen++;
+	e->deadline_ns = now + (u64)READ_ONCE(gpushare_timeout_ms) * NSEC_PER_MSEC;
+	e->hit = (struct gpushare_kmod_notice) {
+		.pidns = e->pidns, .ts_ns = now, .pid = task_tgid_nr(current),
+		.tid = task_pid_nr(current), .ioctl_cmd = cmd,
+	};
 }
 
 /* A watched ioctl in a mapped namespace: count it, maybe notify and wait. */
 static void gpushare_hit(struct gpushare_entry *e, unsigned int cmd)
 {
+	struct gpushare_kmod_notice notice;
 	u64 now = ktime_get_ns(), gen;
-	unsigned long deadline;
 	bool notify = false, wait;
 
 	atomic64_inc(&e->hits);
@@ -80,23 +112,21 @@ static void gpushare_hit(struct gpushare_entry *e, unsigned int cmd)
 	/* a DETECT during a reclaim waits for the next hit after it ends */
 	if (!e->dead && !e->reclaiming && !READ_ONCE(gpushare_unloading) &&
 	    test_and_clear_bit(GPUSHARE_BIT_NEED_NOTICE, &e->flags)) {
-		e->reclaiming = true;
-		e->reclaim_gen++;
-		e->deadline = jiffies + msecs_to_jiffies(gpushare_timeout_ms);
+		gpushare_reclaim_start(e, cmd, now);
+		notice = e->hit;
 		notify = true;
 	}
 	wait = e->reclaiming;
 	gen = e->reclaim_gen;
-	deadline = e->deadline;
 	if (wait)
 		atomic_inc(&e->blocked);
 	spin_unlock(&e->lock);
 	if (notify) {
 		atomic64_inc(&e->notices);
-		gpushare_notify(e->pidns, cmd, now);
+		gpushare_notify(&notice);
 	}
 	if (wait) {
-		gpushare_wait(e, gen, deadline);
+		gpushare_wait(e, gen);
 		atomic_dec(&e->blocked);
 	}
 }

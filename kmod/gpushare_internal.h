@@ -17,7 +17,8 @@
 
 #include "include/gpushare_kmod.h"
 
-#define GPUSHARE_MODULE_VERSION "1.0.0"
+/* The major number follows the netlink protocol version. */
+#define GPUSHARE_MODULE_VERSION "2.0.0"
 
 /* ---- kernel-version workarounds, all in one place ---------------------- */
 
@@ -52,23 +53,29 @@
 /* ---- module parameters (gpushare_main.c) -------------------------------- */
 
 extern unsigned int gpushare_timeout_ms;
+extern unsigned int gpushare_max_hold_ms;
 extern unsigned int gpushare_max_entries;
 
 /* ---- container_map (gpushare_map.c) -------------------------------------- */
 
 #define GPUSHARE_MAP_BITS 10
 
+struct pid_namespace;
+
 struct gpushare_entry {
 	struct hlist_node node;		/* in gpushare_map, RCU */
 	struct rcu_head rcu;
 	refcount_t ref;			/* the map's reference + one per user */
 	u64 pidns;
+	struct pid_namespace *ns;	/* referenced while in the map: the id
+					 * cannot be handed out again */
 	unsigned long flags;		/* GPUSHARE_BIT_* */
 	spinlock_t lock;		/* reclaim state below */
 	bool reclaiming;
 	bool dead;			/* deleted from the map */
 	u64 reclaim_gen;
-	unsigned long deadline;		/* jiffies when the reclaim times out */
+	u64 deadline_ns;		/* when the reclaim ends (ktime) */
+	struct gpushare_kmod_notice hit;	/* the hit that started it */
 	wait_queue_head_t wq;
 	atomic_t blocked;
 	atomic64_t last_access_ns;
@@ -76,6 +83,7 @@ struct gpushare_entry {
 	atomic64_t notices;
 	atomic64_t releases;
 	atomic64_t timeouts;
+	atomic64_t holds;
 };
 
 #define GPUSHARE_BIT_WATCHED 0
@@ -86,10 +94,12 @@ void gpushare_map_exit(void);
 bool gpushare_map_contains(u64 pidns);
 struct gpushare_entry *gpushare_map_get(u64 pidns);
 void gpushare_entry_put(struct gpushare_entry *e);
-int gpushare_map_add(u64 pidns, bool detect);
+int gpushare_map_add(const struct gpushare_kmod_target *t, bool detect);
 int gpushare_map_delete(u64 pidns);
 int gpushare_map_undetect(u64 pidns);
 int gpushare_map_release(u64 pidns);
+int gpushare_map_hold(u64 pidns);
+int gpushare_map_resend(void);
 unsigned int gpushare_map_count(void);
 int gpushare_map_stats(const u64 *ids, u32 n, struct gpushare_kmod_stats *out,
 		       u32 max);
@@ -122,6 +132,6 @@ void gpushare_hooks_exit(void);
 
 int gpushare_netlink_init(int unit);
 void gpushare_netlink_exit(void);
-void gpushare_notify(u64 pidns, u32 ioctl_cmd, u64 ts_ns);
+void gpushare_notify(const struct gpushare_kmod_notice *notice);
 
 #endif /* GPUSHARE_INTERNAL_H */

@@ -19,9 +19,45 @@ static int nl_unit = GPUSHARE_KMOD_NETLINK_UNIT;
 module_param(nl_unit, int, 0444);
 MODULE_PARM_DESC(nl_unit, "netlink protocol number (default 31)");
 
+/*
+ * timeout_ms and max_hold_ms may be written at run time through
+ * /sys/module/gpushare/parameters/: a value outside
+ * 1..GPUSHARE_KMOD_MAX_PARAM_MS (or not a number) is refused with -EINVAL
+ * and the old value stays. Readers take them with READ_ONCE().
+ */
+static int gpushare_param_set_ms(const char *val, const struct kernel_param *kp)
+{
+	unsigned int ms;
+	int ret = kstrtouint(val, 0, &ms);
+
+	if (ret)
+		return -EINVAL;
+	if (!ms || ms > GPUSHARE_KMOD_MAX_PARAM_MS)
+		return -EINVAL;
+	WRITE_ONCE(*(unsigned int *)kp->arg, ms);
+	return 0;
+}
+
+static const struct kernel_param_ops gpushare_param_ms_ops = {
+	.set = gpushare_param_set_ms,
+	.get = param_get_uint,
+};
+
 unsigned int gpushare_timeout_ms = 3000;
-module_param_named(timeout_ms, gpushare_timeout_ms, uint, 0644);
-MODULE_PARM_DESC(timeout_ms, "longest block of an owner's ioctl, ms (default 3000)");
+module_param_cb(timeout_ms, &gpushare_param_ms_ops, &gpushare_timeout_ms, 0644);
+MODULE_PARM_DESC(timeout_ms, "an owner's ioctl is held this long after the hit, or after a HOLD, unless released, ms (1..600000, default 3000)");
+
+/*
+ * 30 s: ten default timeouts. A GPU driver frees the memory of a killed
+ * borrower in seconds even for tens of GiB, so HOLDs normally end well
+ * before; the bound only matters when user space keeps holding for a
+ * borrower that does not die (stuck in the driver) or holds by mistake,
+ * and then the owner's call still continues within half a minute instead
+ * of hanging with it.
+ */
+unsigned int gpushare_max_hold_ms = 30000;
+module_param_cb(max_hold_ms, &gpushare_param_ms_ops, &gpushare_max_hold_ms, 0644);
+MODULE_PARM_DESC(max_hold_ms, "HOLD never keeps an owner's ioctl past this long after the hit, ms (1..600000, default 30000)");
 
 unsigned int gpushare_max_entries = 4096;
 module_param_named(max_entries, gpushare_max_entries, uint, 0444);
@@ -42,8 +78,6 @@ static int gpushare_params_check(void)
 	unsigned int i;
 
 	if (nl_unit < 0 || nl_unit >= MAX_LINKS)
-		return -EINVAL;
-	if (!gpushare_timeout_ms || gpushare_timeout_ms > 600000)
 		return -EINVAL;
 	if (!gpushare_max_entries || gpushare_max_entries > 65536)
 		return -EINVAL;
@@ -84,8 +118,9 @@ static int __init gpushare_init(void)
 	ret = gpushare_hooks_init();
 	if (ret)
 		goto err_hooks;
-	pr_info("loaded, version %s, netlink %d, timeout %u ms\n",
-		GPUSHARE_MODULE_VERSION, nl_unit, gpushare_timeout_ms);
+	pr_info("loaded, version %s, netlink %d, timeout %u ms, max hold %u ms\n",
+		GPUSHARE_MODULE_VERSION, nl_unit, gpushare_timeout_ms,
+		gpushare_max_hold_ms);
 	return 0;
 
 err_hooks:

@@ -76,14 +76,10 @@ static void gpushare_nl_reply(u32 portid, u32 nlseq,
 		netlink_unicast(gpushare_nl_sock, skb, portid, MSG_DONTWAIT);
 }
 
-void gpushare_notify(u64 pidns, u32 ioctl_cmd, u64 ts_ns)
+void gpushare_notify(const struct gpushare_kmod_notice *notice)
 {
 	u32 portid = READ_ONCE(gpushare_receiver);
-	struct gpushare_kmod_notice notice = {
-		.pidns = pidns, .ts_ns = ts_ns, .pid = task_tgid_nr(current),
-		.tid = task_pid_nr(current), .ioctl_cmd = ioctl_cmd,
-	};
-	struct gpushare_part part = { &notice, sizeof(notice) };
+	struct gpushare_part part = { notice, sizeof(*notice) };
 	struct gpushare_kmod_hdr hdr = {
 		.version = GPUSHARE_KMOD_VERSION,
 		.cmd = GPUSHARE_KMOD_CMD_NOTICE, .count = 1,
@@ -118,6 +114,43 @@ static int gpushare_ids_check(const u64 *ids, u32 n)
 	return 0;
 }
 
+static int gpushare_targets_check(const struct gpushare_kmod_target *t, u32 n)
+{
+	u32 i;
+
+	for (i = 0; i < n; i++)
+		if (!t[i].pidns || t[i].pidns > U32_MAX || !t[i].pid || t[i].pad)
+			return -EINVAL;
+	return 0;
+}
+
+/* ADD, DETECT: every target on its own; the reply lists each status. */
+static void gpushare_cmd_targets(u32 portid, u32 nlseq,
+				 const struct gpushare_kmod_hdr *req,
+				 const struct gpushare_kmod_target *t)
+{
+	bool detect = req->cmd == GPUSHARE_KMOD_CMD_DETECT;
+	struct gpushare_part part;
+	int ret = 0;
+	s32 *status;
+	u32 i;
+
+	status = kvcalloc(req->count ?: 1, sizeof(*status), GFP_KERNEL);
+	if (!status) {
+		gpushare_nl_reply(portid, nlseq, req, -ENOMEM, 0, NULL, 0);
+		return;
+	}
+	for (i = 0; i < req->count; i++) {
+		status[i] = gpushare_map_add(&t[i], detect);
+		if (status[i] < 0 && !ret)
+			ret = status[i];
+	}
+	part.data = status;
+	part.len = req->count * sizeof(*status);
+	gpushare_nl_reply(portid, nlseq, req, ret, req->count, &part, 1);
+	kvfree(status);
+}
+
 static int gpushare_cmd_ids(u16 cmd, const u64 *ids, u32 n)
 {
 	int ret = 0, r;
@@ -125,12 +158,6 @@ static int gpushare_cmd_ids(u16 cmd, const u64 *ids, u32 n)
 
 	for (i = 0; i < n; i++) {
 		switch (cmd) {
-		case GPUSHARE_KMOD_CMD_ADD:
-			r = gpushare_map_add(ids[i], false);
-			break;
-		case GPUSHARE_KMOD_CMD_DETECT:
-			r = gpushare_map_add(ids[i], true);
-			break;
 		case GPUSHARE_KMOD_CMD_DELETE:
 			r = gpushare_map_delete(ids[i]);
 			break;
@@ -148,32 +175,39 @@ static int gpushare_cmd_ids(u16 cmd, const u64 *ids, u32 n)
 	return ret;
 }
 
+/* STATS, and HOLD (which moves deadlines first): head and records. */
 static void gpushare_cmd_stats(u32 portid, u32 nlseq,
 			       const struct gpushare_kmod_hdr *req,
 			       const u64 *ids)
 {
-	struct gpushare_kmod_stats_head head = {
-		.now_ns = ktime_get_ns(),
-		.notices_sent = atomic64_read(&gpushare_notices_sent),
-		.notices_dropped = atomic64_read(&gpushare_notices_dropped),
-		.entries = gpushare_map_count(),
-		.max_entries = gpushare_max_entries,
-		.receiver_portid = READ_ONCE(gpushare_receiver),
-		.timeout_ms = gpushare_timeout_ms,
-	};
+	struct gpushare_kmod_stats_head head = {};
 	struct gpushare_part parts[2] = { { &head, sizeof(head) } };
 	struct gpushare_kmod_stats *recs;
-	int n;
+	int n, status = 0;
+	u32 i;
 
 	recs = kvcalloc(GPUSHARE_KMOD_MAX_IDS, sizeof(*recs), GFP_KERNEL);
 	if (!recs) {
 		gpushare_nl_reply(portid, nlseq, req, -ENOMEM, 0, NULL, 0);
 		return;
 	}
+	if (req->cmd == GPUSHARE_KMOD_CMD_HOLD)
+		for (i = 0; i < req->count; i++)
+			status += gpushare_map_hold(ids[i]);
+	head = (struct gpushare_kmod_stats_head) {
+		.now_ns = ktime_get_ns(),
+		.notices_sent = atomic64_read(&gpushare_notices_sent),
+		.notices_dropped = atomic64_read(&gpushare_notices_dropped),
+		.entries = gpushare_map_count(),
+		.max_entries = gpushare_max_entries,
+		.receiver_portid = READ_ONCE(gpushare_receiver),
+		.timeout_ms = READ_ONCE(gpushare_timeout_ms),
+		.max_hold_ms = READ_ONCE(gpushare_max_hold_ms),
+	};
 	n = gpushare_map_stats(ids, req->count, recs, GPUSHARE_KMOD_MAX_IDS);
 	parts[1].data = recs;
 	parts[1].len = n * sizeof(*recs);
-	gpushare_nl_reply(portid, nlseq, req, 0, n, parts, 2);
+	gpushare_nl_reply(portid, nlseq, req, status, n, parts, 2);
 	kvfree(recs);
 }
 
@@ -193,6 +227,19 @@ static void gpushare_cmd_config(u32 portid, u32 nlseq,
 	gpushare_nl_reply(portid, nlseq, req, ret, 1, &part, 1);
 }
 
+/* The sender becomes the receiver; the reply, then the notices again. */
+static void gpushare_cmd_register(u32 portid, u32 nlseq,
+				  const struct gpushare_kmod_hdr *req)
+{
+	int resent;
+
+	WRITE_ONCE(gpushare_receiver, portid);
+	gpushare_nl_reply(portid, nlseq, req, 0, 0, NULL, 0);
+	resent = gpushare_map_resend();
+	pr_info("notice receiver is port %u (%d notices sent again)\n", portid,
+		resent);
+}
+
 /* Expected payload size after the header, or -EINVAL. */
 static long gpushare_items_len(const struct gpushare_kmod_hdr *hdr)
 {
@@ -203,6 +250,9 @@ static long gpushare_items_len(const struct gpushare_kmod_hdr *hdr)
 		if (hdr->count > 1)
 			return -EINVAL;
 		return hdr->count * sizeof(struct gpushare_kmod_config);
+	case GPUSHARE_KMOD_CMD_ADD:
+	case GPUSHARE_KMOD_CMD_DETECT:
+		return hdr->count * sizeof(struct gpushare_kmod_target);
 	default:
 		return hdr->count * sizeof(u64);
 	}
@@ -221,7 +271,8 @@ static int gpushare_cmd_check(struct sk_buff *skb, const struct nlmsghdr *nlh,
 	if (hdr->version != GPUSHARE_KMOD_VERSION)
 		return -EPROTO;
 	if (hdr->cmd < GPUSHARE_KMOD_CMD_REGISTER ||
-	    hdr->cmd > GPUSHARE_KMOD_CMD_CONFIG)
+	    hdr->cmd > GPUSHARE_KMOD_CMD_HOLD ||
+	    hdr->cmd == GPUSHARE_KMOD_CMD_NOTICE)
 		return -EOPNOTSUPP;
 	if (hdr->count > GPUSHARE_KMOD_MAX_IDS)
 		return -EINVAL;
@@ -245,16 +296,21 @@ static void gpushare_nl_command(struct sk_buff *skb, struct nlmsghdr *nlh)
 		goto reply;
 	switch (hdr.cmd) {
 	case GPUSHARE_KMOD_CMD_REGISTER:
-		WRITE_ONCE(gpushare_receiver, portid);
-		pr_info("notice receiver is port %u\n", portid);
-		break;
+		return gpushare_cmd_register(portid, nlh->nlmsg_seq, &hdr);
 	case GPUSHARE_KMOD_CMD_STATS:
+	case GPUSHARE_KMOD_CMD_HOLD:
 		ret = gpushare_ids_check(items, hdr.count);
 		if (ret)
 			break;
 		return gpushare_cmd_stats(portid, nlh->nlmsg_seq, &hdr, items);
 	case GPUSHARE_KMOD_CMD_CONFIG:
 		return gpushare_cmd_config(portid, nlh->nlmsg_seq, &hdr, items);
+	case GPUSHARE_KMOD_CMD_ADD:
+	case GPUSHARE_KMOD_CMD_DETECT:
+		ret = gpushare_targets_check(items, hdr.count);
+		if (ret)
+			break;
+		return gpushare_cmd_targets(portid, nlh->nlmsg_seq, &hdr, items);
 	default:
 		ret = gpushare_ids_check(items, hdr.count);
 		if (!ret)

@@ -10,7 +10,7 @@
 #   --kdir DIR         kernel headers (default /lib/modules/$(uname -r)/build)
 #   --src DIR          module source (default: this script's folder)
 #   --build-only DIR   build into DIR, print the .ko path, load nothing
-#   PARAM=VALUE        module parameters (nl_unit, timeout_ms, max_entries,
+#   PARAM=VALUE        module parameters (nl_unit, timeout_ms, max_hold_ms, max_entries,
 #                      watch_types, watch_majors)
 #
 # Exit status: 0 loaded (or already loaded), 2 kernel headers missing,

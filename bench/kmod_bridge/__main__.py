@@ -4,9 +4,11 @@
 
 Host: a nats-server, the kernel stand-in and the bridge each run as their own
 process (``python -m gpushare_sim.kernel``, ``python -m gpushare_kmod_bridge``
-with the sim transport). Each round this process plays solver and workload:
-``detect`` a namespace over NATS, report an ioctl on the stand-in's hook
-socket, wait for the OwnerBackEvent, ``release`` it. Figures: the event's own
+with the sim transport and the cgroup source). The owners are real processes,
+each alone in a pid namespace and in a cgroup named as a pod's container (so
+a writable cgroup hierarchy is needed: root). Each round this process plays
+solver and workload: ``detect`` a namespace over NATS, report an ioctl on the
+stand-in's hook socket, wait for the OwnerBackEvent, ``release`` it. Figures: the event's own
 ``notice_to_publish_ms`` (stand-in's CLOCK_MONOTONIC hit time -> the bridge's
 publish), the same to delivery here, and the release request round trip.
 
@@ -23,10 +25,12 @@ import contextlib
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+import uuid
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 from gpushare_common import events
@@ -39,6 +43,59 @@ from tests.support.nats import NatsServer
 
 NODE = "bench-node"
 PART = "kmod-bridge"
+OWNERS = 8
+PATTERN = r"gpushare-bench-\w+/(?P<namespace>[^_/]+)_(?P<pod>[^_/]+)_(?P<container>[^_/]+)_(?P<container_id>\w+)$"
+Owner = tuple[int, int]  # pid namespace, host pid
+
+
+def _child_of(pid: int, timeout: float = 10) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        if children:
+            return int(children[0])
+        time.sleep(0.01)
+    raise RuntimeError(f"unshare (pid {pid}) started no child within {timeout}s")
+
+
+@contextlib.contextmanager
+def owners(count: int) -> Iterator[list[Owner]]:
+    """``count`` owners, each a process alone in a pid namespace, in a cgroup the bridge's cgroup
+    source maps to a pod's container."""
+    bases = (Path("/sys/fs/cgroup/unified"), Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup"))
+    base = next((b for b in bases if (b / "cgroup.procs").exists() and os.access(b, os.W_OK)), None)
+    if base is None:
+        raise RuntimeError(f"none of {', '.join(map(str, bases))} is a writable cgroup hierarchy (run as root)")
+    top = base / f"gpushare-bench-{uuid.uuid4().hex[:8]}"
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        found = []
+        for i in range(count):
+            leaf = top / f"bench_owner-{i}_main_{i:012x}"
+            leaf.mkdir(parents=True)
+            procs.append(subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", "sleep", "3600"]))
+            child = _child_of(procs[-1].pid)
+            (leaf / "cgroup.procs").write_text(str(child))
+            found.append((os.stat(f"/proc/{child}/ns/pid").st_ino, child))
+        yield found
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+        _remove_cgroups(top)
+
+
+def _remove_cgroups(top: Path, timeout: float = 10) -> None:
+    """rmdir each leaf once its process (killed with its unshare) has been reaped."""
+    deadline = time.monotonic() + timeout
+    for leaf in [*sorted(top.glob("*/"), reverse=True), top]:
+        while leaf.exists():
+            try:
+                leaf.rmdir()
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
 
 
 async def wait_path(path: Path, timeout: float = 20) -> None:
@@ -49,9 +106,9 @@ async def wait_path(path: Path, timeout: float = 20) -> None:
         await asyncio.sleep(0.02)
 
 
-async def hook_ioctl(path: str, pidns: int) -> None:
+async def hook_ioctl(path: str, owner: Owner) -> None:
     reader, writer = await asyncio.open_unix_connection(path)
-    writer.write(json.dumps({"pidns": pidns, "pid": os.getpid(), "type": 0x46}).encode() + b"\n")
+    writer.write(json.dumps({"pidns": owner[0], "pid": owner[1], "type": 0x46}).encode() + b"\n")
     await reader.readline()
     writer.close()
 
@@ -84,13 +141,15 @@ async def ready(bus: Bus) -> None:
 
 
 async def rounds(bus: Bus, got: asyncio.Queue[tuple[int, events.AnyEvent]], hook: str,
-                 count: int) -> tuple[list[float], list[float], list[float]]:
+                 count: int, owners: list[Owner]) -> tuple[list[float], list[float], list[float]]:
     publish, delivered, rtt = [], [], []
     subject = bus.subjects.kmod_cmd(NODE)
     for i in range(count):
-        pidns = 4026540000 + i % 50
-        await bus.request(subject, events.KmodCommand(node=NODE, op="detect", pidns=(pidns,)))
-        call = asyncio.create_task(hook_ioctl(hook, pidns))
+        owner = owners[i % len(owners)]
+        pidns = owner[0]
+        detect = await bus.request(subject, events.KmodCommand(node=NODE, op="detect", pidns=(pidns,)))
+        assert isinstance(detect, events.KmodReply) and detect.status == 0, detect
+        call = asyncio.create_task(hook_ioctl(hook, owner))
         arrived, event = await asyncio.wait_for(got.get(), 10)
         assert isinstance(event, events.OwnerBackEvent)
         start = time.perf_counter()
@@ -109,17 +168,19 @@ async def host_bench(count: int) -> list[Row]:
     env = {"GPUSHARE_NODE_NAME": NODE, "GPUSHARE_NATS_URL": server.url, "GPUSHARE_NATS_PREFIX": "bench.v1",
            "GPUSHARE_NATS_ENSURE_LAYOUT": "true",
            "GPUSHARE_NATS_KV_PREFIX": "benchkmod", "GPUSHARE_KMOD_TRANSPORT": "sim",
-           "GPUSHARE_KMOD_SIM_SOCKET": str(tmp / "k.sock"), "GPUSHARE_KMOD_SOURCES": "",
+           "GPUSHARE_KMOD_SIM_SOCKET": str(tmp / "k.sock"), "GPUSHARE_KMOD_SOURCES": "cgroup",
+           "GPUSHARE_KMOD_CGROUP_PATTERN": PATTERN,
            "GPUSHARE_HTTP_HOST": "127.0.0.1", "GPUSHARE_HTTP_PORT": "0", "GPUSHARE_LOG_LEVEL": "WARNING"}
     kernel = [sys.executable, "-m", "gpushare_sim.kernel", "--socket", str(tmp / "k.sock"),
               "--hook-socket", str(tmp / "h.sock")]
     try:
-        with process(kernel, quiet=True), process([sys.executable, "-m", "gpushare_kmod_bridge"], env, quiet=True):
+        with owners(OWNERS) as found, process(kernel, quiet=True), \
+                process([sys.executable, "-m", "gpushare_kmod_bridge"], env, quiet=True):
             await wait_path(tmp / "h.sock")
             async with subscriber(settings) as (bus, got):
                 await ready(bus)
-                await rounds(bus, got, str(tmp / "h.sock"), 20)  # warm-up
-                publish, delivered, rtt = await rounds(bus, got, str(tmp / "h.sock"), count)
+                await rounds(bus, got, str(tmp / "h.sock"), 20, found)  # warm-up
+                publish, delivered, rtt = await rounds(bus, got, str(tmp / "h.sock"), count, found)
     finally:
         server.cleanup()
         shutil.rmtree(tmp, ignore_errors=True)

@@ -48,7 +48,7 @@ int run_unload_check(int unit, const char *module)
 	if (open_pair(unit, &ctl, &rcv))
 		return 1;
 	owner_start(&o);
-	nl_cmd(ctl, GPUSHARE_KMOD_CMD_DETECT, &o.pidns, 1, &bench_rep);
+	nl_target(ctl, GPUSHARE_KMOD_CMD_DETECT, o.pidns, o.pid, &bench_rep);
 	owner_go(&o, 0x46, 1);
 	got_notice = bench_notice(rcv, &n);
 	/* user sockets of the protocol pin the module: close them first */
@@ -103,7 +103,7 @@ int run_bench_loop(unsigned int type, long n, int in_map, int unit)
 	pidns = pidns_of(pid);
 	if (in_map) {
 		ctl = nl_open(unit);
-		nl_cmd(ctl, GPUSHARE_KMOD_CMD_ADD, &pidns, 1, &bench_rep);
+		nl_target(ctl, GPUSHARE_KMOD_CMD_ADD, pidns, pid, &bench_rep);
 	}
 	if (write(go[1], &c, 1) != 1 || read(res[0], &ns, sizeof(ns)) != sizeof(ns))
 		return 1;
@@ -144,7 +144,7 @@ int run_bench_release(int unit, int rounds)
 		return 1;
 	owner_start(&o);
 	for (i = 0; i < rounds; i++) {
-		nl_cmd(ctl, GPUSHARE_KMOD_CMD_DETECT, &o.pidns, 1, &bench_rep);
+		nl_target(ctl, GPUSHARE_KMOD_CMD_DETECT, o.pidns, o.pid, &bench_rep);
 		owner_go(&o, 0x46, 1);
 		if (!bench_notice(rcv, &n))
 			break;

@@ -31,6 +31,16 @@ int cmd1(uint16_t cmd, uint64_t id)
 	return nl_cmd(check_ctl, cmd, &id, 1, &check_rep);
 }
 
+int target1(uint16_t cmd, uint64_t pidns, pid_t pid)
+{
+	return nl_target(check_ctl, cmd, pidns, pid, &check_rep);
+}
+
+int at1(uint16_t cmd, const struct owner *o)
+{
+	return target1(cmd, o->pidns, o->pid);
+}
+
 /* Waits for the owner's blocked count to reach want; returns it. */
 unsigned int wait_blocked(uint64_t pidns, unsigned int want)
 {
@@ -64,7 +74,7 @@ static void check_nodetect(void)
 	int add, got;
 
 	owner_start(&o);
-	add = cmd1(GPUSHARE_KMOD_CMD_ADD, o.pidns);
+	add = at1(GPUSHARE_KMOD_CMD_ADD, &o);
 	owner_go(&o, TYPE_NV, 1);
 	got = owner_result(&o, &r, 5000);
 	printf("RESULT nodetect add=%d got=%d ret=%d err=%d elapsed_us=%llu notice_pending=%d",
@@ -88,7 +98,7 @@ static void check_detect(void)
 	int det, got_notice, held, rel, got, got2, extra;
 
 	owner_start(&o);
-	det = cmd1(GPUSHARE_KMOD_CMD_DETECT, o.pidns);
+	det = at1(GPUSHARE_KMOD_CMD_DETECT, &o);
 	t0 = now_ns();
 	owner_go(&o, TYPE_NV, 1);
 	got_notice = recv_notice(&n);
@@ -132,7 +142,7 @@ static void check_filter(void)
 	struct owner o;
 	int det_init, got, flags_after;
 
-	det_init = cmd1(GPUSHARE_KMOD_CMD_DETECT, self);
+	det_init = target1(GPUSHARE_KMOD_CMD_DETECT, self, getpid());
 	t = now_ns();
 	ioctl_loop(TYPE_NV, 1);
 	init_us = us_since(t);
@@ -141,7 +151,7 @@ static void check_filter(void)
 	cmd1(GPUSHARE_KMOD_CMD_DELETE, self);
 
 	owner_start(&o);
-	cmd1(GPUSHARE_KMOD_CMD_DETECT, o.pidns);
+	at1(GPUSHARE_KMOD_CMD_DETECT, &o);
 	owner_go(&o, TYPE_OTHER, 1);
 	got = owner_result(&o, &r, 5000);
 	nl_stats_one(check_ctl, o.pidns, &s, NULL);
@@ -172,7 +182,7 @@ static void check_threads(void)
 	uint64_t trel;
 
 	owner_start(&o);
-	cmd1(GPUSHARE_KMOD_CMD_DETECT, o.pidns);
+	at1(GPUSHARE_KMOD_CMD_DETECT, &o);
 	owner_go(&o, TYPE_NV, 2);
 	got_notice = recv_notice(&n);
 	blocked = wait_blocked(o.pidns, 2);
@@ -203,6 +213,8 @@ int run_checks(int unit, const char *compat_prog)
 	printf("RESULT register status=%d\n",
 	       nl_cmd(check_rcv, GPUSHARE_KMOD_CMD_REGISTER, NULL, 0, &check_rep));
 	check_nodetect();
+	check_targets();
+	check_pin();
 	check_detect();
 	check_filter();
 	check_threads();
@@ -213,6 +225,9 @@ int run_checks(int unit, const char *compat_prog)
 	if (compat_prog)
 		check_compat(compat_prog);
 	check_timeout(700);
+	check_hold();
+	check_resend(unit);
+	check_params();
 	refused_checks(check_ctl, unit, &check_rep);
 	check_dead_receiver(unit, 700);
 	fflush(stdout);

@@ -18,12 +18,10 @@
 
 static int write_timeout(unsigned int ms)
 {
-	FILE *f = fopen("/sys/module/gpushare/parameters/timeout_ms", "w");
+	char value[16];
 
-	if (!f)
-		return -errno;
-	fprintf(f, "%u\n", ms);
-	return fclose(f) ? -errno : 0;
+	snprintf(value, sizeof(value), "%u\n", ms);
+	return write_param("timeout_ms", value);
 }
 
 void check_timeout(unsigned int ms)
@@ -36,7 +34,7 @@ void check_timeout(unsigned int ms)
 
 	set = write_timeout(ms);
 	owner_start(&o);
-	cmd1(GPUSHARE_KMOD_CMD_DETECT, o.pidns);
+	at1(GPUSHARE_KMOD_CMD_DETECT, &o);
 	owner_go(&o, TYPE_NV, 1);
 	got_notice = recv_notice(&n);
 	got = owner_result(&o, &r, 10000);
@@ -61,7 +59,7 @@ void check_fatal(void)
 	uint64_t t;
 
 	owner_start(&o);
-	cmd1(GPUSHARE_KMOD_CMD_DETECT, o.pidns);
+	at1(GPUSHARE_KMOD_CMD_DETECT, &o);
 	owner_go(&o, TYPE_NV, 1);
 	got_notice = recv_notice(&n);
 	wait_blocked(o.pidns, 1);
@@ -92,14 +90,14 @@ void check_config(void)
 	cfg.majors[0] = 1;	/* /dev/null is char 1:3 */
 	set1 = nl_cmd_payload(check_ctl, GPUSHARE_KMOD_CMD_CONFIG, 1, &cfg, sizeof(cfg), &check_rep);
 	owner_start(&o);
-	cmd1(GPUSHARE_KMOD_CMD_DETECT, o.pidns);
+	at1(GPUSHARE_KMOD_CMD_DETECT, &o);
 	owner_go(&o, TYPE_NV, 1);
 	notice1 = recv_notice(&n);
 	cmd1(GPUSHARE_KMOD_CMD_RELEASE, o.pidns);
 	owner_result(&o, &r, 5000);
 	cfg.majors[0] = 195;	/* a GPU's major, not /dev/null's */
 	set2 = nl_cmd_payload(check_ctl, GPUSHARE_KMOD_CMD_CONFIG, 1, &cfg, sizeof(cfg), &check_rep);
-	cmd1(GPUSHARE_KMOD_CMD_DETECT, o.pidns);
+	at1(GPUSHARE_KMOD_CMD_DETECT, &o);
 	owner_go(&o, TYPE_NV, 1);
 	owner_result(&o, &r, 5000);
 	notice2 = nl_pending(check_rcv);
@@ -129,7 +127,7 @@ void check_dead_receiver(int unit, unsigned int ms)
 	write_timeout(ms);
 	owner_start(&o);
 	nl_stats_one(check_ctl, o.pidns, &s, &h0);
-	cmd1(GPUSHARE_KMOD_CMD_DETECT, o.pidns);
+	at1(GPUSHARE_KMOD_CMD_DETECT, &o);
 	owner_go(&o, TYPE_NV, 1);
 	got = owner_result(&o, &r, 10000);
 	nl_stats_one(check_ctl, o.pidns, &s, &h1);
@@ -159,10 +157,10 @@ void check_redetect_and_delete(void)
 	struct owner o;
 
 	owner_start(&o);
-	cmd1(GPUSHARE_KMOD_CMD_DETECT, o.pidns);
+	at1(GPUSHARE_KMOD_CMD_DETECT, &o);
 	owner_go(&o, TYPE_NV, 1);
 	notice1 = recv_notice(&n);
-	redetect = cmd1(GPUSHARE_KMOD_CMD_DETECT, o.pidns);
+	redetect = at1(GPUSHARE_KMOD_CMD_DETECT, &o);
 	nl_stats_one(check_ctl, o.pidns, &s, NULL);
 	flags = s.flags;
 	rel = cmd1(GPUSHARE_KMOD_CMD_RELEASE, o.pidns);
@@ -211,7 +209,7 @@ void check_compat(const char *prog)
 	}
 	close(go[0]);
 	pidns = pidns_of(pid);
-	cmd1(GPUSHARE_KMOD_CMD_DETECT, pidns);
+	target1(GPUSHARE_KMOD_CMD_DETECT, pidns, pid);
 	if (write(go[1], &c, 1) != 1)
 		return;
 	got_notice = recv_notice(&n);
@@ -248,8 +246,8 @@ void check_churn(long calls)
 		_exit(ioctl_loop(TYPE_NV, calls) == calls ? 0 : 1);
 	ids[0] = pidns_of(pid);
 	do {
-		cmd1(GPUSHARE_KMOD_CMD_ADD, ids[0]);
-		cmd1(GPUSHARE_KMOD_CMD_DETECT, ids[0]);
+		target1(GPUSHARE_KMOD_CMD_ADD, ids[0], pid);
+		target1(GPUSHARE_KMOD_CMD_DETECT, ids[0], pid);
 		cmd1(GPUSHARE_KMOD_CMD_RELEASE, ids[0]);
 		cmd1(GPUSHARE_KMOD_CMD_DELETE, ids[0]);
 		cycles++;

@@ -36,6 +36,8 @@ int nl_cmd(int fd, uint16_t cmd, const uint64_t *ids, uint32_t n,
 	   struct kmodctl_reply *r);
 int nl_cmd_payload(int fd, uint16_t cmd, uint32_t count, const void *items,
 		   size_t len, struct kmodctl_reply *r);
+int nl_target(int fd, uint16_t cmd, uint64_t pidns, pid_t pid,
+	      struct kmodctl_reply *r);
 int nl_stats_one(int fd, uint64_t pidns, struct gpushare_kmod_stats *out,
 		 struct gpushare_kmod_stats_head *head);
 int nl_pending(int fd);
@@ -77,6 +79,11 @@ extern struct kmodctl_reply check_rep;
 extern int check_ctl, check_rcv;
 uint64_t us_since(uint64_t t);
 int cmd1(uint16_t cmd, uint64_t id);
+/* ADD or DETECT of an owner's namespace (with its pid). */
+int at1(uint16_t cmd, const struct owner *o);
+int target1(uint16_t cmd, uint64_t pidns, pid_t pid);
+int write_param(const char *name, const char *value);
+unsigned long read_param(const char *name);
 unsigned int wait_blocked(uint64_t pidns, unsigned int want);
 int recv_notice(struct gpushare_kmod_notice *n);
 void check_timeout(unsigned int ms);
@@ -86,6 +93,11 @@ void check_dead_receiver(int unit, unsigned int ms);
 void check_redetect_and_delete(void);
 void check_compat(const char *prog);
 void check_churn(long calls);
+void check_targets(void);
+void check_pin(void);
+void check_hold(void);
+void check_resend(int unit);
+void check_params(void);
 
 int run_checks(int unit, const char *compat_prog);
 int refused_checks(int fd, int unit, struct kmodctl_reply *r);

@@ -116,6 +116,15 @@ int nl_cmd(int fd, uint16_t cmd, const uint64_t *ids, uint32_t n,
 	return nl_cmd_payload(fd, cmd, n, ids, n * sizeof(*ids), r);
 }
 
+/* ADD or DETECT of one namespace with a process in it; the reply's status. */
+int nl_target(int fd, uint16_t cmd, uint64_t pidns, pid_t pid,
+	      struct kmodctl_reply *r)
+{
+	struct gpushare_kmod_target t = { .pidns = pidns, .pid = (uint32_t)pid };
+
+	return nl_cmd_payload(fd, cmd, 1, &t, sizeof(t), r);
+}
+
 /* Stats of one namespace; 1 when found, 0 when absent, -errno. */
 int nl_stats_one(int fd, uint64_t pidns, struct gpushare_kmod_stats *out,
 		 struct gpushare_kmod_stats_head *head)

@@ -34,18 +34,47 @@ static int send_hdr(int fd, uint16_t type, struct gpushare_kmod_hdr *h,
 	return r->hdr.status;
 }
 
-static int bad(int fd, uint16_t cmd, uint32_t count, size_t nids,
+/* count in the header, nitems items of the command's size after it. */
+static int bad(int fd, uint16_t cmd, uint32_t count, size_t nitems,
 	       uint16_t version, struct kmodctl_reply *r)
 {
-	static uint64_t ids[GPUSHARE_KMOD_MAX_IDS + 8];
+	static struct gpushare_kmod_target items[GPUSHARE_KMOD_MAX_IDS + 8];
 	struct gpushare_kmod_hdr h = {
 		.version = version, .cmd = cmd, .seq = 77, .count = count,
 	};
-	size_t i;
+	uint64_t *ids = (uint64_t *)items;
+	size_t i, size = 8;
 
-	for (i = 0; i < nids; i++)
-		ids[i] = 4026532000ull + i;
-	return send_hdr(fd, GPUSHARE_KMOD_MSG_CMD, &h, ids, nids * 8, 0, r);
+	for (i = 0; i < nitems; i++) {
+		if (cmd == GPUSHARE_KMOD_CMD_ADD) {
+			items[i] = (struct gpushare_kmod_target) {
+				.pidns = 4026532000ull + i, .pid = getpid() };
+			size = sizeof(items[0]);
+		} else {
+			ids[i] = 4026532000ull + i;
+		}
+	}
+	return send_hdr(fd, GPUSHARE_KMOD_MSG_CMD, &h, items, nitems * size, 0, r);
+}
+
+/* ADD with items of protocol version 1 (bare ids) under the current version. */
+static int old_items(int fd, struct kmodctl_reply *r)
+{
+	uint64_t ids[2] = { 4026532000ull, 4026532001ull };
+	struct gpushare_kmod_hdr h = {
+		.version = GPUSHARE_KMOD_VERSION, .cmd = GPUSHARE_KMOD_CMD_ADD,
+		.seq = 80, .count = 2,
+	};
+
+	return send_hdr(fd, GPUSHARE_KMOD_MSG_CMD, &h, ids, sizeof(ids), 0, r);
+}
+
+static int bad_target(int fd, uint64_t id, uint32_t pid, uint32_t pad,
+		      struct kmodctl_reply *r)
+{
+	struct gpushare_kmod_target t = { .pidns = id, .pid = pid, .pad = pad };
+
+	return nl_cmd_payload(fd, GPUSHARE_KMOD_CMD_ADD, 1, &t, sizeof(t), r);
 }
 
 static int tiny(int fd, struct kmodctl_reply *r)
@@ -65,10 +94,10 @@ static int truncated(int fd, struct kmodctl_reply *r)
 		.version = GPUSHARE_KMOD_VERSION, .cmd = GPUSHARE_KMOD_CMD_ADD,
 		.seq = 78, .count = 1,
 	};
-	uint64_t id = 4026532999ull;
+	struct gpushare_kmod_target t = { .pidns = 4026532999ull, .pid = 1 };
 
-	/* the header itself cut short: 16 + 8 - 20 = 4 bytes of payload */
-	return send_hdr(fd, GPUSHARE_KMOD_MSG_CMD, &h, &id, 8, 20, r);
+	/* the header itself cut short: 16 + 16 - 28 = 4 bytes of payload */
+	return send_hdr(fd, GPUSHARE_KMOD_MSG_CMD, &h, &t, sizeof(t), 28, r);
 }
 
 static int wrong_type(int fd, struct kmodctl_reply *r)
@@ -79,11 +108,6 @@ static int wrong_type(int fd, struct kmodctl_reply *r)
 	};
 
 	return send_hdr(fd, GPUSHARE_KMOD_MSG_NOTICE, &h, NULL, 0, 0, r);
-}
-
-static int bad_id(int fd, uint64_t id, struct kmodctl_reply *r)
-{
-	return nl_cmd(fd, GPUSHARE_KMOD_CMD_ADD, &id, 1, r);
 }
 
 /* ADD from a process without CAP_NET_ADMIN (uid 65534). */
@@ -97,12 +121,13 @@ static int unprivileged(int unit)
 	pid = fork();
 	if (pid == 0) {
 		static struct kmodctl_reply r;
-		uint64_t id = 4026532998ull;
+		pid_t self = getpid();
 		int fd, st = -EIO;
 
 		if (setgid(65534) == 0 && setuid(65534) == 0) {
 			fd = nl_open(unit);
-			st = fd < 0 ? fd : nl_cmd(fd, GPUSHARE_KMOD_CMD_ADD, &id, 1, &r);
+			st = fd < 0 ? fd : nl_target(fd, GPUSHARE_KMOD_CMD_ADD,
+						     pidns_of(self), self, &r);
 		}
 		if (write(p[1], &st, sizeof(st)) != sizeof(st))
 			_exit(1);
@@ -119,8 +144,8 @@ static int unprivileged(int unit)
 int refused_checks(int fd, int unit, struct kmodctl_reply *r)
 {
 	const uint16_t v = GPUSHARE_KMOD_VERSION;
-	int s[14], entries;
 	struct gpushare_kmod_stats_head h;
+	int s[19], entries;
 
 	s[0] = tiny(fd, r);
 	s[1] = truncated(fd, r);
@@ -129,22 +154,29 @@ int refused_checks(int fd, int unit, struct kmodctl_reply *r)
 	s[4] = bad(fd, GPUSHARE_KMOD_CMD_ADD, GPUSHARE_KMOD_MAX_IDS + 1,
 		   GPUSHARE_KMOD_MAX_IDS + 1, v, r);		/* oversize */
 	s[5] = bad(fd, GPUSHARE_KMOD_CMD_ADD, 0xffffffffu, 1, v, r);
-	s[6] = bad(fd, GPUSHARE_KMOD_CMD_ADD, 1, 1, v + 1, r);	/* version */
+	s[6] = bad(fd, GPUSHARE_KMOD_CMD_ADD, 1, 1, v - 1, r);	/* version 1 */
 	s[7] = bad(fd, 99, 0, 0, v, r);				/* unknown */
 	s[8] = bad(fd, GPUSHARE_KMOD_CMD_REGISTER, 1, 1, v, r);
 	s[9] = bad(fd, GPUSHARE_KMOD_CMD_CONFIG, 1, 1, v, r);	/* 8 != 88 */
-	s[10] = bad_id(fd, 0, r);
-	s[11] = bad_id(fd, 1ull << 40, r);
+	s[10] = bad_target(fd, 0, getpid(), 0, r);		/* zero id */
+	s[11] = bad_target(fd, 1ull << 40, getpid(), 0, r);	/* big id */
 	s[12] = wrong_type(fd, r);
 	s[13] = unprivileged(unit);
+	s[14] = bad_target(fd, pidns_of(getpid()), 0, 0, r);	/* pid 0 */
+	s[15] = bad_target(fd, pidns_of(getpid()), getpid(), 1, r); /* pad */
+	s[16] = old_items(fd, r);				/* 2 x 8 bytes */
+	s[17] = bad(fd, GPUSHARE_KMOD_CMD_NOTICE, 0, 0, v, r);	/* not a command */
+	s[18] = bad(fd, GPUSHARE_KMOD_CMD_HOLD, 0, 1, v, r);	/* long */
 	nl_cmd(fd, GPUSHARE_KMOD_CMD_STATS, NULL, 0, r);
 	memcpy(&h, r->items, sizeof(h));
 	entries = h.entries;
 	printf("RESULT refused tiny=%d truncated=%d short=%d long=%d oversize=%d"
 	       " huge_count=%d version=%d unknown=%d register_items=%d"
 	       " config_size=%d zero_id=%d big_id=%d wrong_type=%d"
-	       " unprivileged=%d entries_after=%d\n",
+	       " unprivileged=%d zero_pid=%d pad=%d old_items=%d notice_cmd=%d"
+	       " hold_long=%d entries_after=%d\n",
 	       s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7], s[8], s[9],
-	       s[10], s[11], s[12], s[13], entries);
+	       s[10], s[11], s[12], s[13], s[14], s[15], s[16], s[17], s[18],
+	       entries);
 	return 0;
 }

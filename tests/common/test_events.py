@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from typing import Literal
 
+import msgspec
 import pytest
 from gpushare_common import events, subjects
 from gpushare_common.settings import NatsSettings, SettingsError, load
@@ -51,6 +53,19 @@ def test_newer_reader_fills_defaults_for_older_message() -> None:
     old = b'{"type":"ownerback","node":"n1","id":"x","ts":1.0,"pidns":5,"pid":1,"kernel_ts_ns":2}'
     decoded = events.decode(old)
     assert isinstance(decoded, events.OwnerBackEvent) and decoded.resolved is False
+
+
+def test_a_new_literal_value_is_refused_by_an_older_reader() -> None:
+    """Why the solver treats an unanswered ``hold`` as no hold (see the module's evolution rules)."""
+
+    class OldKmodCommand(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="kmod_cmd"):
+        node: str
+        op: Literal["add", "delete", "detect", "undetect", "release", "stats", "config"]
+
+    hold = events.encode(events.KmodCommand(node="n1", op="hold", pidns=(5,)))
+    assert isinstance(events.decode(hold), events.KmodCommand)
+    with pytest.raises(msgspec.ValidationError, match="Invalid enum value 'hold'"):
+        msgspec.json.decode(hold, type=OldKmodCommand)
 
 
 @pytest.mark.parametrize("payload", [b"", b"{", b"[]", b'{"type":"nope","node":"n"}',

@@ -118,10 +118,11 @@ def test_e_initial_namespace_and_other_types_pass(results: dict[str, dict[str, i
 def test_f_refused_commands(results: dict[str, dict[str, int]]) -> None:
     r = results["refused"]
     for key in ("tiny", "truncated", "short", "long", "oversize", "huge_count", "register_items",
-                "config_size", "zero_id", "big_id", "wrong_type"):
+                "config_size", "zero_id", "big_id", "wrong_type", "zero_pid", "pad", "old_items",
+                "hold_long"):
         assert r[key] == -errno.EINVAL, key
     assert r["version"] == -errno.EPROTO
-    assert r["unknown"] == -errno.EOPNOTSUPP
+    assert r["unknown"] == r["notice_cmd"] == -errno.EOPNOTSUPP
     assert r["unprivileged"] == -errno.EPERM
     assert r["entries_after"] == 0
 
@@ -195,3 +196,53 @@ def test_churn_of_commands_during_ioctls(results: dict[str, dict[str, int]]) -> 
     r = results["churn"]
     assert r["done"] == 1 and r["exit"] == 0, r
     assert r["cycles"] >= 1
+
+
+def test_targets_name_a_live_process_of_their_namespace(results: dict[str, dict[str, int]]) -> None:
+    r = results["targets"]
+    assert r["esrch"] == -errno.ESRCH  # no such process
+    assert r["estale"] == -errno.ESTALE  # the process lives in another pid namespace
+    assert (r["mixed"], r["count"], r["status0"], r["status1"]) == (-errno.ESTALE, 2, 0, -errno.ESTALE)
+    assert (r["a_in"], r["b_in"]) == (1, 0)  # only the good target got an entry
+
+
+def test_a_watched_namespace_id_is_not_reused_until_deleted(results: dict[str, dict[str, int]]) -> None:
+    r = results["pin"]
+    assert r["add"] == 0 and r["a_below_z"] == 1
+    # Z died after A, yet the kernel handed out Z's id and not A's (lower, pinned by the entry)
+    assert r["z_reused"] == 1 and r["a_reused_while_pinned"] == 0, r
+    assert r["delete"] == 0 and r["a_reused_after_delete"] == 1, r
+
+
+def test_hold_keeps_the_owner_blocked_past_the_timeout(results: dict[str, dict[str, int]]) -> None:
+    r = results["hold"]  # timeout 1000 ms, a HOLD every 250 ms for 2.5 s
+    assert r["notice"] == 1 and r["moved"] == 10 and r["holds"] == 10
+    assert r["held"] == 1 and r["held_ms"] >= 2400, "the owner resumed before the release"
+    assert r["flags"] & 4 and 0 < r["deadline_ahead_ms"] <= 1000
+    assert r["release"] == 1 and r["got"] == 1 and r["unblock_ms"] < SLACK_MS
+    assert r["timeouts"] == 0
+
+
+def test_hold_is_bounded_by_max_hold_from_the_hit(results: dict[str, dict[str, int]]) -> None:
+    r = results["hold"]  # max_hold 3000 ms, a HOLD every 250 ms for as long as the owner waits
+    assert r["cap_notice"] == 1 and r["cap_got"] == 1 and r["cap_moved"] >= 6
+    assert 3000 - 50 <= r["cap_blocked_ms"] <= 3000 + SLACK_MS
+    assert r["cap_after"] == 0 and r["idle"] == 0  # nothing to hold once the reclaim ended
+    assert (r["cap_timeouts"], r["cap_releases"], r["cap_flags"]) == (1, 0, 1)
+
+
+def test_register_sends_the_notice_of_a_reclaim_again(results: dict[str, dict[str, int]]) -> None:
+    r = results["resend"]
+    assert r["dropped"] == 1  # nobody was registered at the hit
+    assert r["register"] == 0 and r["notice"] == 1
+    assert r["pidns_ok"] == r["pid_ok"] == r["ts_ok"] == 1 and r["flags"] == 1
+    assert r["again"] == 1 and r["same_ts"] == 1 and r["again_flags"] == 1
+    assert r["held"] == 1 and r["release"] == 1 and r["got"] == 1
+    assert r["after_release"] == 0
+
+
+def test_parameters_are_checked_when_written(results: dict[str, dict[str, int]]) -> None:
+    r = results["params"]
+    assert (r["timeout_before"], r["timeout_refused"], r["timeout_after"]) == (3000, 5, 3000)
+    assert (r["hold_before"], r["hold_refused"], r["hold_after"]) == (30000, 5, 30000)
+    assert (r["timeout_good"], r["timeout_set"], r["hold_good"], r["hold_set"]) == (0, 2500, 0, 2500)

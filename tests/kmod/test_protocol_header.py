@@ -17,14 +17,16 @@ DEFINE_RE = re.compile(r"^#define\s+(GPUSHARE_KMOD_\w+)\s+(0x[0-9a-fA-F]+|\d+)\b
 # struct -> (size, [(field, offset), ...]) as documented in the header
 LAYOUT = {
     "gpushare_kmod_hdr": (16, [("version", 0), ("cmd", 2), ("seq", 4), ("status", 8), ("count", 12)]),
-    "gpushare_kmod_stats_head": (40, [("now_ns", 0), ("notices_sent", 8), ("notices_dropped", 16),
+    "gpushare_kmod_target": (16, [("pidns", 0), ("pid", 8), ("pad", 12)]),
+    "gpushare_kmod_stats_head": (48, [("now_ns", 0), ("notices_sent", 8), ("notices_dropped", 16),
                                       ("entries", 24), ("max_entries", 28), ("receiver_portid", 32),
-                                      ("timeout_ms", 36)]),
-    "gpushare_kmod_stats": (56, [("pidns", 0), ("last_access_ns", 8), ("hits", 16), ("notices", 24),
-                                 ("releases", 32), ("timeouts", 40), ("blocked", 48), ("flags", 52)]),
+                                      ("timeout_ms", 36), ("max_hold_ms", 40), ("pad", 44)]),
+    "gpushare_kmod_stats": (72, [("pidns", 0), ("last_access_ns", 8), ("hits", 16), ("notices", 24),
+                                 ("releases", 32), ("timeouts", 40), ("holds", 48), ("deadline_ns", 56),
+                                 ("blocked", 64), ("flags", 68)]),
     "gpushare_kmod_config": (88, [("ntypes", 0), ("nmajors", 4), ("types", 8), ("majors", 24)]),
     "gpushare_kmod_notice": (32, [("pidns", 0), ("ts_ns", 8), ("pid", 16), ("tid", 20),
-                                  ("ioctl_cmd", 24), ("pad", 28)]),
+                                  ("ioctl_cmd", 24), ("flags", 28)]),
 }
 
 
@@ -34,12 +36,12 @@ def defines() -> dict[str, int]:
 
 def test_protocol_constants() -> None:
     d = defines()
-    assert d["GPUSHARE_KMOD_VERSION"] == 1
+    assert d["GPUSHARE_KMOD_VERSION"] == 2
     assert d["GPUSHARE_KMOD_NETLINK_UNIT"] == 31
     types = [v for k, v in d.items() if k.startswith("GPUSHARE_KMOD_MSG_")]
     assert sorted(types) == [0x10, 0x11, 0x12]  # all >= NLMSG_MIN_TYPE
     cmds = [v for k, v in d.items() if k.startswith("GPUSHARE_KMOD_CMD_")]
-    assert sorted(cmds) == list(range(1, 10))
+    assert sorted(cmds) == list(range(1, 11))
     assert d["GPUSHARE_KMOD_MAX_IDS"] == 1024
 
 

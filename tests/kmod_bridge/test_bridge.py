@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 
 from gpushare_common import events
 from gpushare_kmod_bridge import handlers, protocol
+from gpushare_kmod_bridge.adapters.procfs import pidns_of
 from gpushare_kmod_bridge.adapters.simsocket import SimTransport
 from gpushare_kmod_bridge.bridge import Bridge
 from gpushare_kmod_bridge.link import KernelLink, LinkSettings
@@ -19,7 +20,7 @@ from gpushare_sim.kernel import KernelStandIn
 from hypothesis import given
 from hypothesis import strategies as st
 
-from .conftest import ioctl
+from .conftest import Namespaces, PidnsProcess, ioctl
 
 NODE = "n1"
 FAST = LinkSettings(reply_timeout_s=0.5, heartbeat_s=0.05, backoff_min_s=0.01, backoff_max_s=0.05)
@@ -72,17 +73,53 @@ class Published:
         self.events.put_nowait(event)
 
 
+def test_one_owner_back_id_per_hit() -> None:
+    first = protocol.Notice(pidns=9, ts_ns=1_000_000, pid=42, tid=43, ioctl_cmd=0x4600, seq=1)
+    again = protocol.Notice(pidns=9, ts_ns=1_000_000, pid=42, tid=43, ioctl_cmd=0x4600, seq=7,
+                            flags=protocol.NOTICE_F_RESENT)
+    ids = {handlers.owner_back(NODE, n, "ns/p", "main", 2_000_000 + n.seq).id for n in (first, again)}
+    assert ids == {handlers.owner_back_id(NODE, 9, 1_000_000)}
+    assert handlers.owner_back_id(NODE, 9, 1_000_001) not in ids  # the next hit
+    assert handlers.owner_back_id("n2", 9, 1_000_000) not in ids  # another node
+    assert handlers.owner_back_id(NODE, 8, 1_000_000) not in ids  # another namespace
+
+
+def test_a_detected_namespace_still_armed_or_reclaiming_is_only_added_again() -> None:
+    entries = [WatchEntry(pidns=1), *(WatchEntry(pidns=p, mode="detected") for p in (2, 3, 4, 5))]
+    kernel = {3: protocol.F_WATCHED | protocol.F_RECLAIMING, 4: protocol.F_WATCHED | protocol.F_NEED_NOTICE,
+              5: protocol.F_WATCHED}  # 2: not in the kernel (a module loaded again)
+    assert handlers.resend_plan(entries, kernel) == ([1, 3, 4], [2, 5])
+
+
+def test_a_live_pid_of_the_namespace_is_chosen() -> None:
+    snapshot = Snapshot(pids={"c1": (10, 11), "c2": (20,)})
+    namespace_of = {10: 500, 11: 501, 20: 501}.get
+    assert handlers.live_pid(501, ["c1", "c2"], snapshot, namespace_of) == 11
+    assert handlers.live_pid(501, ["", "c2"], snapshot, namespace_of) == 20
+    assert handlers.live_pid(502, ["c1", "c2"], snapshot, namespace_of) is None
+    found, missing = handlers.targets([500, 502], lambda p: ["c1"], snapshot, namespace_of)
+    assert (found, missing) == ([protocol.Target(500, 10)], [502])
+
+
+def test_target_statuses_per_chunk() -> None:
+    a, b, c = protocol.Target(1, 5), protocol.Target(2, 5), protocol.Target(3, 5)
+    listed = protocol.Reply(protocol.Header(protocol.CMD_ADD, 1, -errno.ESTALE, 2), statuses=(0, -errno.ESTALE))
+    refused = protocol.Reply(protocol.Header(protocol.CMD_ADD, 2, -errno.EINVAL, 0))
+    assert handlers.target_statuses([[a, b], [c]], [listed, refused]) == {1: 0, 2: -errno.ESTALE, 3: -errno.EINVAL}
+    assert "another pid namespace" in handlers.failures_message({2: -errno.ESTALE})
+
+
 class Containers:
-    """The node's containers as a container source and /proc report them; ``spawn`` starts
-    another process in a container after the listing."""
+    """The node's containers as a container source reports them, each a real process in a pid
+    namespace of its own (the kernel stand-in checks them); cgroup membership is recorded here.
+    ``spawn`` starts another process in a container after the listing (a pid never listed)."""
 
     name = "test"
 
     def __init__(self) -> None:
         self.now: list[ContainerProcs] = []
         self.procs: dict[int, str] = {}  # pid -> container id (its cgroup)
-        self.namespaces: dict[str, int] = {}  # container id -> pid namespace
-        self.next_pid = 1000
+        self.next_pid = 10**8
 
     async def containers(self) -> list[ContainerProcs]:
         return list(self.now)
@@ -91,15 +128,12 @@ class Containers:
         cid = self.procs.get(pid)
         return None if cid is None else f"0::/kubepods/{cid}\n"
 
-    def pidns_of(self, pid: int) -> int | None:
-        cid = self.procs.get(pid)
-        return None if cid is None else self.namespaces[cid]
-
-    def run(self, cid: str, pod: str, pidns: int) -> None:
+    def run(self, cid: str, pod: str, process: PidnsProcess, pid: int = 0) -> None:
+        """Container ``cid`` listed with ``pid`` (default: the namespace's first process)."""
         self.stop(cid)
-        self.namespaces[cid] = pidns
-        pid = self.spawn(cid)
-        self.now.append(ContainerProcs(cid, (pid,), pod, "main"))
+        pid = pid or process.pid
+        self.procs[pid] = cid
+        self.now.append(ContainerProcs(cid, (pid,), pod, "main" if pod else ""))
 
     def spawn(self, cid: str) -> int:
         self.next_pid += 1
@@ -112,12 +146,12 @@ class Containers:
 
 
 @contextlib.asynccontextmanager
-async def wired(kernel: KernelStandIn, source: Containers | None = None,
-                ) -> AsyncIterator[tuple[Bridge, Published, MemoryStore]]:  # fmt: skip
-    store, published = MemoryStore(), Published()
-    resolver = Resolver([source] if source else [], source.pidns_of if source else lambda pid: None, None,
-                        min_refresh_s=0.0, cgroup_of=source.cgroup_of if source else lambda pid: None)
+async def wired(kernel: KernelStandIn, source: Containers,
+                store: MemoryStore | None = None) -> AsyncIterator[tuple[Bridge, Published, MemoryStore]]:
+    store, published = store or MemoryStore(), Published()
+    resolver = Resolver([source], pidns_of, None, min_refresh_s=0.0, cgroup_of=source.cgroup_of)
     bridge = Bridge(NODE, "p.v1.n1.event.ownerback", published, WatchSet(store), resolver, BridgeMetrics())
+    await bridge.watchset.load()
     resolver.on_refresh.append(bridge.prune)
     link = KernelLink(SimTransport(kernel.socket_path), FAST, bridge.metrics, bridge.on_notice,
                       bridge.on_registered)
@@ -138,41 +172,79 @@ async def cmd(bridge: Bridge, op: str, *ids: int) -> events.KmodReply:
     return reply
 
 
-async def test_watch_set_follows_commands_and_notices(kernel: KernelStandIn) -> None:
-    async with wired(kernel) as (bridge, published, store):
-        await cmd(bridge, "detect", 7)
-        await cmd(bridge, "add", 7, 8)  # add never turns a detected entry back
-        assert {p: e.mode for p, e in bridge.watchset.entries.items()} == {7: "detected", 8: "watched"}
-        call = asyncio.create_task(ioctl(kernel.hook_path, 7))
+async def test_watch_set_follows_commands_and_notices(kernel: KernelStandIn, namespaces: Namespaces) -> None:
+    source = Containers()
+    first, second = namespaces.new(), namespaces.new()
+    source.run("c7", "", first)
+    source.run("c8", "", second)
+    async with wired(kernel, source) as (bridge, published, store):
+        await cmd(bridge, "detect", first.pidns)
+        await cmd(bridge, "add", first.pidns, second.pidns)  # add never turns a detected entry back
+        assert {p: e.mode for p, e in bridge.watchset.entries.items()} == \
+            {first.pidns: "detected", second.pidns: "watched"}
+        call = asyncio.create_task(ioctl(kernel.hook_path, first.pidns))
         event = await asyncio.wait_for(published.events.get(), 5)
         assert isinstance(event, events.OwnerBackEvent) and not event.resolved
-        assert bridge.watchset.get(7).mode == "watched"  # type: ignore[union-attr]
-        assert (await cmd(bridge, "release", 7)).status == 1
+        assert bridge.watchset.get(first.pidns).mode == "watched"  # type: ignore[union-attr]
+        held = await cmd(bridge, "hold", first.pidns)
+        assert held.status == 1 and held.timeout_ms == kernel.state.timeout_ms
+        assert (await cmd(bridge, "release", first.pidns)).status == 1
         await call
-        await cmd(bridge, "delete", 8)
-        assert sorted(store.data) == ["7"] and sorted(kernel.state.entries) == [7]
+        await cmd(bridge, "delete", second.pidns)
+        assert sorted(store.data) == [str(first.pidns)] and sorted(kernel.state.entries) == [first.pidns]
 
 
-async def test_commands_while_the_kernel_is_away_are_kept_for_later(kernel: KernelStandIn) -> None:
-    async with wired(kernel) as (bridge, _, _store):
+async def test_a_namespace_without_a_live_process_is_refused_and_not_remembered(
+        kernel: KernelStandIn, namespaces: Namespaces) -> None:
+    source = Containers()
+    live, other = namespaces.new(), namespaces.new()
+    source.run("c1", "ns/a", live)
+    async with wired(kernel, source) as (bridge, _, store):
+        reply = await cmd(bridge, "detect", live.pidns, other.pidns)  # nobody listed lives in `other`
+        assert reply.status == -errno.ESRCH and f"pid namespace {other.pidns}: no such process" in reply.message
+        assert list(bridge.watchset.entries) == [live.pidns] and list(kernel.state.entries) == [live.pidns]
+        assert list(store.data) == [str(live.pidns)]
+
+
+async def test_commands_while_the_kernel_is_away_are_kept_for_later(
+        kernel: KernelStandIn, pidns_process: PidnsProcess) -> None:
+    source = Containers()
+    source.run("c1", "", pidns_process)
+    async with wired(kernel, source) as (bridge, _, _store):
         await kernel.close()
         link = bridge.link
         assert link is not None
         await asyncio.wait_for(_until(lambda: not link.registered.is_set()), 5)
-        reply = await cmd(bridge, "detect", 11)
+        reply = await cmd(bridge, "detect", pidns_process.pidns)
         assert reply.status == -errno.ENOTCONN and "unavailable" in reply.message
         await kernel.start()
-        await asyncio.wait_for(_until(lambda: 11 in kernel.state.entries), 5)
-        assert kernel.state.entries[11].need_notice
+        await asyncio.wait_for(_until(lambda: pidns_process.pidns in kernel.state.entries), 5)
+        assert kernel.state.entries[pidns_process.pidns].need_notice
 
 
-async def test_stats_reply_names_the_pods(kernel: KernelStandIn) -> None:
-    async with wired(kernel) as (bridge, _, _store):
-        await bridge.watchset.put(WatchEntry(pidns=21, mode="watched", pod="ns/p", container="main"))
-        await cmd(bridge, "add", 21)
+async def test_registration_drops_what_has_no_live_process(kernel: KernelStandIn, namespaces: Namespaces) -> None:
+    source = Containers()
+    staying, leaving = namespaces.new(), namespaces.new()
+    source.run("c1", "ns/a", staying)
+    source.run("c2", "ns/b", leaving)
+    async with wired(kernel, source) as (bridge, _, store):
+        await cmd(bridge, "add", staying.pidns, leaving.pidns)
+        leaving.stop()  # its container still listed, its process gone
+        await asyncio.wait_for(_until(leaving.gone), 5)
+        kernel.state.close()  # the module reloaded: an empty map, a new registration
+        kernel.receiver = None
+        await asyncio.wait_for(_until(lambda: list(kernel.state.entries) == [staying.pidns]), 5)
+        await asyncio.wait_for(_until(lambda: list(store.data) == [str(staying.pidns)]), 5)
+
+
+async def test_stats_reply_names_the_pods(kernel: KernelStandIn, pidns_process: PidnsProcess) -> None:
+    source = Containers()
+    source.run("c1", "ns/p", pidns_process)
+    async with wired(kernel, source) as (bridge, _, _store):
+        await cmd(bridge, "add", pidns_process.pidns)
         reply = await cmd(bridge, "stats")
-        assert [(s.pidns, s.pod, s.watched) for s in reply.stats] == [(21, "ns/p", True)]
-        assert reply.kernel_now_ns > 0
+        assert [(s.pidns, s.pod, s.watched) for s in reply.stats] == [(pidns_process.pidns, "ns/p", True)]
+        assert reply.kernel_now_ns > 0 and reply.timeout_ms == 3000
         assert (await bridge.serve_command(events.SpotEvent(node=NODE, pod="a/b", container="c",
                                                             state="using"))).status == -errno.EINVAL
 
@@ -188,71 +260,114 @@ async def pod_cmd(bridge: Bridge, op: str, *pods: str) -> events.KmodReply:
     return reply
 
 
-async def test_commands_by_pod_key_reach_a_pod_that_is_already_gone(kernel: KernelStandIn) -> None:
+async def test_commands_by_pod_key_reach_a_pod_that_is_already_gone(
+        kernel: KernelStandIn, pidns_process: PidnsProcess) -> None:
     source = Containers()
+    pidns = pidns_process.pidns
     async with wired(kernel, source) as (bridge, _, store):
-        source.run("c1", "ns/dev", 101)
+        source.run("c1", "ns/dev", pidns_process)
         assert (await pod_cmd(bridge, "detect", "ns/dev/main")).status == 0
-        assert bridge.watchset.get(101).container_id == "c1"  # type: ignore[union-attr]
+        assert bridge.watchset.get(pidns).container_id == "c1"  # type: ignore[union-attr]
         source.stop("c1")
         bridge.resolver.snapshot = Snapshot()  # the bridge has not listed the containers since
         reply = await pod_cmd(bridge, "delete", "ns/dev/main")
-        assert reply.status >= 0 and reply.pidns == (101,)
-        assert bridge.watchset.entries == {} and store.data == {} and 101 not in kernel.state.entries
+        assert reply.status >= 0 and reply.pidns == (pidns,)
+        assert bridge.watchset.entries == {} and store.data == {} and pidns not in kernel.state.entries
 
 
-async def test_a_refresh_forgets_the_namespaces_of_departed_containers(kernel: KernelStandIn) -> None:
+async def test_a_refresh_forgets_the_namespaces_of_departed_containers(
+        kernel: KernelStandIn, namespaces: Namespaces) -> None:
     source = Containers()
+    dev, ml = namespaces.new(), namespaces.new()
     async with wired(kernel, source) as (bridge, _, store):
-        source.run("c1", "ns/dev", 101)
-        source.run("c2", "ns/ml", 102)
+        source.run("c1", "ns/dev", dev)
+        source.run("c2", "ns/ml", ml)
         await pod_cmd(bridge, "detect", "ns/dev/main")
         await pod_cmd(bridge, "add", "ns/ml/main")
         source.stop("c1")
         await bridge.resolver.refresh()
-        assert sorted(bridge.watchset.entries) == [102] and sorted(kernel.state.entries) == [102]
-        assert list(store.data) == ["102"]
+        assert sorted(bridge.watchset.entries) == [ml.pidns] and sorted(kernel.state.entries) == [ml.pidns]
+        assert list(store.data) == [str(ml.pidns)]
         assert bridge.metrics.stale.labels("refresh")._value.get() == 1
 
 
-async def test_a_reused_namespace_never_inherits_a_stale_entry(kernel: KernelStandIn) -> None:
-    """The kernel hands the inode of a departed pod's namespace to a new container before the
-    bridge noticed: its first GPU call is not an owner-back and is not held past the lookup."""
-    source = Containers()
+async def test_a_namespace_taken_over_by_another_container_never_inherits_its_entry(
+        kernel: KernelStandIn, shared_namespace: PidnsProcess) -> None:
+    """The listing now puts the watched namespace in another container (one the bridge did not
+    watch; both had a process there): its GPU call is not an owner-back and is not held past the
+    lookup."""
+    source, shared = Containers(), shared_namespace
+    pidns = shared.pidns
     async with wired(kernel, source) as (bridge, published, _):
-        source.run("c1", "old/dev", 101)
+        source.run("c1", "old/dev", shared)
         await pod_cmd(bridge, "detect", "old/dev/main")
         source.stop("c1")
-        source.run("c9", "new/job", 101)  # same inode, another container
+        source.run("c9", "new/job", shared, pid=shared.second_pid)
         pid = source.spawn("c9")  # the new container's workload makes the call
-        held_ms = await asyncio.wait_for(ioctl(kernel.hook_path, 101, pid=pid), 5)
+        held_ms = await asyncio.wait_for(ioctl(kernel.hook_path, pidns, pid=pid), 5)
         assert held_ms < 1000 and published.events.empty()
-        assert bridge.watchset.entries == {} and 101 not in kernel.state.entries
+        assert bridge.watchset.entries == {} and pidns not in kernel.state.entries
         assert bridge.metrics.stale.labels("notice")._value.get() == 1
 
 
-async def test_watching_a_reused_namespace_starts_afresh(kernel: KernelStandIn) -> None:
+async def test_watching_a_taken_over_namespace_starts_afresh(
+        kernel: KernelStandIn, pidns_process: PidnsProcess) -> None:
     source = Containers()
+    pidns = pidns_process.pidns
     async with wired(kernel, source) as (bridge, published, _):
-        source.run("c1", "old/dev", 101)
+        source.run("c1", "old/dev", pidns_process)
         await pod_cmd(bridge, "detect", "old/dev/main")
         source.stop("c1")
-        source.run("c9", "new/job", 101)
+        source.run("c9", "new/job", pidns_process)
         await pod_cmd(bridge, "add", "new/job/main")
-        entry = bridge.watchset.get(101)
+        entry = bridge.watchset.get(pidns)
         assert entry is not None and (entry.pod, entry.mode, entry.container_id) == ("new/job", "watched", "c9")
-        assert not kernel.state.entries[101].need_notice  # the old DETECT did not survive
-        assert await asyncio.wait_for(ioctl(kernel.hook_path, 101), 5) < 1000 and published.events.empty()
+        assert not kernel.state.entries[pidns].need_notice  # the old DETECT did not survive
+        assert await asyncio.wait_for(ioctl(kernel.hook_path, pidns), 5) < 1000 and published.events.empty()
 
 
-async def test_the_watched_container_coming_back_is_an_owner_back(kernel: KernelStandIn) -> None:
+async def test_the_watched_container_coming_back_is_an_owner_back(
+        kernel: KernelStandIn, pidns_process: PidnsProcess) -> None:
     source = Containers()
+    pidns = pidns_process.pidns
     async with wired(kernel, source) as (bridge, published, _):
-        source.run("c1", "ns/dev", 101)
+        source.run("c1", "ns/dev", pidns_process)
         await pod_cmd(bridge, "detect", "ns/dev/main")
         pid = source.spawn("c1")  # a process started in the owner's container since the listing
-        call = asyncio.create_task(ioctl(kernel.hook_path, 101, pid=pid))
+        call = asyncio.create_task(ioctl(kernel.hook_path, pidns, pid=pid))
         event = await asyncio.wait_for(published.events.get(), 5)
         assert isinstance(event, events.OwnerBackEvent) and (event.pod, event.resolved) == ("ns/dev", True)
         await pod_cmd(bridge, "release", "ns/dev/main")
         assert await asyncio.wait_for(call, 5) < 3000
+
+
+async def test_a_notice_missed_while_the_bridge_was_away_is_the_same_owner_back(
+        kernel: KernelStandIn, pidns_process: PidnsProcess) -> None:
+    """The bridge sees the owner-back and goes away, the owner's call still blocked; the next
+    bridge gets the notice again on registration and publishes it with the same id (the stream
+    keeps one). A bridge away at the hit itself gets it the same way, and re-arms nothing."""
+    source, store = Containers(), MemoryStore()
+    pidns = pidns_process.pidns
+    source.run("c1", "ns/dev", pidns_process)
+    async with wired(kernel, source, store) as (bridge, published, _):
+        await pod_cmd(bridge, "detect", "ns/dev/main")
+        call = asyncio.create_task(ioctl(kernel.hook_path, pidns, pid=pidns_process.pid))
+        first = await asyncio.wait_for(published.events.get(), 5)
+    async with wired(kernel, source, store) as (bridge, published, _):
+        again = await asyncio.wait_for(published.events.get(), 5)
+        assert isinstance(first, events.OwnerBackEvent) and isinstance(again, events.OwnerBackEvent)
+        assert again.id == first.id and again.kernel_ts_ns == first.kernel_ts_ns
+        assert (again.pod, again.pid) == ("ns/dev", pidns_process.pid)
+        await pod_cmd(bridge, "release", "ns/dev/main")
+        await asyncio.wait_for(call, 5)
+        await pod_cmd(bridge, "detect", "ns/dev/main")
+    call = asyncio.create_task(ioctl(kernel.hook_path, pidns, pid=pidns_process.pid))  # nobody registered
+    await asyncio.wait_for(_until(lambda: kernel.state.entries[pidns].blocked == 1), 5)
+    async with wired(kernel, source, store) as (bridge, published, _):
+        missed = await asyncio.wait_for(published.events.get(), 5)
+        assert isinstance(missed, events.OwnerBackEvent) and missed.id != first.id
+        assert not kernel.state.entries[pidns].need_notice  # only ADDed again: no second notice armed
+        assert bridge.watchset.get(pidns).mode == "watched"  # type: ignore[union-attr]
+        await pod_cmd(bridge, "release", "ns/dev/main")
+        await asyncio.wait_for(call, 5)
+        assert await asyncio.wait_for(ioctl(kernel.hook_path, pidns), 5) < 1000 and published.events.empty()

@@ -16,7 +16,7 @@ import pytest
 from gpushare_kmod_bridge import protocol
 from gpushare_sim.kernel import KernelStandIn
 
-from .conftest import ioctl, wait_until
+from .conftest import Namespaces, PidnsProcess, dead_pid, ioctl, wait_until
 
 
 class RawClient:
@@ -41,27 +41,43 @@ class RawClient:
         return frame
 
     async def status(self, cmd: int, ids: list[int] = ()) -> int:  # type: ignore[assignment]
-        reply = protocol.decode_reply(await self.send(protocol.encode_command(cmd, 1, ids)))
-        return reply.header.status
+        return (await self.reply(cmd, ids)).header.status
+
+    async def reply(self, cmd: int, ids: list[int] = (),  # type: ignore[assignment]
+                    targets: list[protocol.Target] = ()) -> protocol.Reply:  # type: ignore[assignment]
+        return protocol.decode_reply(await self.send(protocol.encode_command(cmd, 1, ids, targets=targets)))
+
+    async def watch(self, cmd: int, *processes: PidnsProcess) -> int:
+        """ADD or DETECT of these processes' namespaces: the reply's status."""
+        return (await self.reply(cmd, targets=[p.target for p in processes])).header.status
 
     def close(self) -> None:
         self.writer.close()
 
 
-def raw_command(cmd: int, count: int, items: bytes, version: int = 1, nl_type: int = protocol.MSG_CMD) -> bytes:
+def raw_command(cmd: int, count: int, items: bytes, version: int = 2, nl_type: int = protocol.MSG_CMD) -> bytes:
     return protocol.encode_frame(nl_type, 3, protocol.Header(cmd, 3, count=count, version=version), items)
 
 
+def target(pidns: int, pid: int = 1, pad: int = 0) -> bytes:
+    return struct.pack("<QII", pidns, pid, pad)
+
+
 @pytest.mark.parametrize(("data", "status"), [
-    (raw_command(protocol.CMD_ADD, 1, struct.pack("<Q", 5), version=2), -errno.EPROTO),
+    (raw_command(protocol.CMD_ADD, 1, target(5), version=1), -errno.EPROTO),
     (raw_command(42, 0, b""), -errno.EOPNOTSUPP),
-    (raw_command(protocol.CMD_ADD, 2, struct.pack("<Q", 5)), -errno.EINVAL),  # truncated
-    (raw_command(protocol.CMD_ADD, 1, struct.pack("<QQ", 5, 6)), -errno.EINVAL),  # longer
-    (raw_command(protocol.CMD_ADD, 1, struct.pack("<Q", 0)), -errno.EINVAL),  # id 0
-    (raw_command(protocol.CMD_ADD, 1, struct.pack("<Q", 2**32)), -errno.EINVAL),  # above U32_MAX
-    (raw_command(protocol.CMD_ADD, 1025, bytes(8 * 1025)), -errno.EINVAL),  # oversize
+    (raw_command(protocol.CMD_NOTICE, 0, b""), -errno.EOPNOTSUPP),
+    (raw_command(protocol.CMD_ADD, 2, target(5)), -errno.EINVAL),  # truncated
+    (raw_command(protocol.CMD_ADD, 1, target(5) + target(6)), -errno.EINVAL),  # longer
+    (raw_command(protocol.CMD_ADD, 1, struct.pack("<Q", 5)), -errno.EINVAL),  # a bare id (version 1)
+    (raw_command(protocol.CMD_ADD, 1, target(0)), -errno.EINVAL),  # id 0
+    (raw_command(protocol.CMD_ADD, 1, target(2**32)), -errno.EINVAL),  # above U32_MAX
+    (raw_command(protocol.CMD_DETECT, 1, target(5, pid=0)), -errno.EINVAL),  # pid 0
+    (raw_command(protocol.CMD_DETECT, 1, target(5, pad=7)), -errno.EINVAL),  # pad not zero
+    (raw_command(protocol.CMD_ADD, 1025, bytes(16 * 1025)), -errno.EINVAL),  # oversize
+    (raw_command(protocol.CMD_HOLD, 1, target(5)), -errno.EINVAL),  # HOLD takes bare ids
     (raw_command(protocol.CMD_REGISTER, 1, struct.pack("<Q", 5)), -errno.EINVAL),
-    (raw_command(protocol.CMD_ADD, 1, struct.pack("<Q", 5), nl_type=protocol.MSG_REPLY), -errno.EINVAL),
+    (raw_command(protocol.CMD_ADD, 1, target(5), nl_type=protocol.MSG_REPLY), -errno.EINVAL),
 ])
 async def test_malformed_commands_get_the_modules_errors(kernel: KernelStandIn, data: bytes, status: int) -> None:
     client = await RawClient.connect(kernel.socket_path)
@@ -73,65 +89,179 @@ async def test_malformed_commands_get_the_modules_errors(kernel: KernelStandIn, 
         client.close()
 
 
-async def test_hit_without_detect_passes_and_counts(kernel: KernelStandIn) -> None:
+async def test_hit_without_detect_passes_and_counts(kernel: KernelStandIn, namespaces: Namespaces) -> None:
     client = await RawClient.connect(kernel.socket_path)
+    owner, other = namespaces.new(), namespaces.new()
     try:
-        assert await client.status(protocol.CMD_ADD, [11]) == 0
-        assert await ioctl(kernel.hook_path, 11) < 100
-        assert await ioctl(kernel.hook_path, 12) == 0  # not mapped
-        assert await ioctl(kernel.hook_path, 11, ioctl_type=0x41) == 0  # not a watched type
-        assert kernel.state.entries[11].hits == 1 and kernel.state.entries[11].notices == 0
+        assert await client.watch(protocol.CMD_ADD, owner) == 0
+        assert await ioctl(kernel.hook_path, owner.pidns) < 100
+        assert await ioctl(kernel.hook_path, other.pidns) == 0  # not mapped
+        assert await ioctl(kernel.hook_path, owner.pidns, ioctl_type=0x41) == 0  # not a watched type
+        entry = kernel.state.entries[owner.pidns]
+        assert entry.hits == 1 and entry.notices == 0
     finally:
         client.close()
 
 
-async def test_timeout_ends_the_wait_and_is_counted(kernel: KernelStandIn) -> None:
+async def test_timeout_ends_the_wait_and_is_counted(kernel: KernelStandIn, pidns_process: PidnsProcess) -> None:
     kernel.state.timeout_ms = 150
     client = await RawClient.connect(kernel.socket_path)
+    pidns = pidns_process.pidns
     try:
         assert await client.status(protocol.CMD_REGISTER) == 0
-        assert await client.status(protocol.CMD_DETECT, [21]) == 0
-        held = await ioctl(kernel.hook_path, 21, pid=9)
+        assert await client.watch(protocol.CMD_DETECT, pidns_process) == 0
+        held = await ioctl(kernel.hook_path, pidns, pid=9)
         notice = protocol.decode_notice(await client.next())
-        assert (notice.pidns, notice.pid, notice.seq) == (21, 9, 1)
+        assert (notice.pidns, notice.pid, notice.seq, notice.flags) == (pidns, 9, 1, 0)
         assert 140 <= held < 1000
-        entry = kernel.state.entries[21]
+        entry = kernel.state.entries[pidns]
         assert (entry.timeouts, entry.releases, entry.reclaiming, entry.need_notice) == (1, 0, False, False)
-        assert await ioctl(kernel.hook_path, 21) < 100  # one notice per detect
+        assert await ioctl(kernel.hook_path, pidns) < 100  # one notice per detect
     finally:
         client.close()
 
 
-async def test_other_callers_wait_on_the_same_release(kernel: KernelStandIn) -> None:
+async def test_other_callers_wait_on_the_same_release(kernel: KernelStandIn, pidns_process: PidnsProcess) -> None:
     client = await RawClient.connect(kernel.socket_path)
+    pidns = pidns_process.pidns
     try:
         await client.status(protocol.CMD_REGISTER)
-        await client.status(protocol.CMD_DETECT, [31])
-        first = asyncio.create_task(ioctl(kernel.hook_path, 31, pid=1))
+        await client.watch(protocol.CMD_DETECT, pidns_process)
+        first = asyncio.create_task(ioctl(kernel.hook_path, pidns, pid=1))
         await client.next()  # the notice
-        second = asyncio.create_task(ioctl(kernel.hook_path, 31, pid=2))
-        await wait_until(lambda: kernel.state.entries[31].blocked == 2, what="two blocked callers")
+        second = asyncio.create_task(ioctl(kernel.hook_path, pidns, pid=2))
+        await wait_until(lambda: kernel.state.entries[pidns].blocked == 2, what="two blocked callers")
         assert kernel.sent == 1
-        assert await client.status(protocol.CMD_RELEASE, [31]) == 2
+        assert await client.status(protocol.CMD_RELEASE, [pidns]) == 2
         await asyncio.wait_for(asyncio.gather(first, second), 5)
     finally:
         client.close()
 
 
-async def test_delete_wakes_and_forgets(kernel: KernelStandIn) -> None:
+async def test_delete_wakes_and_forgets(kernel: KernelStandIn, pidns_process: PidnsProcess) -> None:
     client = await RawClient.connect(kernel.socket_path)
+    pidns = pidns_process.pidns
     try:
-        await client.status(protocol.CMD_DETECT, [41])  # no receiver: the notice is dropped
-        call = asyncio.create_task(ioctl(kernel.hook_path, 41))
-        await wait_until(lambda: kernel.state.entries[41].blocked == 1, what="blocked caller")
+        await client.watch(protocol.CMD_DETECT, pidns_process)  # no receiver: the notice is dropped
+        call = asyncio.create_task(ioctl(kernel.hook_path, pidns))
+        await wait_until(lambda: kernel.state.entries[pidns].blocked == 1, what="blocked caller")
         assert kernel.dropped == 1
-        assert await client.status(protocol.CMD_DELETE, [41]) == 1
+        assert await client.status(protocol.CMD_DELETE, [pidns]) == 1
         await asyncio.wait_for(call, 5)
-        assert 41 not in kernel.state.entries
+        assert pidns not in kernel.state.entries
         reply = protocol.decode_reply(await client.send(protocol.encode_command(protocol.CMD_STATS, 2)))
         assert reply.stats == () and reply.stats_head is not None and reply.stats_head.entries == 0
     finally:
         client.close()
+
+
+async def test_targets_must_name_a_live_process_of_their_namespace(
+        kernel: KernelStandIn, namespaces: Namespaces) -> None:
+    client = await RawClient.connect(kernel.socket_path)
+    a, b = namespaces.new(), namespaces.new()
+    try:
+        gone = await client.reply(protocol.CMD_ADD, targets=[protocol.Target(a.pidns, dead_pid())])
+        assert (gone.header.status, gone.statuses) == (-errno.ESRCH, (-errno.ESRCH,))
+        mixed = await client.reply(protocol.CMD_DETECT, targets=[a.target, protocol.Target(b.pidns, a.pid)])
+        assert (mixed.header.status, mixed.statuses) == (-errno.ESTALE, (0, -errno.ESTALE))
+        assert list(kernel.state.entries) == [a.pidns]  # only the good target has an entry
+        assert await client.watch(protocol.CMD_ADD, a) == 0  # again: idempotent, one pin
+        assert os.readlink(f"/proc/self/fd/{kernel.state.entries[a.pidns].pin}") == f"pid:[{a.pidns}]"
+    finally:
+        client.close()
+
+
+async def test_a_watched_namespace_id_is_not_reused_until_deleted(
+        kernel: KernelStandIn, namespaces: Namespaces) -> None:
+    """The kernel hands out the lowest free namespace id. A (watched) and then Z (a control) die,
+    A first and with the lower id: new namespaces get Z's id but never A's while the entry pins A,
+    and A's once DELETE let it go."""
+    client = await RawClient.connect(kernel.socket_path)
+    try:
+        a = namespaces.new()
+        assert await client.watch(protocol.CMD_ADD, a) == 0
+        z = namespaces.new()
+        assert a.pidns < z.pidns
+        for process in (a, z):
+            process.stop()
+            await wait_until(process.gone, what="the namespace's process reaped")
+        seen = await probe_until(namespaces, {a.pidns, z.pidns})
+        assert z.pidns in seen and a.pidns not in seen
+        assert os.readlink(f"/proc/self/fd/{kernel.state.entries[a.pidns].pin}") == f"pid:[{a.pidns}]"
+        assert await client.status(protocol.CMD_DELETE, [a.pidns]) == 0
+        assert a.pidns in await probe_until(namespaces, {a.pidns})
+    finally:
+        client.close()
+
+
+async def probe_until(namespaces: Namespaces, wanted: set[int], timeout: float = 20.0) -> set[int]:
+    """New namespaces until one took an id of ``wanted``: every id they took. The kernel hands out
+    the lowest free id: a probe that took a lower one fills a hole and stays, so the next looks
+    higher; one that took only ids above ``wanted`` means none of them is free yet (a namespace's
+    id is freed an RCU grace period after its last process is reaped): it goes, and the next
+    comes a little later."""
+    seen: set[int] = set()
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not seen & wanted and asyncio.get_running_loop().time() < deadline:
+        probe = await asyncio.to_thread(namespaces.new)
+        seen |= probe.inums
+        if min(probe.inums) > max(wanted):
+            probe.stop()
+            await asyncio.sleep(0.005)
+    return seen
+
+
+async def test_hold_moves_the_deadline_up_to_max_hold(kernel: KernelStandIn, pidns_process: PidnsProcess) -> None:
+    kernel.state.timeout_ms, kernel.state.max_hold_ms = 300, 1200
+    client = await RawClient.connect(kernel.socket_path)
+    pidns = pidns_process.pidns
+    try:
+        await client.status(protocol.CMD_REGISTER)
+        await client.watch(protocol.CMD_DETECT, pidns_process)
+        assert await client.status(protocol.CMD_HOLD, [pidns]) == 0  # nothing to hold yet
+        call = asyncio.create_task(ioctl(kernel.hook_path, pidns))
+        await client.next()  # the notice
+        moved = 0
+        while not call.done():
+            await asyncio.wait({call}, timeout=0.1)
+            reply = await client.reply(protocol.CMD_HOLD, [pidns])
+            assert reply.stats_head is not None and reply.stats_head.max_hold_ms == 1200
+            moved += reply.header.status
+        held = call.result()
+        entry = kernel.state.entries[pidns]
+        assert 1200 - 20 <= held < 1200 + 500, "HOLD keeps the owner until hit + max_hold, not longer"
+        assert moved >= 6 and entry.holds == moved and (entry.timeouts, entry.releases) == (1, 0)
+        assert await client.status(protocol.CMD_HOLD, [pidns]) == 0  # a HOLD never revives a reclaim
+    finally:
+        client.close()
+
+
+async def test_register_sends_the_notice_of_a_reclaim_again(
+        kernel: KernelStandIn, pidns_process: PidnsProcess) -> None:
+    first = await RawClient.connect(kernel.socket_path)
+    pidns = pidns_process.pidns
+    await first.status(protocol.CMD_REGISTER)
+    first.close()  # the receiver is gone at the hit
+    second = await RawClient.connect(kernel.socket_path)
+    try:
+        await second.watch(protocol.CMD_DETECT, pidns_process)
+        call = asyncio.create_task(ioctl(kernel.hook_path, pidns, pid=pidns_process.pid))
+        await wait_until(lambda: kernel.state.entries[pidns].blocked == 1, what="the owner blocked")
+        assert kernel.dropped == 1
+        assert await second.status(protocol.CMD_REGISTER) == 0
+        notice = protocol.decode_notice(await second.next())
+        hit = kernel.state.entries[pidns].hit
+        assert hit is not None and (notice.pidns, notice.pid, notice.ts_ns) == (pidns, pidns_process.pid, hit.ts_ns)
+        assert notice.resent and not call.done()
+        assert await second.status(protocol.CMD_REGISTER) == 0
+        assert protocol.decode_notice(await second.next()).ts_ns == hit.ts_ns  # again, the same hit
+        assert await second.status(protocol.CMD_RELEASE, [pidns]) == 1
+        await asyncio.wait_for(call, 5)
+        assert await second.status(protocol.CMD_REGISTER) == 0
+        stats = await second.reply(protocol.CMD_STATS)  # the next message is this reply: no notice
+        assert stats.stats_head is not None and stats.stats_head.notices_sent == 2
+    finally:
+        second.close()
 
 
 async def test_bad_hook_lines_get_an_error(kernel: KernelStandIn) -> None:
@@ -159,22 +289,34 @@ def test_runs_as_a_program(sock_dir: Path) -> None:
     assert not sock.exists() and not hook.exists()
 
 
-async def test_a_guard_sees_a_borrower_alive_at_the_release(kernel: KernelStandIn) -> None:
+async def test_a_guard_sees_a_borrower_alive_at_the_release(kernel: KernelStandIn, namespaces: Namespaces) -> None:
     """The instrument the soak uses: at the instant the owner's call is let go, a borrower's
     pid namespace that still has a live process is a verdict with ``alive`` set."""
     mine = os.stat("/proc/self/ns/pid").st_ino  # this test's own namespace: alive for sure
-    kernel.state.add(77, detect=True)
-    kernel.state.guards.arm(77, [mine, 123456789])
-    call = asyncio.create_task(ioctl(kernel.hook_path, 77))
-    await wait_until(lambda: kernel.state.entries[77].reclaiming)
-    assert kernel.state.release(77) == 1
+    first, second = namespaces.new(), namespaces.new()
+    kernel.state.add(first.pidns, first.pid, detect=True)
+    kernel.state.guards.arm(first.pidns, [mine, 123456789])
+    call = asyncio.create_task(ioctl(kernel.hook_path, first.pidns))
+    await wait_until(lambda: kernel.state.entries[first.pidns].reclaiming)
+    assert kernel.state.release(first.pidns) == 1
     await call
     (verdict,) = kernel.state.guards.verdicts
     assert verdict["how"] == "release" and verdict["alive"] and verdict["borrowers"] == [mine, 123456789]
-    kernel.state.add(78, detect=True)
-    kernel.state.guards.arm(78, [123456789])  # nothing lives there
-    call = asyncio.create_task(ioctl(kernel.hook_path, 78))
-    await wait_until(lambda: kernel.state.entries[78].reclaiming)
-    kernel.state.release(78)
+    kernel.state.add(second.pidns, second.pid, detect=True)
+    kernel.state.guards.arm(second.pidns, [123456789])  # nothing lives there
+    call = asyncio.create_task(ioctl(kernel.hook_path, second.pidns))
+    await wait_until(lambda: kernel.state.entries[second.pidns].reclaiming)
+    kernel.state.release(second.pidns)
     await call
     assert kernel.state.guards.verdicts[-1]["alive"] == []
+
+
+async def test_a_guard_is_settled_when_the_deadline_lets_the_owner_go(
+        kernel: KernelStandIn, pidns_process: PidnsProcess) -> None:
+    kernel.state.timeout_ms = 100
+    mine = os.stat("/proc/self/ns/pid").st_ino
+    kernel.state.add(pidns_process.pidns, pidns_process.pid, detect=True)
+    kernel.state.guards.arm(pidns_process.pidns, [mine])
+    assert await ioctl(kernel.hook_path, pidns_process.pidns) >= 100
+    (verdict,) = kernel.state.guards.verdicts
+    assert verdict["how"] == "timeout" and verdict["alive"]

@@ -15,7 +15,7 @@ from gpushare_kmod_bridge.metrics import BridgeMetrics
 from gpushare_kmod_bridge.transport import TransportError
 from gpushare_sim.kernel import KernelStandIn
 
-from .conftest import ioctl, wait_until
+from .conftest import Namespaces, PidnsProcess, ioctl, wait_until
 
 FAST = LinkSettings(reply_timeout_s=0.5, heartbeat_s=0.05, backoff_min_s=0.01, backoff_max_s=0.05)
 
@@ -48,31 +48,39 @@ def make_link(path: str, recorder: Recorder, metrics: BridgeMetrics | None = Non
                       recorder.on_registered)
 
 
-async def test_detect_notice_release(kernel: KernelStandIn) -> None:
+async def test_detect_notice_hold_release(kernel: KernelStandIn, pidns_process: PidnsProcess) -> None:
     recorder = Recorder()
     link = make_link(kernel.socket_path, recorder)
+    pidns = pidns_process.pidns
     async with running(link):
         await asyncio.wait_for(link.registered.wait(), 5)
-        assert (await link.request(protocol.CMD_DETECT, [777])).header.status == 0
-        call = asyncio.create_task(ioctl(kernel.hook_path, 777, pid=55))
+        assert (await link.request(protocol.CMD_DETECT, targets=[pidns_process.target])).statuses == (0,)
+        call = asyncio.create_task(ioctl(kernel.hook_path, pidns, pid=55))
         notice = await asyncio.wait_for(recorder.notices.get(), 5)
-        assert (notice.pidns, notice.pid) == (777, 55)
+        assert (notice.pidns, notice.pid, notice.resent) == (pidns, 55, False)
         assert not call.done()
-        reply = await link.request(protocol.CMD_RELEASE, [777])
+        hold = await link.request(protocol.CMD_HOLD, [pidns])
+        (held,) = hold.stats
+        assert hold.header.status == 1 and held.holds == 1 and held.flags & protocol.F_RECLAIMING
+        assert hold.stats_head is not None and held.deadline_ns > hold.stats_head.now_ns
+        reply = await link.request(protocol.CMD_RELEASE, [pidns])
         assert reply.header.status == 1  # one task woken
         assert await asyncio.wait_for(call, 5) < 3000
-        stats = await link.request(protocol.CMD_STATS, [777])
+        stats = await link.request(protocol.CMD_STATS, [pidns])
         (record,) = stats.stats
-        assert (record.hits, record.notices, record.releases, record.flags) == (1, 1, 1, protocol.F_WATCHED)
+        assert (record.hits, record.notices, record.releases, record.flags, record.deadline_ns) == \
+            (1, 1, 1, protocol.F_WATCHED, 0)
 
 
-async def test_kernel_status_is_passed_back(kernel: KernelStandIn) -> None:
+async def test_kernel_status_is_passed_back(kernel: KernelStandIn, namespaces: Namespaces) -> None:
     kernel.state.max_entries = 1
     link = make_link(kernel.socket_path, Recorder())
+    first, second = namespaces.new(), namespaces.new()
     async with running(link):
         await asyncio.wait_for(link.registered.wait(), 5)
-        assert (await link.request(protocol.CMD_ADD, [1])).header.status == 0
-        assert (await link.request(protocol.CMD_ADD, [2])).header.status == -errno.ENOSPC
+        assert (await link.request(protocol.CMD_ADD, targets=[first.target])).header.status == 0
+        full = await link.request(protocol.CMD_ADD, targets=[first.target, second.target])
+        assert (full.header.status, full.statuses) == (-errno.ENOSPC, (0, -errno.ENOSPC))
         config = await link.request(protocol.CMD_CONFIG, config=protocol.FilterConfig((0x46, 0x41), (195,)))
         assert config.config == protocol.FilterConfig((0x46, 0x41), (195,))
 
@@ -85,24 +93,54 @@ async def test_reregisters_after_the_module_goes_away(kernel: KernelStandIn) -> 
         await kernel.close()  # module unloaded: the socket is gone
         await wait_until(lambda: not link.registered.is_set(), what="link down")
         with pytest.raises(KernelUnavailable):
-            await link.request(protocol.CMD_ADD, [5])
+            await link.request(protocol.CMD_DELETE, [5])
         await kernel.start()  # loaded again
         await wait_until(lambda: recorder.registered == 2, what="second registration")
         assert kernel.receiver is not None
 
 
-async def test_notices_after_reregistration_reach_the_new_receiver(kernel: KernelStandIn) -> None:
+async def test_notices_after_reregistration_reach_the_new_receiver(
+        kernel: KernelStandIn, pidns_process: PidnsProcess) -> None:
     recorder = Recorder()
     link = make_link(kernel.socket_path, recorder)
+    pidns = pidns_process.pidns
     async with running(link):
         await wait_until(lambda: recorder.registered == 1, what="registration")
         kernel.receiver = None  # the module forgot its receiver (reloaded under the same socket)
         await wait_until(lambda: recorder.registered == 2, what="re-registration after heartbeat")
-        await link.request(protocol.CMD_DETECT, [9])
-        hit = asyncio.create_task(ioctl(kernel.hook_path, 9))
-        assert (await asyncio.wait_for(recorder.notices.get(), 5)).pidns == 9
-        await link.request(protocol.CMD_RELEASE, [9])
+        await link.request(protocol.CMD_DETECT, targets=[pidns_process.target])
+        hit = asyncio.create_task(ioctl(kernel.hook_path, pidns))
+        assert (await asyncio.wait_for(recorder.notices.get(), 5)).pidns == pidns
+        await link.request(protocol.CMD_RELEASE, [pidns])
         await hit
+
+
+async def test_a_notice_missed_while_away_comes_with_the_next_registration(
+        kernel: KernelStandIn, pidns_process: PidnsProcess) -> None:
+    """The bridge is away at the hit; when it registers again the kernel sends the notice again,
+    and a handler may send commands (here RELEASE) while the link is still reading."""
+    recorder = Recorder()
+    pidns = pidns_process.pidns
+    link = make_link(kernel.socket_path, recorder)
+    async with running(link) as stop:
+        await asyncio.wait_for(link.registered.wait(), 5)
+        await link.request(protocol.CMD_DETECT, targets=[pidns_process.target])
+        stop.set()
+    await wait_until(lambda: kernel.receiver is None, what="the receiver gone")
+    hit = asyncio.create_task(ioctl(kernel.hook_path, pidns, pid=pidns_process.pid))
+    await wait_until(lambda: kernel.state.entries[pidns].blocked == 1, what="the owner blocked")
+    released: list[int] = []
+
+    async def release(notice: protocol.Notice, received_ns: int) -> None:
+        recorder.notices.put_nowait(notice)
+        released.append((await link.request(protocol.CMD_RELEASE, [notice.pidns])).header.status)
+
+    link = KernelLink(SimTransport(kernel.socket_path), FAST, BridgeMetrics(), release)
+    async with running(link):
+        notice = await asyncio.wait_for(recorder.notices.get(), 5)
+        assert (notice.pidns, notice.pid, notice.resent) == (pidns, pidns_process.pid, True)
+        assert await asyncio.wait_for(hit, 5) < 3000
+        await wait_until(lambda: released == [1], what="the release sent by the notice handler")
 
 
 class ScriptedTransport:

@@ -17,6 +17,7 @@ HEADER = Path(__file__).resolve().parents[2] / "kmod" / "include" / "gpushare_km
 C_TYPES = {"__u8": ("B", 1), "__u16": ("H", 2), "__u32": ("I", 4), "__s32": ("i", 4), "__u64": ("Q", 8)}
 STRUCTS = {
     "gpushare_kmod_hdr": protocol.HDR,
+    "gpushare_kmod_target": protocol.TARGET,
     "gpushare_kmod_stats_head": protocol.STATS_HEAD,
     "gpushare_kmod_stats": protocol.STATS,
     "gpushare_kmod_config": protocol.CONFIG,
@@ -52,7 +53,8 @@ def test_every_constant_of_the_header_is_mirrored() -> None:
         assert getattr(protocol, name) == value, name
         if hasattr(standin, name):
             assert getattr(standin, name) == value, f"stand-in {name}"
-    for name in ("REGISTER", "ADD", "DELETE", "DETECT", "UNDETECT", "RELEASE", "STATS", "CONFIG", "NOTICE"):
+    for name in ("REGISTER", "ADD", "DELETE", "DETECT", "UNDETECT", "RELEASE", "STATS", "CONFIG", "NOTICE",
+                 "HOLD"):
         assert getattr(standin, name) == defines[f"CMD_{name}"]
     assert {k.lower(): defines[f"CMD_{k.upper()}"] for k in protocol.COMMANDS} == protocol.COMMANDS
 
@@ -69,6 +71,7 @@ def test_struct_layouts_match_the_header(name: str) -> None:
 
 def test_stand_in_and_pyroute2_message_use_the_same_layouts() -> None:
     assert standin.HDR.format == protocol.HDR.format
+    assert standin.TARGET.format == protocol.TARGET.format
     assert standin.STATS_HEAD.format == protocol.STATS_HEAD.format
     assert standin.RECORD.format == protocol.STATS.format
     assert standin.CONFIG_ITEM.format == protocol.CONFIG.format
@@ -79,7 +82,7 @@ def test_stand_in_and_pyroute2_message_use_the_same_layouts() -> None:
 ids_strategy = st.lists(st.integers(1, protocol.ID_LIMIT), max_size=40)
 
 
-@given(st.sampled_from([2, 3, 4, 5, 6, 7]), st.integers(0, 2**32 - 1), ids_strategy)
+@given(st.sampled_from([3, 5, 6, 7, 10]), st.integers(0, 2**32 - 1), ids_strategy)
 def test_command_round_trip(cmd: int, seq: int, ids: list[int]) -> None:
     data = protocol.encode_command(cmd, seq, ids)
     (frame,) = protocol.split_frames(data)
@@ -93,23 +96,57 @@ def test_command_round_trip(cmd: int, seq: int, ids: list[int]) -> None:
     assert (message["cmd"], message["seq"], message["count"]) == (cmd, seq, len(ids))
 
 
+targets_strategy = st.lists(st.builds(protocol.Target, st.integers(1, protocol.ID_LIMIT),
+                                      st.integers(1, protocol.PID_LIMIT)), max_size=40)
+
+
+@given(st.sampled_from([protocol.CMD_ADD, protocol.CMD_DETECT]), st.integers(0, 2**32 - 1), targets_strategy)
+def test_target_command_round_trip(cmd: int, seq: int, targets: list[protocol.Target]) -> None:
+    (frame,) = protocol.split_frames(protocol.encode_command(cmd, seq, targets=targets))
+    header, items = protocol.decode_header(frame)
+    assert (header.cmd, header.count) == (cmd, len(targets))
+    assert [protocol.Target(p, pid) for p, pid, pad in protocol.TARGET.iter_unpack(items)] == targets
+    assert all(pad == 0 for _, _, pad in protocol.TARGET.iter_unpack(items))
+    assert standin.check(frame.nl_type, frame.payload) == 0
+
+
+@given(st.lists(st.integers(-4095, 0), max_size=30), st.integers(0, 2**32 - 1))
+def test_target_statuses_round_trip(statuses: list[int], seq: int) -> None:
+    status = next((s for s in statuses if s < 0), 0)
+    reply = protocol.Reply(protocol.Header(protocol.CMD_DETECT, seq, status, len(statuses)),
+                           statuses=tuple(statuses))
+    (frame,) = protocol.split_frames(protocol.encode_reply(reply))
+    assert protocol.decode_reply(frame) == reply
+
+
+def test_targets_are_checked_before_sending() -> None:
+    with pytest.raises(protocol.ProtocolError, match="pid 0 of pid namespace 5"):
+        protocol.encode_command(protocol.CMD_ADD, 1, targets=[protocol.Target(5, 0)])
+    with pytest.raises(protocol.ProtocolError, match="not bare ids"):
+        protocol.encode_command(protocol.CMD_DETECT, 1, [5])
+    with pytest.raises(protocol.ProtocolError, match="outside"):
+        protocol.encode_command(protocol.CMD_ADD, 1, targets=[protocol.Target(0, 1)])
+
+
 @given(st.integers(1, protocol.ID_LIMIT), st.integers(0, 2**64 - 1), st.integers(0, 2**32 - 1),
-       st.integers(0, 2**32 - 1), st.integers(1, 2**32 - 1))
-def test_notice_round_trip(pidns: int, ts: int, pid: int, cmd: int, seq: int) -> None:
-    notice = protocol.Notice(pidns, ts, pid, pid, cmd, seq)
+       st.integers(0, 2**32 - 1), st.integers(1, 2**32 - 1), st.integers(0, 1))
+def test_notice_round_trip(pidns: int, ts: int, pid: int, cmd: int, seq: int, flags: int) -> None:
+    notice = protocol.Notice(pidns, ts, pid, pid, cmd, seq, flags)
     (frame,) = protocol.split_frames(protocol.encode_notice(notice))
-    assert protocol.decode_notice(frame) == notice
+    decoded = protocol.decode_notice(frame)
+    assert decoded == notice and decoded.resent == bool(flags)
 
 
-records = st.builds(protocol.StatsRecord, st.integers(1, protocol.ID_LIMIT), st.integers(0, 2**64 - 1),
-                    st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1),
-                    st.integers(0, 2**64 - 1), st.integers(0, 2**32 - 1), st.integers(0, 7))
+u64 = st.integers(0, 2**64 - 1)
+records = st.builds(protocol.StatsRecord, st.integers(1, protocol.ID_LIMIT), u64, u64, u64, u64, u64, u64, u64,
+                    st.integers(0, 2**32 - 1), st.integers(0, 7))
 
 
-@given(st.lists(records, max_size=20), st.integers(0, 2**32 - 1))
-def test_stats_reply_round_trip(stats: list[protocol.StatsRecord], seq: int) -> None:
-    head = protocol.StatsHead(1, 2, 3, len(stats), 4096, 7, 3000)
-    reply = protocol.Reply(protocol.Header(protocol.CMD_STATS, seq, 0, len(stats)), head, tuple(stats))
+@given(st.lists(records, max_size=20), st.integers(0, 2**32 - 1),
+       st.sampled_from([protocol.CMD_STATS, protocol.CMD_HOLD]), st.integers(0, 20))
+def test_stats_reply_round_trip(stats: list[protocol.StatsRecord], seq: int, cmd: int, status: int) -> None:
+    head = protocol.StatsHead(1, 2, 3, len(stats), 4096, 7, 3000, 30000)
+    reply = protocol.Reply(protocol.Header(cmd, seq, status, len(stats)), head, tuple(stats))
     (frame,) = protocol.split_frames(protocol.encode_reply(reply))
     assert protocol.decode_reply(frame) == reply
 
@@ -121,7 +158,7 @@ def test_config_round_trip(types: list[int], majors: list[int]) -> None:
 
 
 def test_several_messages_in_one_datagram() -> None:
-    data = protocol.encode_command(2, 1, [5]) + protocol.encode_command(3, 2, [6, 7])
+    data = protocol.encode_command(7, 1, [5]) + protocol.encode_command(3, 2, [6, 7])
     assert [f.nl_seq for f in protocol.split_frames(data)] == [1, 2]
 
 
@@ -149,10 +186,10 @@ def test_broken_framing_is_named(data: bytes, reason: str) -> None:
 
 
 def test_bad_payloads_are_named() -> None:
-    wrong_version = protocol.encode_frame(0x12, 1, protocol.Header(9, 1, count=1, version=2), bytes(32))
+    wrong_version = protocol.encode_frame(0x12, 1, protocol.Header(9, 1, count=1, version=1), bytes(32))
     short_notice = protocol.encode_frame(0x12, 1, protocol.Header(9, 1, count=1), bytes(8))
     (frame,) = protocol.split_frames(wrong_version)
-    with pytest.raises(protocol.ProtocolError, match="version 2"):
+    with pytest.raises(protocol.ProtocolError, match="version 1"):
         protocol.decode_notice(frame)
     (frame,) = protocol.split_frames(short_notice)
     with pytest.raises(protocol.ProtocolError, match="8 item bytes"):
@@ -162,7 +199,7 @@ def test_bad_payloads_are_named() -> None:
 @pytest.mark.parametrize("ids", [[0], [protocol.ID_LIMIT + 1], list(range(1, protocol.MAX_IDS + 2))])
 def test_invalid_ids_are_refused_before_sending(ids: list[int]) -> None:
     with pytest.raises(protocol.ProtocolError):
-        protocol.encode_command(protocol.CMD_ADD, 1, ids)
+        protocol.encode_command(protocol.CMD_DELETE, 1, ids)
 
 
 def test_filter_config_limits() -> None:
@@ -175,4 +212,4 @@ def test_filter_config_limits() -> None:
 def test_pyroute2_classifies_kernel_errors() -> None:
     error = struct.pack("<IHHIIi", 20, protocol.NLMSG_ERROR, 0, 0, 0, -111)
     assert classify(error) == (protocol.NLMSG_ERROR, 111)
-    assert classify(protocol.encode_command(2, 1, [3]))[0] == protocol.MSG_CMD
+    assert classify(protocol.encode_command(3, 1, [3]))[0] == protocol.MSG_CMD

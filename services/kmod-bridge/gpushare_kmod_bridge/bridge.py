@@ -2,17 +2,24 @@
 
 - ``serve_command``: a :class:`KmodCommand` (pid-namespace ids and/or pod
   keys, resolved here) updates the watch set, goes to the kernel, and the
-  kernel's status comes back as a :class:`KmodReply`. When the kernel is not
+  kernel's status comes back as a :class:`KmodReply`. ADD and DETECT name,
+  with each namespace, a live process of its container (the kernel checks it
+  and pins the namespace); a namespace without one is refused (``-ESRCH``)
+  and not remembered, as is one the kernel refused. When the kernel is not
   registered the watch set still changes (it is re-sent on registration) and
   the reply says ``-ENOTCONN``.
 - ``on_notice``: each kernel notice becomes one :class:`OwnerBackEvent` on
   ``<prefix>.<node>.event.ownerback``, resolved to its pod when possible, and
   handed to ``publish``, which must not return before the stream has it (or
-  must queue it for a task that does). A notice from a namespace whose entry
-  is stale (another container lives there now) wakes the caller at once
-  (DELETE) and publishes nothing.
-- ``on_registered``: re-sends the watch set (ADD, then DETECT) and the ioctl
-  filter when one is configured.
+  must queue it for a task that does). Its id comes from the node, namespace
+  and hit time, so a notice the kernel sends again on registration is the
+  same event. A notice from a namespace whose entry is stale (another
+  container lives there now) wakes the caller at once (DELETE) and
+  publishes nothing.
+- ``on_registered``: the ioctl filter when one is configured, then the watch
+  set again with fresh pids (ADD, then DETECT; a detected namespace still
+  being reclaimed is only added, its notice comes again); an entry whose
+  container has no live process, or that the kernel refuses, is dropped.
 - ``prune``: after every refresh of the container map, entries bound to a
   container that is gone, or whose namespace another container now has, are
   dropped here and in the kernel. ``delete``, ``undetect`` and ``release`` by
@@ -32,12 +39,12 @@ from . import handlers, protocol
 from .link import KernelLink, KernelUnavailable
 from .metrics import BridgeMetrics
 from .resolver import ResolveError, Resolver, Snapshot, split_key
-from .watchset import Mode, Owned, WatchEntry, WatchSet
+from .watchset import Owned, WatchEntry, WatchSet
 
 log = get_logger("kmod-bridge")
 
 Publish = Callable[[str, events.Event], Awaitable[None]]
-_BY_RECORD = ("delete", "undetect", "release")  # ops that also reach namespaces of pods already gone
+_BY_RECORD = ("delete", "undetect", "release", "hold")  # ops that also reach namespaces of pods gone
 
 
 class Bridge:
@@ -73,6 +80,8 @@ class Bridge:
             return
         pod, container = handlers.owner_of(entry, owner)
         event = handlers.owner_back(self.node, notice, pod, container, time.monotonic_ns())
+        if notice.resent:
+            log.info("notice sent again by the kernel", node=self.node, pidns=notice.pidns, id=event.id)
         await self.publish(self.subject, event)
         self.metrics.published.labels(str(event.resolved).lower()).inc()
         self.metrics.latency.observe(event.notice_to_publish_ms / 1000)
@@ -88,13 +97,37 @@ class Bridge:
         link = self._link()
         if self.filter_config is not None:
             await link.request(protocol.CMD_CONFIG, config=self.filter_config)
-        modes: tuple[tuple[Mode, int], ...] = (("watched", protocol.CMD_ADD),
-                                               ("detected", protocol.CMD_DETECT))
-        for mode, cmd in modes:
-            for chunk in handlers.chunks(self.watchset.by_mode(mode)):
-                if chunk:
-                    await link.request(cmd, chunk)
+        await self.resolver.refresh()  # the pids sent with the namespaces must be alive now
+        detected = self.watchset.by_mode("detected")
+        kernel = [await link.request(protocol.CMD_STATS, chunk) for chunk in handlers.chunks(detected) if chunk]
+        add, detect = handlers.resend_plan(self.watchset.entries.values(),
+                                           {r.pidns: r.flags for reply in kernel for r in reply.stats})
+        for ids, cmd in ((add, protocol.CMD_ADD), (detect, protocol.CMD_DETECT)):
+            failed = await self._send_targets(cmd, ids)
+            if failed:
+                log.warning("watched namespaces dropped: no live process there, or the kernel refused",
+                            node=self.node, reason=handlers.failures_message(failed))
+                await self._drop(list(failed))
         log.info("watch set sent to the kernel", node=self.node, **self.watchset.counts())
+
+    async def _send_targets(self, cmd: int, ids: Sequence[int]) -> dict[int, int]:
+        """ADD/DETECT ``ids`` with a live process each: the failures, pidns -> -errno."""
+        found, missing = handlers.targets(ids, self._containers, self.resolver.snapshot, self.resolver.pidns_of)
+        if missing and ids:
+            await self.resolver.refresh(force=False)  # a container started since the last listing
+            again, missing = handlers.targets(missing, self._containers, self.resolver.snapshot,
+                                              self.resolver.pidns_of)
+            found += again
+        chunks = [found[i : i + protocol.MAX_IDS] for i in range(0, len(found), protocol.MAX_IDS)]
+        replies = [await self._link().request(cmd, targets=chunk) for chunk in chunks]
+        statuses = handlers.target_statuses(chunks, replies)
+        return {p: handlers.ESRCH for p in missing} | {p: s for p, s in statuses.items() if s < 0}
+
+    def _containers(self, pidns: int) -> list[str]:
+        """The containers a namespace is known to belong to: the recorded one, the one listed now."""
+        entry = self.watchset.get(pidns)
+        owner = self.resolver.snapshot.owners.get(pidns)
+        return [entry.container_id if entry else "", owner.container_id if owner else ""]
 
     # --- NATS -> kernel -------------------------------------------------------------
 
@@ -113,8 +146,24 @@ class Bridge:
             if op in _BY_RECORD:  # nothing watched for these pods (any more): nothing to undo
                 return self._reply(op, 0, (), f"nothing recorded for {list(request.pods)}")
             return self._reply(op, handlers.ENOENT, (), f"no pid namespace found for {list(request.pods)}")
+        if op in ("add", "detect"):
+            return await self._watch(op, ids, owners)
         await self._remember(op, ids, owners)
         return await self._to_kernel(op, ids)
+
+    async def _watch(self, op: str, ids: list[int], owners: dict[int, Owned]) -> events.KmodReply:
+        """ADD/DETECT: only what the kernel took (or will be sent, when it is away) is remembered."""
+        await self._drop_replaced(ids, owners)
+        try:
+            failed = await self._send_targets(handlers.KERNEL_OPS[op], ids)
+        except KernelUnavailable as err:
+            self.metrics.commands.labels(op, "unavailable").inc()
+            await self._remember(op, ids, owners)
+            return self._reply(op, handlers.ENOTCONN, ids, f"kernel module unavailable: {err}")
+        await self._remember(op, [p for p in ids if p not in failed], owners)
+        status = next(iter(failed.values()), 0)
+        self.metrics.commands.labels(op, "ok" if status >= 0 else "error").inc()
+        return self._reply(op, status, ids, handlers.failures_message(failed))
 
     async def _resolve(self, request: events.KmodCommand) -> tuple[list[int], dict[int, Owned]]:
         protocol.check_ids(request.pidns)
@@ -130,11 +179,15 @@ class Bridge:
         protocol.check_ids(ids)
         return ids, owners
 
-    async def _remember(self, op: str, ids: Sequence[int], owners: dict[int, Owned]) -> None:
+    async def _drop_replaced(self, ids: Sequence[int], owners: dict[int, Owned]) -> None:
+        """An entry recorded for another container than the one living in its namespace now (the
+        kernel reused an inode it did not hold) starts afresh."""
         replaced = [p for p in owners if _replaced(self.watchset.get(p), owners[p])]
-        if replaced and op in ("add", "detect"):  # the kernel reused an inode: start that entry afresh
+        if replaced:
             self.metrics.stale.labels("command").inc(len(replaced))
             await self._drop(replaced)
+
+    async def _remember(self, op: str, ids: Sequence[int], owners: dict[int, Owned]) -> None:
         if op == "add":
             fresh = [p for p in ids if self.watchset.get(p) is None]
             await self.watchset.set_mode(fresh, "watched", owners)
@@ -180,12 +233,11 @@ class Bridge:
     async def _drop(self, ids: list[int]) -> None:
         await self.watchset.remove(ids)
         self._count_watched()
-        if self.link is not None and self.link.registered.is_set():
-            try:
-                for chunk in handlers.chunks(ids):
-                    await self.link.request(protocol.CMD_DELETE, chunk)
-            except KernelUnavailable as err:  # the kernel forgets everything when it comes back
-                log.info("kernel away while forgetting namespaces", node=self.node, error=str(err))
+        try:
+            for chunk in handlers.chunks(ids):
+                await self._link().request(protocol.CMD_DELETE, chunk)
+        except KernelUnavailable as err:  # a module loaded again starts with an empty map
+            log.info("kernel away while forgetting namespaces", node=self.node, error=str(err))
 
     # --- views ---------------------------------------------------------------------
 

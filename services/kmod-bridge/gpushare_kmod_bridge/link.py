@@ -6,8 +6,10 @@ Lifecycle (one loop, :meth:`KernelLink.run`):
    notices), then call ``on_registered`` (the service re-sends its watch set);
    only then is the link ``registered`` (ready)
 2. read messages: replies complete the pending command of the same
-   ``hdr.seq``; notices go to ``on_notice``; malformed messages are counted
-   and skipped;
+   ``hdr.seq``; notices go, in order, to ``on_notice`` (from a task of their
+   own, so a handler may send commands); malformed messages are counted and
+   skipped. The module sends the notice of every reclaim in progress again
+   right after the REGISTER reply;
 3. every ``heartbeat_s`` ask STATS: no reply within ``reply_timeout_s``, a
    send error, or a receiver port that is no longer ours (the module was
    reloaded and forgot us) ends the session;
@@ -69,25 +71,28 @@ class KernelLink:
         self._seq = 0
         self._pending: dict[int, asyncio.Future[protocol.Reply]] = {}
         self._lost: asyncio.Event = asyncio.Event()
-        self._open = False  # REGISTER answered in this session: commands may go
+        self._notices: asyncio.Queue[tuple[protocol.Notice, int]] = asyncio.Queue()
+        self._open = asyncio.Event()  # REGISTER answered in this session: commands may go
 
     # --- commands ---------------------------------------------------------------
 
-    async def request(self, cmd: int, ids: Sequence[int] = (),
-                      config: protocol.FilterConfig | None = None) -> protocol.Reply:
+    async def request(self, cmd: int, ids: Sequence[int] = (), config: protocol.FilterConfig | None = None,
+                      targets: Sequence[protocol.Target] = ()) -> protocol.Reply:
         """Send one command and wait for its reply; :class:`KernelUnavailable` when not registered."""
-        if not self._open:
+        if not self._open.is_set():
             raise KernelUnavailable(self.last_error or "not registered with the kernel module")
-        return await self._exchange(cmd, ids, config)
+        seq = self._next_seq()
+        return await self._exchange(seq, cmd, protocol.encode_command(cmd, seq, ids, config, targets))
 
-    async def _exchange(self, cmd: int, ids: Sequence[int],
-                        config: protocol.FilterConfig | None) -> protocol.Reply:
+    def _next_seq(self) -> int:
         self._seq = self._seq % 0xFFFFFFFF + 1
-        seq = self._seq
+        return self._seq
+
+    async def _exchange(self, seq: int, cmd: int, message: bytes) -> protocol.Reply:
         future: asyncio.Future[protocol.Reply] = asyncio.get_running_loop().create_future()
         self._pending[seq] = future
         try:
-            await self.transport.send(protocol.encode_command(cmd, seq, ids, config))
+            await self.transport.send(message)
             return await asyncio.wait_for(future, self.settings.reply_timeout_s)
         except TransportError as err:
             self.metrics.errors.labels("send").inc()
@@ -103,7 +108,7 @@ class KernelLink:
 
     def _lose(self, reason: str) -> None:
         self.last_error = reason
-        self._open = False
+        self._open.clear()
         self.registered.clear()
         self._lost.set()
 
@@ -129,33 +134,47 @@ class KernelLink:
 
     async def _session(self, stop: asyncio.Event) -> None:
         self._lost = asyncio.Event()
+        self._open = asyncio.Event()
+        self._notices = asyncio.Queue()
         await self.transport.open()
         reader = asyncio.ensure_future(self._read())
+        handler = asyncio.ensure_future(self._handle_notices())
         try:
             await self._register()
             heartbeat = asyncio.ensure_future(self._heartbeat())
             lost = asyncio.ensure_future(self._lost.wait())
             stopped = asyncio.ensure_future(stop.wait())
-            waiters = [reader, heartbeat, lost, stopped]
+            waiters = [reader, handler, heartbeat, lost, stopped]
             try:
                 done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
             finally:
-                for waiter in waiters[1:]:
+                for waiter in waiters[2:]:
                     waiter.cancel()
-            if reader in done:
-                reader.result()  # raises the transport's error
+            for task in (reader, handler):
+                if task in done:
+                    task.result()  # raises the transport's (or the handler's) error
             if lost in done:
                 raise SessionLost(self.last_error)
         finally:
-            reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError, TransportError):
-                await reader
+            for task in (reader, handler):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, TransportError):
+                    await task
+
+    async def _handle_notices(self) -> None:
+        """Notices in order, once REGISTER is answered (a handler may send commands)."""
+        await self._open.wait()
+        while True:
+            notice, received_ns = await self._notices.get()
+            await self.on_notice(notice, received_ns)
 
     async def _register(self) -> None:
-        reply = await self._exchange(protocol.CMD_REGISTER, (), None)
+        seq = self._next_seq()
+        reply = await self._exchange(seq, protocol.CMD_REGISTER,
+                                     protocol.encode_command(protocol.CMD_REGISTER, seq))
         if reply.header.status < 0:
             raise SessionLost(f"REGISTER refused with status {reply.header.status}")
-        self._open = True
+        self._open.set()
         if self.on_registered is not None:
             await self.on_registered()
         self.registrations += 1
@@ -168,7 +187,7 @@ class KernelLink:
                  port=self.transport.port_id, registrations=self.registrations)
 
     def _end_session(self) -> None:
-        self._open = False
+        self._open.clear()
         self.registered.clear()
         if self.on_state is not None:
             self.on_state(False, self.last_error or "not registered")
@@ -217,7 +236,7 @@ class KernelLink:
             self._malformed(err)
             return
         self.metrics.notices.inc()
-        await self.on_notice(notice, received_ns)
+        self._notices.put_nowait((notice, received_ns))
 
     def _complete(self, reply: protocol.Reply) -> None:
         future = self._pending.get(reply.header.seq)

@@ -10,7 +10,14 @@ solver resumes at the step it stopped):
 1. find every container of every pod (``status.*containerStatuses[].containerID``);
 2. SIGKILL all of them in parallel through containerd and wait for the exits;
 3. release the owner (kmod ``release``) as soon as the tasks exited, or at the
-   deadline (logged) if they take longer;
+   deadline (logged) if they take longer. Meanwhile, while the kill is in
+   progress, ask the kernel to keep holding the owner (kmod ``hold``): first
+   ``HOLD_FIRST_S`` after the kill began, then every third of the module's
+   ``timeout_ms`` (each hold reply says it), until the tasks are dead, the
+   release deadline, or a hold moves nothing any more (the reclaim ended, or
+   the module's ``max_hold_ms`` from the hit is reached). A borrower whose
+   exit waits for the GPU driver to free its memory can take longer than the
+   module's timeout (3 s): without holds the owner would run beside it;
 4. delete the pods with grace period 0 (uid precondition);
 5. publish one :class:`EvictionRecord` per pod with an id derived from the
    trigger and the pod, so a replay is dropped by JetStream's de-duplication.
@@ -42,6 +49,7 @@ from .state import Victim
 
 log = get_logger("solver.reclaim")
 Save = Callable[[], Awaitable[None]]
+HOLD_FIRST_S = 1.0  # a third of the module's default timeout_ms (3 s); hold replies give the real one
 
 
 def record_id(trigger_id: str, pod: str) -> str:
@@ -100,6 +108,7 @@ class Reclaimer:
         self.metrics = metrics
         self.known: dict[str, Seen] = {}  # borrower pod -> as the API showed it earlier
         self.pids: dict[str, int] = {}  # container id -> init pid seen earlier (checked before use)
+        self.hold_first_s = HOLD_FIRST_S
 
     async def run(self, action: Reclaim, progress: ReclaimProgress, trigger_id: str,
                   received: float, save: Save) -> None:
@@ -189,7 +198,13 @@ class Reclaimer:
         after a kill that failed (the borrowers may live: the plan retries the kill first)."""
         if action.release is None or progress.released:
             return
-        done, _ = await asyncio.wait({killing}, timeout=self.settings.release_deadline_s)
+        holding = asyncio.ensure_future(self._hold_while(killing, action))
+        try:
+            done, _ = await asyncio.wait({killing}, timeout=self.settings.release_deadline_s)
+        finally:
+            holding.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await holding
         if done and killing.exception() is not None:
             return
         if not done:
@@ -197,6 +212,28 @@ class Reclaimer:
                         node=self.node, owner=action.owner, pods=",".join(action.pods),
                         deadline_s=self.settings.release_deadline_s)
         await self._release(action, progress, received)
+
+    async def _hold_while(self, killing: asyncio.Future[Any], action: Reclaim) -> None:
+        """Keep the owner blocked in the kernel while the borrowers are still being killed."""
+        assert action.release is not None
+        command = KmodCommand(node=self.node, op="hold", pods=action.release.pods,
+                              pidns=action.release.pidns, reason=action.reason)
+        every, held = self.hold_first_s, 0
+        while not (await asyncio.wait({killing}, timeout=every))[0]:
+            try:
+                reply = await self.outbox.kmod(command)
+            except BusError as err:  # no kmod-bridge now, or one that does not know hold
+                log.warning("hold not delivered", node=self.node, owner=action.owner, error=str(err))
+                continue
+            if reply.status <= 0:
+                log.warning("the kernel holds the owner no longer; borrowers still being killed",
+                            node=self.node, owner=action.owner, status=reply.status, message=reply.message)
+                return
+            every = reply.timeout_ms / 3000 if reply.timeout_ms > 0 else every
+            held += 1
+            if held == 1:
+                log.info("borrowers slow to die: holding the owner", node=self.node, owner=action.owner,
+                         every_s=round(every, 3))
 
     async def _finish_kill(self, killing: asyncio.Future[Any], action: Reclaim,
                            progress: ReclaimProgress, start: float) -> None:
