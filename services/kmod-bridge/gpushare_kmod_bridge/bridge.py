@@ -146,6 +146,9 @@ class Bridge:
             if op in _BY_RECORD:  # nothing watched for these pods (any more): nothing to undo
                 return self._reply(op, 0, (), f"nothing recorded for {list(request.pods)}")
             return self._reply(op, handlers.ENOENT, (), f"no pid namespace found for {list(request.pods)}")
+        if op != "stats":  # what changes the kernel's map or wakes a caller is always on record
+            log.info("kmod command", node=self.node, op=op, reason=request.reason or None,
+                     pods=",".join(request.pods) or None, pidns=",".join(map(str, ids)))  # fmt: skip
         if op in ("add", "detect"):
             return await self._watch(op, ids, owners)
         await self._remember(op, ids, owners)
@@ -185,6 +188,11 @@ class Bridge:
         replaced = [p for p in owners if _replaced(self.watchset.get(p), owners[p])]
         if replaced:
             self.metrics.stale.labels("command").inc(len(replaced))
+            log.warning("namespaces recorded for another container than the one there now; started afresh",
+                        node=self.node, pidns=",".join(map(str, replaced)),
+                        recorded=",".join(self.watchset.entries[p].container_id[:12] for p in replaced
+                                          if p in self.watchset.entries),
+                        now=",".join(owners[p][2][:12] for p in replaced))  # fmt: skip
             await self._drop(replaced)
 
     async def _remember(self, op: str, ids: Sequence[int], owners: dict[int, Owned]) -> None:
@@ -226,6 +234,7 @@ class Bridge:
         if stale:
             self.metrics.stale.labels("refresh").inc(len(stale))
             log.info("forgetting namespaces of containers that are gone", node=self.node,
+                     containers=",".join(self.watchset.entries[p].container_id[:12] for p in stale),
                      pidns=",".join(map(str, stale)),
                      pods=",".join(sorted({self.watchset.entries[p].pod for p in stale})))  # fmt: skip
             await self._drop(stale)

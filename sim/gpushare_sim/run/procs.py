@@ -63,6 +63,7 @@ class Child:
     http: str = ""  # base URL of its /healthz, /readyz, /status ("" when it has none)
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     starts: int = 0
+    stopping: bool = False  # stopped on purpose: its exit until the next start is no death
 
     @property
     def pid(self) -> int:
@@ -78,6 +79,7 @@ class Child:
             out.flush()
             self.proc = subprocess.Popen(owned(self.argv), env=self.env, stdout=out, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+        self.stopping = False
         self.starts += 1
         return self
 
@@ -87,13 +89,14 @@ class Child:
         return ""
 
     def check_running(self) -> None:
-        if self.proc is not None and self.proc.poll() is not None:
+        if self.proc is not None and not self.stopping and self.proc.poll() is not None:
             raise ChildError(self.name, f"exited with status {self.proc.returncode}", self.tail())
 
     def stop(self, timeout: float = 10.0) -> int | None:
         proc = self.proc
         if proc is None:
             return None
+        self.stopping = True  # stop may run in a thread while others check the cluster
         if proc.poll() is None:
             _signal_group(proc.pid, signal.SIGTERM)
             try:
@@ -104,6 +107,16 @@ class Child:
         _signal_group(proc.pid, signal.SIGKILL)  # helpers it left in its group
         self.proc = None
         return proc.returncode
+
+    def kill(self, sig: signal.Signals = signal.SIGKILL) -> None:
+        """Signal the whole process group and reap it (a crash on purpose, no grace)."""
+        proc = self.proc
+        if proc is None:
+            return
+        self.stopping = True
+        _signal_group(proc.pid, sig)
+        proc.wait()
+        self.proc = None
 
     def restart(self, timeout: float = 10.0) -> None:
         self.stop(timeout)

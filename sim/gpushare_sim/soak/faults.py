@@ -77,10 +77,7 @@ class Faults:
 
     async def _kill_and_start(self, name: str, down_s: float, sig: signal.Signals) -> None:
         child = self.cluster.child(name)
-        if child.proc is not None:
-            os.killpg(child.proc.pid, sig)
-            await asyncio.to_thread(child.proc.wait)
-        child.proc = None
+        await asyncio.to_thread(child.kill, sig)
         await asyncio.sleep(down_s)  # a supervisor's restart delay
         child.start()
         member = next((m for m in self.cluster.nats if m.name == name), None)
