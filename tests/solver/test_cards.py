@@ -1,4 +1,4 @@
-"""Table tests of the free-card transitions (SPEC section 5, SpotGPU "card unallocated"):
+"""Table tests of the free-card transitions (see docs/state-machines.md, 'Solver card states'):
 the card inventory lends cards no pod holds; a card taken or gone is withdrawn."""
 
 from __future__ import annotations

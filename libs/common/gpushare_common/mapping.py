@@ -1,4 +1,6 @@
-"""MappingCache (SPEC section 5): owner -> {device id -> DeviceStatus}, and ShareDeviceCount.
+"""MappingCache: owner -> {device id -> DeviceStatus}, and ShareDeviceCount.
+
+See docs/state-machines.md, 'Solver card states'.
 
 Owners are ShadowPod keys (ShareGPU), dev-machine pod keys (SpotGPU) and the
 special owner ``idle-space`` (spot devices lent out).  The cache is plain

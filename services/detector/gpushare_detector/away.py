@@ -1,4 +1,4 @@
-"""Away/back state machine per lendable owner (SPEC section 5).
+"""Away/back state machine per lendable owner (see docs/state-machines.md, 'Detector away/active').
 
 *Away*: for the whole window, no GPU ioctl from the owner's containers (the
 kernel's hit counters did not move) and utilisation 0 on every one of its

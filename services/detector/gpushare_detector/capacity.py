@@ -1,4 +1,6 @@
-"""CPU/memory overselling (SPEC section 8): the node's spare capacity, Koordinator-style.
+"""CPU/memory overselling: the node's spare capacity, Koordinator-style.
+
+See docs/architecture.md, 'Overselling CPU and memory'.
 
     spare = total − safety margin − max(system used, reserved) − Σ usage of ordinary pods
 

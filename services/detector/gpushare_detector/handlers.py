@@ -1,4 +1,4 @@
-"""Pure functions: a pod and its devices -> the events that describe it (SPEC section 4).
+"""Pure functions: a pod and its devices -> the events that describe it (see docs/events.md, 'Payloads').
 
 Each pod yields *facts*, one event per (kind, pod, container, resource).  An
 event's id is a hash of its content and the pod's uid, so republishing the

@@ -1,4 +1,4 @@
-"""Metrics adapters as data: one mapping file per vendor (SPEC section 7).
+"""Metrics adapters as data: one mapping file per vendor (see docs/architecture.md, 'GPU metrics').
 
 A mapping file (YAML) names, for each common metric, the exporter's metric
 names (the first one present wins) and a scale to the common unit, and for

@@ -24,7 +24,7 @@ class DevicePluginSettings:
     share_dev_specs: tuple[int, ...] = (2, 4, 8, 16)
     spot: bool = True
     watch_shadow_pods: bool = True  # share plugins learn ShadowPods from the API server
-    capacity_resources: tuple[str, ...] = ()  # e.g. vcpu,vmem (section 8)
+    capacity_resources: tuple[str, ...] = ()  # e.g. vcpu,vmem (see docs/architecture.md, 'Overselling CPU and memory')
     vendor_sockets: dict[str, str] = field(
         default_factory=lambda: {"nvidia.com/gpu": "nvidia-gpu.sock"}
     )

@@ -1,4 +1,6 @@
-"""Real cards and their ``spot-<id>`` mirrors: who holds a card, which cards are free (SPEC section 5).
+"""Real cards and their ``spot-<id>`` mirrors: who holds a card, which cards are free.
+
+See docs/state-machines.md, 'Solver card states'.
 
 A card is *free* when it is in the node's card inventory (what the kubelet can
 allocate) and no reserved pod, away owner or ShadowPod holds it: its spot

@@ -1,4 +1,6 @@
-"""Pressure eviction of oversold pods (SPEC section 8), as pure functions.
+"""Pressure eviction of oversold pods, as pure functions.
+
+See docs/architecture.md, 'Overselling CPU and memory'.
 
 When the node's memory use passes its threshold (default 70%) or its CPU use
 passes its own, pods that requested ``gpushare/vcpu`` or ``gpushare/vmem`` are

@@ -1,4 +1,6 @@
-"""Rebuild the MappingCache from the node's pods when its bucket is empty (SPEC section 5).
+"""Rebuild the MappingCache from the node's pods when its bucket is empty.
+
+See docs/state-machines.md, 'Solver card states'.
 
 What the pod objects tell, and so what is rebuilt here:
 

@@ -1,4 +1,7 @@
-"""ShareGPU transitions (SPEC section 5): ShadowPods come and go, SharePods use their devices."""
+"""ShareGPU transitions: ShadowPods come and go, SharePods use their devices.
+
+See docs/state-machines.md, 'Solver ShadowPods and SharePods'.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""SpotGPU transitions (SPEC section 5): owners go away and come back, borrowers borrow."""
+"""SpotGPU transitions: owners go away and come back, borrowers borrow.
+
+See docs/state-machines.md, 'Solver card states'.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""CPU/memory overselling (SPEC section 8): ``vcpu-<i>`` / ``vmem-<i>``, all Healthy."""
+"""CPU/memory overselling: ``vcpu-<i>`` / ``vmem-<i>``, all Healthy.
+
+See docs/architecture.md, 'Overselling CPU and memory'.
+"""
 
 from __future__ import annotations
 
