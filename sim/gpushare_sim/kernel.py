@@ -35,6 +35,7 @@ import errno
 import json
 import os
 import signal
+import socket
 import struct
 import time
 
@@ -210,6 +211,7 @@ class KernelStandIn:
     # --- the hook socket ------------------------------------------------------------
 
     async def _hook_conn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = _peer_pid(writer)
         try:
             while line := await reader.readline():
                 try:
@@ -222,13 +224,34 @@ class KernelStandIn:
                 except (ValueError, KeyError, TypeError) as err:
                     writer.write(json.dumps({"error": f"bad hook line: {err!r}"}).encode() + b"\n")
                     continue
-                blocked_ms = await self.state.hit(pidns, pid, ioctl_type)
+                blocked_ms = await self.state.hit(pidns, _global_pid(pid, pidns, peer), ioctl_type)
                 writer.write(json.dumps({"blocked_ms": round(blocked_ms, 3)}).encode() + b"\n")
                 await writer.drain()
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         finally:
             writer.close()
+
+
+def _peer_pid(writer: asyncio.StreamWriter) -> int:
+    """The host pid of the process that connected to the hook socket (0 when unknown)."""
+    sock = writer.get_extra_info("socket")
+    try:
+        return int(struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0])
+    except (AttributeError, OSError, struct.error):
+        return 0
+
+
+def _global_pid(reported: int, pidns: int, peer: int) -> int:
+    """The module reports the caller's pid as the host sees it (``task_tgid_nr``). A workload in a
+    container knows only its pid inside its namespace; when the process on the other end of the
+    socket lives in the reported namespace, it is the caller, and its host pid is the one sent.
+    A line written on another process's behalf (tests) keeps the pid it names."""
+    if peer > 0:
+        with contextlib.suppress(OSError):
+            if os.stat(f"/proc/{peer}/ns/pid").st_ino == pidns:
+                return peer
+    return reported
 
 
 def check(nl_type: int, payload: bytes) -> int:

@@ -302,9 +302,8 @@ async def test_a_namespace_taken_over_by_another_container_never_inherits_its_en
         source.run("c1", "old/dev", shared)
         await pod_cmd(bridge, "detect", "old/dev/main")
         source.stop("c1")
-        source.run("c9", "new/job", shared, pid=shared.second_pid)
-        pid = source.spawn("c9")  # the new container's workload makes the call
-        held_ms = await asyncio.wait_for(ioctl(kernel.hook_path, pidns, pid=pid), 5)
+        source.run("c9", "new/job", shared, pid=shared.second_pid)  # its workload makes the call
+        held_ms = await asyncio.wait_for(ioctl(kernel.hook_path, pidns, pid=shared.second_pid), 5)
         assert held_ms < 1000 and published.events.empty()
         assert bridge.watchset.entries == {} and pidns not in kernel.state.entries
         assert bridge.metrics.stale.labels("notice")._value.get() == 1

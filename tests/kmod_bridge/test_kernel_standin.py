@@ -320,3 +320,43 @@ async def test_a_guard_is_settled_when_the_deadline_lets_the_owner_go(
     assert await ioctl(kernel.hook_path, pidns_process.pidns) >= 100
     (verdict,) = kernel.state.guards.verdicts
     assert verdict["how"] == "timeout" and verdict["alive"]
+
+
+CALLER = """
+import json, os, socket, sys
+sock = socket.socket(socket.AF_UNIX)
+sock.connect(sys.argv[1])
+line = {"pidns": os.stat("/proc/self/ns/pid").st_ino, "pid": os.getpid(), "type": 0x46}
+sock.sendall(json.dumps(line).encode() + b"\\n")
+print(os.getpid(), sock.makefile().readline(), flush=True)
+"""
+
+
+def _as_host_sees(pid: int) -> tuple[int, int]:
+    """A live host pid's pid in its own namespace, and that namespace."""
+    nspid = next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("NSpid:"))
+    return int(nspid.split()[-1]), Path(f"/proc/{pid}/ns/pid").stat().st_ino
+
+
+async def test_a_notice_names_the_callers_host_pid(kernel: KernelStandIn) -> None:
+    """As the module reports ``task_tgid_nr`` (the pid the host sees), a workload in a container,
+    which knows only its pid inside its namespace, still makes a notice with its host pid."""
+    receiver = await RawClient.connect(kernel.socket_path)
+    holder = PidnsProcess()
+    try:
+        assert await receiver.status(protocol.CMD_REGISTER) == 0
+        assert await receiver.watch(protocol.CMD_DETECT, holder) == 0
+        # a process in the watched namespace: nsenter into it (the pid namespace of holder's child)
+        caller = await asyncio.create_subprocess_exec(
+            "nsenter", "-t", str(holder.pid), "-U", "-p", "--preserve-credentials", "--",
+            sys.executable, "-c", CALLER, kernel.hook_path, stdout=subprocess.PIPE)
+        notice = protocol.decode_notice(await receiver.next())
+        assert notice.pidns == holder.pidns
+        inside_pid, pidns = await asyncio.to_thread(_as_host_sees, notice.pid)
+        assert pidns == holder.pidns
+        assert await receiver.status(protocol.CMD_RELEASE, [holder.pidns]) == 1
+        out, _ = await asyncio.wait_for(caller.communicate(), 10)
+        assert int(out.split()[0]) == inside_pid != notice.pid
+    finally:
+        receiver.close()
+        holder.stop()

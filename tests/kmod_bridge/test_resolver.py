@@ -163,3 +163,21 @@ def test_split_key_accepts_only_pod_keys(key: str) -> None:
 def test_cgroup_pattern_needs_a_container_id_group() -> None:
     with pytest.raises(ValueError, match="container_id"):
         CgroupSource(r"kubepods/(?P<pod>\w+)")
+
+
+async def test_same_container_says_false_only_on_a_positive_difference(pidns_process: PidnsProcess) -> None:
+    """A notice's pid is judged only when it is a process of the notice's namespace: a pid that is
+    not (gone, or numbered inside a container) cannot be told, and must never wake the caller."""
+    cgroups = {pidns_process.pid: "0::/kubepods/pod-a/c1\n", os.getpid(): "0::/kubepods/pod-b/c2\n"}
+    res = Resolver([FixedSource(ContainerProcs("c1", (pidns_process.pid,), "ns/dev", "main"))], pidns_of,
+                   host_pidns(), min_refresh_s=0.0, cgroup_of=cgroups.get)
+    await res.refresh()
+    ns = pidns_process.pidns
+    assert res.same_container("c1", pidns_process.pid, ns) is True
+    assert res.same_container("c1", os.getpid(), ns) is None  # this pid lives in another namespace
+    assert res.same_container("c1", 1, ns) is None  # pid 1 of the host, as a pid inside the container
+    assert res.same_container("c-unknown", pidns_process.pid, ns) is None  # no known pid to compare
+    cgroups[pidns_process.pid] = "0::/kubepods/pod-x/c9\n"
+    assert res.same_container("c1", pidns_process.pid, ns) is True  # both read alike: the same process
+    res.snapshot.pids["c1"] = (os.getpid(),)  # a known pid of c1 in another cgroup than the caller's
+    assert res.same_container("c1", pidns_process.pid, ns) is False

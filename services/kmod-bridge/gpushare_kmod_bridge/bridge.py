@@ -69,8 +69,12 @@ class Bridge:
     async def on_notice(self, notice: protocol.Notice, received_ns: int) -> None:
         entry = self.watchset.get(notice.pidns)
         owner = await self.resolver.owner(notice.pidns)
-        same = self.resolver.same_container(entry.container_id, notice.pid) if entry and entry.container_id \
-            else None
+        same = None
+        if entry is not None and entry.container_id:
+            same = self.resolver.same_container(entry.container_id, notice.pid, notice.pidns)
+            if same is None:  # no live pid of the recorded container known: list the node again
+                owner = (await self.resolver.refresh(force=False)).owners.get(notice.pidns) or owner
+                same = self.resolver.same_container(entry.container_id, notice.pid, notice.pidns)
         if same is False or (same is None and handlers.is_stale(entry, owner, self.resolver.snapshot)):
             self.metrics.stale.labels("notice").inc()
             log.warning("notice from a namespace that is no longer the watched container's; woken, "

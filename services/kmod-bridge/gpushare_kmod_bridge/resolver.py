@@ -138,19 +138,21 @@ class Resolver:
                     owners[pidns] = Owner(item.pod, item.container, item.container_id)
         return owners
 
-    def same_container(self, container_id: str, pid: int) -> bool | None:
-        """Whether ``pid`` runs in container ``container_id``, judged by cgroup membership against a
-        pid of that container seen at the last listing: False when none of those lives any more,
-        None when it cannot be told (no pid known, no cgroup readable). Two small file reads, so
-        it can run on the owner-back path."""
-        known = self.snapshot.pids.get(container_id, ())
-        if not known:
+    def same_container(self, container_id: str, pid: int, pidns: int) -> bool | None:
+        """Whether ``pid`` (a host pid in ``pidns``) runs in container ``container_id``, judged by
+        cgroup membership against a live pid of that container seen at the last listing. None
+        when it cannot be told: ``pid`` is not (or no longer) a process of ``pidns``, no pid of
+        the container is known or alive, or a cgroup cannot be read. Only a positive difference
+        says False, since a False wakes the caller without an owner-back. Two or three small
+        file reads, so it can run on the owner-back path."""
+        if self.pidns_of(pid) != pidns:
             return None
-        theirs = next((c for c in map(self.cgroup_of, known) if c is not None), None)
-        if theirs is None:
-            return False
+        theirs = next((c for c in map(self.cgroup_of, self.snapshot.pids.get(container_id, ())) if c is not None),
+                      None)  # fmt: skip
         mine = self.cgroup_of(pid)
-        return None if mine is None else mine == theirs
+        if theirs is None or mine is None:
+            return None
+        return mine == theirs
 
     async def owner(self, pidns: int) -> Owner | None:
         """The container of ``pidns``, refreshing once (rate-limited) when unknown."""
