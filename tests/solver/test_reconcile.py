@@ -65,6 +65,8 @@ def test_borrower_on_a_card_whose_owner_is_active_is_evicted() -> None:
     actions = reconcile(state, NODE, {"t/sh", "apps/p1", "dev/alice", "spot/b1"})
     assert actions == [Reclaim(reason="owner-back", pods=("spot/b1",), owner="dev/alice")]
     assert state.cache.snapshot()[IDLE_SPACE] == {"spot-GPU-0": ""}
+    victim = state.evicting["spot/b1"]  # on record, so the reclaim's verification lets it be killed
+    assert (victim.owner, victim.devices) == ("dev/alice", ("spot-GPU-0",))
 
 
 def test_seen_ids_are_bounded_and_ordered() -> None:

@@ -129,3 +129,45 @@ async def test_without_a_kmod_bridge_borrowers_are_still_evicted(nats_settings: 
             assert "b1-c" not in tasks.running
     finally:
         await bus.drain()
+
+
+async def test_a_plan_failing_again_at_start_is_kept_and_its_eviction_happens_once(
+    nats_settings: NatsSettings, bridge: FakeBridge,
+) -> None:
+    """An owner-back whose reclaim fails, then fails again while the restarted solver resumes its
+    plan: the plan is not dropped (its event id is already applied, so the redelivery would be
+    taken for a duplicate), and the borrower is evicted exactly once when containerd is back."""
+    pods, tasks = FakePods(), FakeTasks(running={"b1-c"})
+    pods.add(OWNER, NODE, ["owner-c"])
+    pods.add("spot/b1", NODE, ["b1-c"])
+    bus = Bus(nats_settings, "test")
+    await bus.connect()
+    records: list[AnyEvent] = []
+
+    async def record(event: AnyEvent) -> None:
+        records.append(event)
+
+    await bus.subscribe(bus.subjects.eviction(NODE), record)
+    try:
+        async with wired(nats_settings, pods, tasks) as running:
+            await publish_all(bus, [
+                GenericEvent(node=NODE, pod=OWNER, container="main", vendor_resource="v", state="using",
+                             devices=("GPU-0",)),
+                LowPowerEvent(node=NODE, owner=OWNER, using=False, devices=("GPU-0",)),
+                SpotEvent(node=NODE, pod="spot/b1", container="c0", state="using", devices=("spot-GPU-0",)),
+            ])
+            await wait_for(lambda: running.solver.state.borrowers() == {"spot-GPU-0": "spot/b1"},
+                           what="a borrower")
+            tasks.failures = 10_000  # containerd down for this whole run
+            await publish_all(bus, [OwnerBackEvent(node=NODE, pidns=5, pid=1, kernel_ts_ns=1, pod=OWNER)])
+            await wait_for(lambda: bool(running.solver.plans) and tasks.calls >= 2, what="a failing plan")
+        assert records == [] and pods.deleted == []
+        tasks.failures = 2  # still down when the next solver resumes the plan at start
+        async with wired(nats_settings, pods, tasks) as running:
+            await wait_for(lambda: len(records) == 1, what="the eviction after the restart")
+            await wait_for(lambda: not running.solver.plans, what="the plan done")
+            await asyncio.sleep(0.5)  # a redelivery or a retry must not evict again
+        assert pods.deleted == ["spot/b1"] and len(records) == 1
+        assert isinstance(records[0], EvictionRecord) and records[0].outcome == "evicted"
+    finally:
+        await bus.drain()

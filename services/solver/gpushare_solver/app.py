@@ -83,6 +83,7 @@ async def started(common: CommonSettings, settings: SolverSettings, stop: asynci
         await solver.recover()
         health.set("state", True, "loaded and reconciled")
         await bus.subscribe(bus.subjects.node_capacity(node), watch.on_event)
+        tasks.spawn("pending", solver.resume_pending(stop))
         tasks.spawn("events", bus.consume(bus.subjects.node_events(node), bus.layout.durable(node),
                                           solver.on_event, ack_policy(settings), stop, batch=1))
         yield Running(solver, health, tasks, bound_port(server))

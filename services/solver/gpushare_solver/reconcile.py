@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from gpushare_common.events import GenericEvent, ShadowEvent
 from gpushare_common.ids import IdError, parse_spot_device_id
-from gpushare_common.mapping import IDLE_SPACE
 
 from . import cards, share, spot
 from .actions import Action, Reclaim
@@ -47,7 +46,7 @@ def _borrowers_on_active_cards(state: SolverState) -> list[Action]:
         except IdError:
             continue
         if holder is not None:
-            state.cache.unuse(IDLE_SPACE, borrower, device)
+            state.take_out(borrower, owner=holder)  # a victim on record: the reclaim verifies it
             reason = cards.RESERVED_REASON if holder in state.shadow_cards else spot.OWNER_BACK
             actions.append(Reclaim(reason=reason, pods=(borrower,), owner=holder))
     return actions

@@ -38,6 +38,7 @@ from gpushare_common.ids import IdError, load_key
 from gpushare_common.logging import get_logger
 from gpushare_common.mapping import PersistentMapping
 from gpushare_common.pods import PodRules
+from gpushare_common.retry import Backoff, wait_for_stop
 from prometheus_client import CollectorRegistry
 
 from .actions import DeviceList, Plan, Reclaim
@@ -107,12 +108,7 @@ class Solver:
     async def recover(self) -> None:
         """Finish pending plans, reconcile with the cluster, republish the desired health."""
         for plan in sorted(self.plans.values(), key=lambda p: p.received):
-            try:
-                await self._execute(plan)
-            except Exception as err:
-                log.error("pending plan failed at start; dropped", node=self.node, trigger=plan.trigger_id,
-                          error=repr(err))
-                await self._forget(plan)
+            await self._resume(plan, at_start=True)
         await self._reconcile()
         for borrower in sorted(set(self.state.borrowers().values())):
             await self._learn(borrower)
@@ -120,6 +116,36 @@ class Solver:
             event = DeviceHealth(node=self.node, resource=self.settings.spot_resource,
                                  devices=dict(self.state.health), full=True, reason="solver start")
             await self.bus.publish(self.bus.subjects.health(self.node, self.settings.spot_resource), event)
+
+    async def _resume(self, plan: Plan, at_start: bool = False) -> bool:
+        """Run a pending plan again; True when it is done. Only a plan that contradicts the state
+        is dropped: any other failure keeps it pending (its event's redelivery, or
+        :meth:`resume_pending`, runs it again), since its event id is already applied and the
+        eviction it carries would otherwise never happen."""
+        try:
+            await self._execute(plan)
+        except HandlerError as err:
+            log.error("pending plan contradicts the state; dropped", node=self.node, trigger=plan.trigger_id,
+                      reason=err.reason)  # fmt: skip
+            await self._forget(plan)
+        except Exception as err:  # any other failure may pass: the plan stays, and is tried again
+            log.warning("pending plan failed; kept and tried again", node=self.node, trigger=plan.trigger_id,
+                        at_start=at_start, error=repr(err))  # fmt: skip
+            return False
+        return True
+
+    async def resume_pending(self, stop: asyncio.Event) -> None:
+        """Keep running the plans still pending (failed at start, or of no stream event: reconcile,
+        pressure) with a growing delay, until each is done."""
+        backoff = Backoff(self.settings.retry_first_s * 10, self.settings.retry_max_s)
+        while not stop.is_set():
+            if await wait_for_stop(stop, backoff.next() if self.plans else self.settings.retry_max_s):
+                return
+            async with self._lock:
+                results = [await self._resume(plan) for plan in sorted(self.plans.values(), key=lambda p: p.received)
+                           if plan.trigger_id in self.plans]  # fmt: skip
+            if all(results):
+                backoff.reset()
 
     async def _reconcile(self) -> None:
         try:

@@ -10,8 +10,11 @@ class SolverSettings:
     containerd_address: str = "/run/containerd/containerd.sock"
     containerd_namespace: str = "k8s.io"
     direct_kill: bool = True  # also SIGKILL the task's init through a pidfd (needs hostPID)
-    kill_timeout_s: float = 10.0  # wait this long for killed tasks to exit
-    release_deadline_s: float = 2.0  # release the owner at the latest this long after the kill began
+    # How long an owner may wait for its borrowers. Both match the module's max_hold_ms (30 s): a
+    # real GPU borrower's exit waits for the driver to free its memory, and the owner's call must
+    # not continue beside it. The owner is released as soon as the borrowers are dead.
+    kill_timeout_s: float = 30.0  # wait this long for killed tasks to exit
+    release_deadline_s: float = 30.0  # release the owner at the latest this long after the kill began
     kmod_timeout_s: float = 2.0
     release_retry_s: float = 3.0  # keep trying to deliver a release this long (then the kernel's timeout)
     ack_wait_s: float = 30.0
