@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import json
 import random
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,8 +74,9 @@ async def owner_cycles(soak: Soak, node: str, rng: random.Random) -> None:
         try:
             await one_borrower(soak, node, owner, card, report_dir, rng)
         except (TimeoutError, KubeError) as err:
-            soak.figures.count("borrower-cycles-abandoned")
+            soak.figures.count(f"borrower-cycles-abandoned ({_why(err)})")
             soak.say(f"borrower cycle on {node} abandoned: {str(err)[:200]}")
+            print(f"soak: borrower cycle on {node} abandoned: {str(err)[:200]}", flush=True)
             await asyncio.sleep(rng.uniform(1.0, 3.0))  # the API may be restarting
 
 
@@ -108,7 +110,11 @@ async def owner_back(soak: Soak, node: str, owner: str, borrower: str, report_di
         await ask_kernel(hook, {"op": "guard", "owner": owner_ns, "borrowers": [borrower_ns]})
     known = len(soak.s.evictions)
     _go(report_dir)
-    record = await wait_until(lambda: _evicted(soak, borrower, known), 120, f"eviction of {borrower}")
+    try:
+        record = await wait_until(lambda: _evicted(soak, borrower, known), 120, f"eviction of {borrower}")
+    except TimeoutError:  # the owner touched its card with a borrower on it: an owner-back was lost
+        soak.checks.fail("owner-back", f"{node}: no eviction of {borrower} within 120 s of its owner's call")
+        raise
     held = await wait_until(lambda: _held_ms(report_dir), 120, f"{owner}'s call to return")
     soak.figures.owner_back_ms.append(held)
     soak.figures.evicted_ms.append(record.tasks_dead_ms)
@@ -132,6 +138,13 @@ def _pidns(pid_file: Path) -> int:
         return Path(f"/proc/{int(pid_file.read_text())}/ns/pid").stat().st_ino
     except (OSError, ValueError):
         return 0
+
+
+def _why(err: Exception) -> str:
+    """A short name for why a cycle was abandoned: what it waited for, or the API's error."""
+    if isinstance(err, KubeError):
+        return "api"
+    return re.sub(r"\b(?:borrower|owner)-[\w-]+", "<pod>", str(err).split("waiting for ", 1)[-1])[:60]
 
 
 def _go(report_dir: Path) -> None:
