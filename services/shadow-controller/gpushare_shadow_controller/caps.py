@@ -31,9 +31,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from gpushare_common.isolation import MPS
+
 from .model import Record, ShadowPod, SharePod
 
-MPS = "mps"
 DOWN = "MPSDaemonDown"
 UP = "MPSDaemonUp"
 RESTARTED = "MPSDaemonRestarted"
