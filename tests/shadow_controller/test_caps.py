@@ -1,4 +1,5 @@
-"""Handler level: from MPS ShadowPod and SharePod records to what each SharePod is told (pure)."""
+"""Handler level: from MPS ShadowPod and SharePod records to what each SharePod is told (pure),
+and the controller writing it once."""
 
 from __future__ import annotations
 
@@ -7,10 +8,14 @@ from typing import Any
 
 import pytest
 from gpushare_common import ids
+from gpushare_common.adapters.kube import KubeError, PodChange
 from gpushare_common.mapping import QuotaKey
 from gpushare_common.pods import PodRules
 from gpushare_shadow_controller.caps import DOWN, RESTARTED, UP, CapsReport, plan_caps
+from gpushare_shadow_controller.controller import Controller
 from gpushare_shadow_controller.model import Record, ShadowPod, SharePod, classify
+from gpushare_shadow_controller.settings import ShadowSettings
+from prometheus_client import CollectorRegistry
 
 from tests.detector import podfactory as pf
 
@@ -132,3 +137,60 @@ def test_records_from_pods_carry_what_the_caps_need() -> None:
     assert isinstance(opted, SharePod) and opted.opted_out
     soft = classify(pf.shadow("sh-2"), rules)
     assert isinstance(soft, ShadowPod) and (soft.isolation, soft.users) == ("", ())
+
+
+class FakeKube:
+    """Records the controller's writes; ``fail`` makes status patches fail."""
+
+    def __init__(self) -> None:
+        self.patches: list[tuple[str, str, dict[str, Any]]] = []
+        self.events: list[dict[str, Any]] = []
+        self.fail = False
+
+    async def patch_pod_status(self, namespace: str, name: str, patch: dict[str, Any], strategic: bool = True) -> None:
+        if self.fail:
+            raise KubeError("patch pod status: 500 boom", 500)
+        assert strategic  # a strategic merge keeps the pod's other conditions
+        self.patches.append((namespace, name, patch))
+
+    async def create_event(self, namespace: str, body: dict[str, Any]) -> None:
+        self.events.append(body)
+
+
+def shadow_doc(ready: bool) -> dict[str, Any]:
+    pod = pf.shadow("sh-1", node="node-1")
+    pod["metadata"]["annotations"][ids.ANN_ISOLATION] = "mps"
+    pod["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": str(ready)}]}
+    return pod
+
+
+async def test_the_controller_tells_once_while_the_watch_lags_and_retries_a_failed_write() -> None:
+    kube, now, registry = FakeKube(), [1000.0], CollectorRegistry()
+    controller = Controller(kube, ShadowSettings(expected_ttl_s=60), registry,  # type: ignore[arg-type]
+                            lambda: True, clock=lambda: now[0])
+    share = pf.share("a", namespace="ml", annotations={ids.ANN_DEVICE_OWNER: "gpushare-system/sh-1"})
+    controller.apply(PodChange("SYNC", pods=[shadow_doc(ready=False), share]))
+    kube.fail = True
+    await controller.reconcile()
+    assert (kube.patches, kube.events) == ([], [])  # no Event without its condition
+    assert registry.get_sample_value("gpushare_shadow_write_errors_total") == 1
+    kube.fail = False
+    await controller.reconcile()
+    await controller.reconcile()  # the watch has not shown the condition yet: nothing again
+    ((namespace, name, patch),) = kube.patches
+    (condition,) = patch["status"]["conditions"]
+    assert (namespace, name, condition["type"], condition["status"], condition["reason"]) == (
+        "ml", "a", ids.CONDITION_CAPS_ENFORCED, "False", DOWN)
+    (event,) = kube.events
+    assert (event["type"], event["reason"], event["involvedObject"]["name"], event["related"]["name"]) == (
+        "Warning", "CapsNotEnforced", "a", "sh-1")
+    assert event["metadata"]["namespace"] == "ml" and event["involvedObject"]["uid"] == "uid-ml-a"
+    now[0] += 61  # the watch never showed it (someone else wrote the conditions): told again
+    await controller.reconcile()
+    assert len(kube.patches) == 2 and len(kube.events) == 2
+    share["status"]["conditions"] = [condition]  # the watch shows it now
+    controller.apply(PodChange("MODIFIED", pod=share))
+    now[0] += 61
+    await controller.reconcile()
+    assert len(kube.patches) == 2 and controller.caps_told == {}
+    assert controller.status()["caps"] == {"mps_daemons_down": ["gpushare-system/sh-1"], "not_enforced": ["ml/a"]}

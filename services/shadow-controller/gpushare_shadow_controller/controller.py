@@ -68,7 +68,7 @@ class Controller:
         self.metrics = Metrics(registry)
         self.dirty = asyncio.Event()
         self.passes = 0
-        self.caps_told: dict[str, str] = {}  # SharePod -> CapsEnforced status written, until watched
+        self.caps_told: dict[str, tuple[str, float]] = {}  # SharePod -> CapsEnforced written, when
         self.caps_restarts: dict[str, int] = {}  # MPS ShadowPod -> restart count of main last pass
         self.last_caps = CapsPlan()
 
@@ -123,11 +123,13 @@ class Controller:
         return result
 
     async def _report_caps(self) -> None:
-        for key, status in list(self.caps_told.items()):  # forget what the watch shows now
+        now = self.clock()
+        for key, (status, at) in list(self.caps_told.items()):  # until the watch shows it (or for a while)
             record = self.records.get(key)
-            if not isinstance(record, SharePod) or record.caps == status:
+            if not isinstance(record, SharePod) or record.caps == status or now - at > self.settings.expected_ttl_s:
                 del self.caps_told[key]
-        caps = plan_caps(self.records.values(), self.caps_told, self.caps_restarts)
+        told = {key: status for key, (status, _at) in self.caps_told.items()}
+        caps = plan_caps(self.records.values(), told, self.caps_restarts)
         self.caps_restarts = caps.restarts
         self.last_caps = caps
         self.metrics.mps_down.set(len(caps.down))
@@ -156,7 +158,7 @@ class Controller:
             log.warning("CapsEnforced condition not written", pod=report.pod, shadow=report.shadow,
                         error=str(err))
             return
-        self.caps_told[report.pod] = condition["status"]
+        self.caps_told[report.pod] = (condition["status"], self.clock())
         self.metrics.caps_reports.labels(report.reason).inc()
         say = log.warning if report.warning else log.info
         say("caps not enforced" if report.warning else "caps enforced again", pod=report.pod,
