@@ -174,3 +174,32 @@ def test_a_share_pod_asks_for_one_share_and_counts_its_devices() -> None:
     assert (view.kind, view.share, view.share_devices) == (PodKind.SHARE, ShareSpec("share", 4), 3)
     odd = pf.pod("odd", requests={"a": {"gpushare/share-dev-gpu-8": "x"}})
     assert read_pod(odd, RULES).share_devices == 1
+
+
+def test_readiness_restarts_and_isolation() -> None:
+    shadow = pf.shadow("s1")
+    shadow["metadata"]["annotations"]["gpushare.k8s.io/isolation"] = "mps"
+    shadow["status"]["conditions"] = [{"type": "Ready", "status": "False"},
+                                      {"type": "gpushare.k8s.io/Using", "status": "True", "message": "{}"}]
+    shadow["status"]["containerStatuses"] = [{"name": "main", "restartCount": 3}]
+    view = read_pod(shadow, RULES)
+    assert (view.isolation, view.ready, view.restarts) == ("mps", False, {"main": 3})
+    assert view.conditions == {"Ready": "False", "gpushare.k8s.io/Using": "True"}
+    shadow["status"]["conditions"][0]["status"] = "True"
+    assert read_pod(shadow, RULES).ready
+    opted = pf.share("app", annotations={"gpushare.k8s.io/isolation": "none"})
+    assert read_pod(opted, RULES).isolation == "none"
+    assert read_pod(pf.reserved("d", annotations={"gpushare.k8s.io/isolation": "mps"}), RULES).isolation == ""
+
+
+@pytest.mark.parametrize("status", [
+    {"conditions": "x", "containerStatuses": "y"},
+    {"conditions": [None, {"type": 1, "status": "True"}, {"type": "Ready"}],
+     "containerStatuses": [None, {"name": "main", "restartCount": "2"}, {"name": "b", "restartCount": True},
+                           {"name": "c", "restartCount": -1}, {"restartCount": 1}]},
+])
+def test_odd_conditions_and_restart_counts_are_skipped(status: dict[str, Any]) -> None:
+    pod = pf.shadow("s1")
+    pod["status"].update(status)
+    view = read_pod(pod, RULES)
+    assert (view.conditions, view.restarts, view.ready) == ({}, {}, False)

@@ -29,6 +29,8 @@ from tests.deploy.admission_requests import (
 )
 from tests.deploy.chart import BASE
 
+CAPS = "gpushare.k8s.io/CapsEnforced"
+
 # the CEL the policies may use: what cel-python and the API server's cel-go both evaluate the same
 CEL_SUBSET = {"has", "all", "exists", "size", "startsWith", "matches"}
 
@@ -206,6 +208,56 @@ def test_shadow_controller_deletes_only_shadow_pods_in_the_system_namespace(poli
         assert denied_by(decision, "gpushare-shadowpod-delete"), pod["metadata"]
 
 
+def set_caps(status: str) -> Callable[[dict[str, Any]], None]:
+    def change(pod: dict[str, Any]) -> None:
+        conditions = [c for c in pod["status"].get("conditions", []) if c["type"] != CAPS]
+        pod["status"]["conditions"] = [*conditions, {"type": CAPS, "status": status, "reason": "MPSDaemonDown",
+                                                     "message": "down", "lastTransitionTime": "2026-01-01T00:01:00Z"}]
+    return change
+
+
+def test_shadow_controller_sets_the_caps_condition_of_a_sharepod(policies: Policies) -> None:
+    first = update(admitted(tenant_pod()), set_caps("False"), SHADOW_CONTROLLER, "status")
+    assert policies.admit(first).allowed
+    assert first.object is not None
+    assert policies.admit(update(first.object, set_caps("True"), SHADOW_CONTROLLER, "status")).allowed
+
+
+def gpu_pod() -> dict[str, Any]:
+    pod = tenant_pod(name="trainer")
+    pod["spec"]["containers"][0]["resources"]["limits"] = {"nvidia.com/gpu": "1"}
+    return pod
+
+
+@pytest.mark.parametrize(("what", "pod", "change", "message"), [
+    ("on a pod that is no SharePod", gpu_pod(), set_caps("False"), "only on SharePods"),
+    ("on a ShadowPod", template_pod(), set_caps("False"), "only on SharePods"),
+    ("another condition", tenant_pod(), lambda p: p["status"]["conditions"][0].__setitem__("status", "False"),
+     "only the pod condition"),
+    ("a condition added", tenant_pod(), lambda p: p["status"]["conditions"].append({"type": USING, "status": "True"}),
+     "only the pod condition"),
+    ("a condition removed", tenant_pod(), lambda p: p["status"]["conditions"].pop(0), "only the pod condition"),
+    ("the phase", tenant_pod(), lambda p: p["status"].__setitem__("phase", "Failed"), "status other than"),
+    ("a container status", tenant_pod(), lambda p: p["status"]["containerStatuses"][0].__setitem__("ready", False),
+     "status other than"),
+    ("an annotation", tenant_pod(), set_annotation("gpushare.k8s.io/device-owner", f"{NS}/x"), "annotations"),
+    ("a label", tenant_pod(), lambda p: p["metadata"].__setitem__("labels", {"app": "x"}), "labels"),
+    ("the spec", tenant_pod(), lambda p: p["spec"].__setitem__("activeDeadlineSeconds", 1), "spec"),
+])  # fmt: skip
+def test_shadow_controller_may_write_nothing_else_on_a_pod(policies: Policies, what: str, pod: dict[str, Any],
+                                                          change: Callable[[dict[str, Any]], None],
+                                                          message: str) -> None:
+    decision = policies.admit(update(admitted(pod), change, SHADOW_CONTROLLER, "status"))
+    assert denied_by(decision, "gpushare-shadow-controller-caps-condition"), (what, decision)
+    assert message in decision.message, (what, decision.message)
+
+
+def test_others_may_still_write_a_sharepods_status(policies: Policies) -> None:
+    request = update(admitted(tenant_pod()), lambda p: p["status"].__setitem__("phase", "Succeeded"),
+                     "system:node:node-a", "status")
+    assert policies.admit(request).allowed
+
+
 # --- tenants: no ShadowPods of their own, no pods in the system namespace ---------------------------
 
 
@@ -263,7 +315,7 @@ def test_every_policy_is_bound_and_denies() -> None:
     docs = shipped_docs()
     policies = {d["metadata"]["name"] for d in docs if d["kind"] == "ValidatingAdmissionPolicy"}
     bindings = [d["spec"] for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding"]
-    assert policies == {b["policyName"] for b in bindings} and len(policies) == 5
+    assert policies == {b["policyName"] for b in bindings} and len(policies) == 6
     assert all(b["validationActions"] == ["Deny"] for b in bindings)
     assert all(d["spec"]["failurePolicy"] == "Fail" for d in docs if d["kind"] == "ValidatingAdmissionPolicy")
 

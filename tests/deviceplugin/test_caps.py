@@ -12,8 +12,10 @@ from gpushare_common.settings import SettingsError
 from gpushare_deviceplugin.errors import PluginError
 from gpushare_deviceplugin.handlers.base import Signer
 from gpushare_deviceplugin.handlers.share import ShadowPodView, ShareLogic, shadow_view
-from gpushare_deviceplugin.plugins.manager import build_logics
-from gpushare_deviceplugin.settings import load_settings
+from gpushare_deviceplugin.plugins.manager import PluginSet, build_logics
+from gpushare_deviceplugin.plugins.metrics import PluginMetrics
+from gpushare_deviceplugin.settings import DevicePluginSettings, load_settings
+from prometheus_client import CollectorRegistry
 
 from .conftest import KEY, NODE
 
@@ -123,3 +125,23 @@ def test_settings_for_caps() -> None:
 def test_bad_cap_settings_name_the_variable(variable: str, value: str) -> None:
     with pytest.raises(SettingsError, match=variable):
         load_settings({variable: value})
+
+
+def isolation_series(registry: CollectorRegistry) -> dict[tuple[str, str], float]:
+    return {(s.labels["resource"], s.labels["isolation"]): s.value for m in registry.collect()
+            if m.name == "gpushare_share_isolation" for s in m.samples}
+
+
+def test_share_isolation_metric_follows_the_shadow_pods(settings: DevicePluginSettings) -> None:
+    registry = CollectorRegistry()
+    plugins = PluginSet(settings, Signer(KEY, NODE), PluginMetrics(registry))
+    assert isolation_series(registry) == {}  # no ShadowPod yet: nothing is claimed
+    plugins.replace_shadows([
+        ShadowPodView("gpushare-system", "mps-a", "share", 4, vendor_resource="nvidia.com/gpu", isolation="mps"),
+        ShadowPodView("gpushare-system", "mps-b", "share", 4, vendor_resource="nvidia.com/gpu", isolation="mps"),
+        ShadowPodView("gpushare-system", "soft-c", "share-dev", 8, vendor_resource="nvidia.com/gpu"),
+    ])
+    assert isolation_series(registry) == {("gpushare/share-gpu-4", "mps"): 1,
+                                          ("gpushare/share-dev-gpu-8", "none"): 1}
+    plugins.replace_shadows([ShadowPodView("gpushare-system", "soft-c", "share-dev", 8)])
+    assert isolation_series(registry) == {("gpushare/share-dev-gpu-8", "none"): 1}  # stale series dropped

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from tests.e2e.conftest import E2E
@@ -16,6 +18,15 @@ async def test_dind_main_and_dind_see_the_same_card(e2e: E2E) -> None:
 async def test_sharegpu_shadowpods_sharers_eviction_and_retirement(e2e: E2E) -> None:
     detail = await e2e.run("sharegpu")
     assert "1 ShadowPod for 4 SharePods" in detail
+
+
+async def test_caps_every_capped_sharepod_sees_its_caps_and_the_soft_share_none(e2e: E2E) -> None:
+    started = time.monotonic()
+    detail = await e2e.run("caps")
+    assert time.monotonic() - started < 30  # clean-up of its pods and ShadowPods included
+    assert "4 capped SharePods on 2 share kinds see card memory * k / N" in detail
+    assert any("dev-two: 2 of share-dev-gpu-4" in line and "GPUSHARE_SIM_MEMORY_LIMIT_MIB=8192" in line
+               for line in e2e.timeline.lines)
 
 
 async def test_spot_steal_owner_back_evicts_the_borrower_and_releases_the_owner(e2e: E2E) -> None:

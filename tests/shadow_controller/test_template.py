@@ -78,3 +78,48 @@ def test_mps_settings_from_the_environment() -> None:
     settings: Any = load(ShadowSettings, "GPUSHARE_SHADOW_", {"GPUSHARE_SHADOW_MPS_KINDS": "share-dev",
                                                              "GPUSHARE_SHADOW_MPS_IMAGE": "cuda:base"})
     assert settings.mps_kinds == ("share-dev",) and settings.mps_image == "cuda:base"
+
+
+def test_a_profile_without_a_daemon_only_annotates_the_shadow_pod() -> None:
+    settings = ShadowSettings(isolation_profiles={"share": "sim_caps"})
+    pod = shadow_pod(SHARE, "sh-1", settings)
+    expected = {**PLAIN["metadata"]["annotations"], ids.ANN_ISOLATION: "sim_caps"}
+    assert pod["metadata"]["annotations"] == expected
+    assert pod["spec"] == PLAIN["spec"]  # the pause container: the vendor's driver enforces the caps
+    assert shadow_pod(DEV, "sh-1", settings)["metadata"]["annotations"].get(ids.ANN_ISOLATION) is None
+
+
+def test_a_share_resource_wins_over_its_kind() -> None:
+    settings = ShadowSettings(mps_kinds=("share-dev",),
+                              isolation_profiles={"share": "sim_caps", "share-gpu-4": "mps", "share-dev-gpu-8": "x"})
+    assert (settings.isolation_of("share", 4), settings.isolation_of("share", 2)) == ("mps", "sim_caps")
+    assert (settings.isolation_of("share-dev", 8), settings.isolation_of("share-dev", 2)) == ("x", "mps")
+    pod = shadow_pod(SHARE, "sh-1", settings)  # mps by its resource: main runs the daemon
+    assert pod["metadata"]["annotations"][ids.ANN_ISOLATION] == "mps"
+    assert pod["spec"]["containers"][0]["command"] == ["/bin/sh", "-c", MPS_SCRIPT]
+    dev = shadow_pod(DEV, "sh-2", settings)
+    assert dev["metadata"]["annotations"][ids.ANN_ISOLATION] == "x" and "command" not in dev["spec"]["containers"][0]
+    assert ShadowSettings().isolation_of("share", 4) == ""
+
+
+def test_isolation_profiles_from_the_environment() -> None:
+    settings: Any = load(ShadowSettings, "GPUSHARE_SHADOW_", {
+        "GPUSHARE_SHADOW_ISOLATION_PROFILES": "share-gpu-3=sim_caps, share-dev=npu_caps"})
+    assert settings.isolation_profiles == {"share-gpu-3": "sim_caps", "share-dev": "npu_caps"}
+
+
+@pytest.mark.parametrize(("environ", "expected"), [
+    ({"GPUSHARE_SHADOW_ISOLATION_PROFILES": "inference=mps"}, "share, share-dev or a share resource"),
+    ({"GPUSHARE_SHADOW_ISOLATION_PROFILES": "share-gpu-0=mps"}, "share, share-dev or a share resource"),
+    ({"GPUSHARE_SHADOW_ISOLATION_PROFILES": "gpushare/share-gpu-4=mps"}, "share, share-dev or a share resource"),
+    ({"GPUSHARE_SHADOW_ISOLATION_PROFILES": "share=none"}, "not 'none'"),
+    ({"GPUSHARE_SHADOW_ISOLATION_PROFILES": "share=sim-caps"}, "an isolation profile name"),
+    ({"GPUSHARE_SHADOW_ISOLATION_PROFILES": "share="}, "an isolation profile name"),
+    ({"GPUSHARE_SHADOW_ISOLATION_PROFILES": "share"}, "key=value"),
+    ({"GPUSHARE_SHADOW_ISOLATION_PROFILES": "share=x", "GPUSHARE_SHADOW_MPS_KINDS": "share"},
+     "not in GPUSHARE_SHADOW_MPS_KINDS"),
+])  # fmt: skip
+def test_bad_isolation_profiles_say_what_is_expected(environ: dict[str, str], expected: str) -> None:
+    with pytest.raises(SettingsError, match="GPUSHARE_SHADOW_ISOLATION_PROFILES") as caught:
+        load(ShadowSettings, "GPUSHARE_SHADOW_", environ)
+    assert expected in str(caught.value)

@@ -27,6 +27,7 @@ ANN_USER_ID = f"{DOMAIN}/user-id"
 LABEL_POD_DESCRIPTION = f"{DOMAIN}/pod-description"
 SHADOW_POD_LABEL_VALUE = "shadow-pod"
 CONDITION_USING = f"{DOMAIN}/Using"
+CONDITION_CAPS_ENFORCED = f"{DOMAIN}/CapsEnforced"  # SharePod: whether its hard caps hold now
 SHADOW_CONTAINER = "main"
 
 ANY_TARGET = "*"

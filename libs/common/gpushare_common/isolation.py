@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
 SOFT_SHARE = "none"
 SOFT_SHARE_LABEL = "soft share"
+MPS = "mps"  # the profile whose ShadowPods run NVIDIA's MPS control daemon
 NUMBERS = frozenset({"n", "k", "card_memory_mib", "percent"})
 TEXTS = frozenset({"shadow_dir"})
 DEFAULT_MOUNT_OPTIONS = ("rbind", "rw", "nosuid", "nodev")
@@ -53,7 +54,7 @@ SHM_DIR = "/dev/shm"
 # talks to it through the same directories and the same /dev/shm (the MPS server and its
 # clients exchange data through shared memory there, so a pod's private /dev/shm would not do).
 NVIDIA_MPS: dict[str, object] = {
-    "name": "mps",
+    "name": MPS,
     "env": {
         "CUDA_MPS_PIPE_DIRECTORY": MPS_PIPE_DIR,
         "CUDA_MPS_LOG_DIRECTORY": MPS_LOG_DIR,
@@ -259,6 +260,11 @@ NO_ISOLATION = Isolation(SOFT_SHARE)
 def _is_name(value: object) -> bool:
     return (isinstance(value, str) and 0 < len(value) <= 128 and value[0] in _NAME_START
             and all(c in _NAME_CHARS for c in value))
+
+
+def is_profile_name(value: object) -> bool:
+    """A valid isolation profile name: letters, digits and ``_``, not ``none`` (the soft share)."""
+    return _is_name(value) and value != SOFT_SHARE
 
 
 def _template(source: str, field: str, text: object) -> Template:

@@ -104,10 +104,18 @@ class Pod(msgspec.Struct, frozen=True, kw_only=True):
     share_devices: int = 0  # virtual devices a SharePod requests (its containers together)
     device_owner: str = ""  # a SharePod's gpushare.k8s.io/device-owner
     using: dict[str, str] = {}  # a ShadowPod's Using condition: virtual device -> SharePod
+    isolation: str = ""  # gpushare.k8s.io/isolation: a ShadowPod's profile, a SharePod's opt-out
+    conditions: dict[str, str] = {}  # condition type -> its status (True, False, Unknown)
+    restarts: dict[str, int] = {}  # container -> restartCount from its status
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def ready(self) -> bool:
+        """The pod's Ready condition is True (every container passes its readiness probe)."""
+        return self.conditions.get("Ready") == "True"
 
     @property
     def finished(self) -> bool:
@@ -212,6 +220,30 @@ def _container_ids(status: Mapping[str, Any]) -> dict[str, str]:
     return found
 
 
+def _conditions(status: Mapping[str, Any]) -> dict[str, str]:
+    """Condition type -> status; conditions of odd shapes are skipped."""
+    found: dict[str, str] = {}
+    items = status.get("conditions")
+    for item in items if isinstance(items, list) else []:
+        kind = item.get("type") if isinstance(item, Mapping) else None
+        state = item.get("status") if isinstance(item, Mapping) else None
+        if isinstance(kind, str) and isinstance(state, str):
+            found[kind] = state
+    return found
+
+
+def _restarts(status: Mapping[str, Any]) -> dict[str, int]:
+    """Container -> restartCount of the regular containers; odd shapes are skipped."""
+    found: dict[str, int] = {}
+    items = status.get("containerStatuses")
+    for item in items if isinstance(items, list) else []:
+        name = item.get("name") if isinstance(item, Mapping) else None
+        count = item.get("restartCount") if isinstance(item, Mapping) else None
+        if isinstance(name, str) and isinstance(count, int) and not isinstance(count, bool) and count >= 0:
+            found[name] = count
+    return found
+
+
 def share_spec(key: str, annotations: Mapping[str, str]) -> ShareSpec:
     kind = annotations.get(ids.ANN_SHARE_KIND, "share")
     raw = annotations.get(ids.ANN_SHARE_SPEC, "")
@@ -290,4 +322,6 @@ def read_pod(doc: Mapping[str, Any], rules: PodRules) -> Pod:
         share=share, share_devices=share_devices,
         device_owner=annotations.get(ids.ANN_DEVICE_OWNER, "") if kind is PodKind.SHARE else "",
         using=using_of(status.get("conditions")) if kind is PodKind.SHADOW else {},
+        isolation=annotations.get(ids.ANN_ISOLATION, "") if kind in (PodKind.SHADOW, PodKind.SHARE) else "",
+        conditions=_conditions(status), restarts=_restarts(status),
     )  # fmt: skip

@@ -1,4 +1,5 @@
-"""The controller's state and its reconcile step: watch records in, ShadowPods created or retired."""
+"""The controller's state and its reconcile step: watch records in, ShadowPods created or retired,
+SharePods told when their MPS caps do not hold (:mod:`.caps`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from gpushare_common import ids
@@ -16,7 +18,8 @@ from gpushare_common.mapping import QuotaKey
 from gpushare_common.pods import SYSTEM_NAMESPACE, PodRules
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from .model import Record, ShadowPod, classify
+from .caps import CapsPlan, CapsReport, plan_caps
+from .model import Record, ShadowPod, SharePod, classify
 from .planner import Plan, plan
 from .settings import ShadowSettings
 from .template import shadow_name, shadow_pod
@@ -41,6 +44,13 @@ class Metrics:
         self.passes = Histogram("gpushare_shadow_reconcile_seconds", "Reconcile pass time",
                                 registry=registry, buckets=(0.001, 0.005, 0.02, 0.05, 0.1, 0.2, 0.5, 1))
         self.leader = Gauge("gpushare_shadow_leader", "1 when this replica leads", registry=registry)
+        self.caps_reports = Counter("gpushare_shadow_caps_reports",
+                                    "SharePods told whether their MPS caps hold (CapsEnforced condition "
+                                    "and Event), by the condition's reason", ["reason"], registry=registry)
+        self.mps_down = Gauge("gpushare_shadow_mps_daemons_down",
+                              "MPS ShadowPods Running without a Ready control daemon", registry=registry)
+        self.caps_not_enforced = Gauge("gpushare_shadow_caps_not_enforced",
+                                       "SharePods whose MPS caps do not hold now", registry=registry)
 
 
 class Controller:
@@ -58,6 +68,9 @@ class Controller:
         self.metrics = Metrics(registry)
         self.dirty = asyncio.Event()
         self.passes = 0
+        self.caps_told: dict[str, tuple[str, float]] = {}  # SharePod -> CapsEnforced written, when
+        self.caps_restarts: dict[str, int] = {}  # MPS ShadowPod -> restart count of main last pass
+        self.last_caps = CapsPlan()
 
     # --- state from the watch ----------------------------------------------------
 
@@ -106,7 +119,55 @@ class Controller:
                     break
         for delete in result.deletes:
             await self._delete(delete.shadow, delete.quota, delete.reason)
+        await self._report_caps()
         return result
+
+    async def _report_caps(self) -> None:
+        now = self.clock()
+        for key, (status, at) in list(self.caps_told.items()):  # until the watch shows it (or for a while)
+            record = self.records.get(key)
+            if not isinstance(record, SharePod) or record.caps == status or now - at > self.settings.expected_ttl_s:
+                del self.caps_told[key]
+        told = {key: status for key, (status, _at) in self.caps_told.items()}
+        caps = plan_caps(self.records.values(), told, self.caps_restarts)
+        self.caps_restarts = caps.restarts
+        self.last_caps = caps
+        self.metrics.mps_down.set(len(caps.down))
+        self.metrics.caps_not_enforced.set(len(caps.not_enforced))
+        for report in caps.reports:
+            if not self.is_leader():
+                return
+            await self._tell(report)
+
+    async def _tell(self, report: CapsReport) -> None:
+        """The SharePod's CapsEnforced condition, then an Event on it (only once the condition is
+        written, so a failed write is retried whole by the next pass)."""
+        namespace, name = ids.parse_pod_key(report.pod)
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        condition = {"type": ids.CONDITION_CAPS_ENFORCED, "status": "True" if report.enforced else "False",
+                     "reason": report.reason, "message": report.message}
+        if report.transition:
+            condition["lastTransitionTime"] = now
+        try:
+            await self.kube.patch_pod_status(namespace, name, {"status": {"conditions": [condition]}},
+                                             strategic=True)
+        except NotFound:
+            return
+        except KubeError as err:
+            self.metrics.errors.inc()
+            log.warning("CapsEnforced condition not written", pod=report.pod, shadow=report.shadow,
+                        error=str(err))
+            return
+        self.caps_told[report.pod] = (condition["status"], self.clock())
+        self.metrics.caps_reports.labels(report.reason).inc()
+        say = log.warning if report.warning else log.info
+        say("caps not enforced" if report.warning else "caps enforced again", pod=report.pod,
+            shadow=report.shadow, reason=report.reason)
+        try:
+            await self.kube.create_event(namespace, caps_event(report, namespace, name, now, self.settings.who()))
+        except KubeError as err:
+            self.metrics.errors.inc()
+            log.warning("caps event not recorded", pod=report.pod, reason=report.event_reason, error=str(err))
 
     async def _create(self, quota: QuotaKey, reason: str) -> bool:
         if not self.is_leader():
@@ -148,6 +209,9 @@ class Controller:
 
     # --- /status ------------------------------------------------------------------
 
+    def caps_status(self) -> dict[str, Any]:
+        return {"mps_daemons_down": self.last_caps.down, "not_enforced": self.last_caps.not_enforced}
+
     def status(self) -> dict[str, Any]:
         counts = {
             f"{q.namespace}/{q.resource}": {"pipelining": c.pipelining, "ready": c.ready,
@@ -159,4 +223,21 @@ class Controller:
                    for k, r in self.records.items() if isinstance(r, ShadowPod)}
         return {"leader": self.is_leader(), "quota": counts, "shadow_pods": shadows,
                 "pending_creations": sorted(self.expected),
-                "decisions": [asdict(d) for d in self.decisions]}
+                "decisions": [asdict(d) for d in self.decisions], "caps": self.caps_status()}
+
+
+def caps_event(report: CapsReport, namespace: str, name: str, now: str, instance: str) -> dict[str, Any]:
+    """A core/v1 Event on the SharePod, its ShadowPod as the related object."""
+    shadow_namespace, shadow_name = ids.parse_pod_key(report.shadow)
+    return {
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"name": f"{name}.{time.time_ns():x}", "namespace": namespace},
+        "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": name,
+                           **({"uid": report.uid} if report.uid else {})},
+        "related": {"apiVersion": "v1", "kind": "Pod", "namespace": shadow_namespace, "name": shadow_name},
+        "reason": report.event_reason, "message": report.message,
+        "type": "Warning" if report.warning else "Normal",
+        "source": {"component": "gpushare-shadow-controller"},
+        "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+        "reportingComponent": "gpushare-shadow-controller", "reportingInstance": instance,
+    }  # fmt: skip

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gpushare_common import ids
+from gpushare_common.isolation import SOFT_SHARE
 from gpushare_common.mapping import QuotaKey
 from gpushare_common.pods import PodError, PodKind, PodRules, read_pod
 
@@ -22,6 +24,9 @@ class SharePod:
     pending: bool  # waiting for devices: not scheduled, not terminating
     active: bool  # bound to a node and not finished or terminating
     owner: str  # gpushare.k8s.io/device-owner, "" until the solver sets it
+    uid: str = ""
+    caps: str = ""  # its CapsEnforced condition's status: True, False, "" when it has none
+    opted_out: bool = False  # gpushare.k8s.io/isolation: none (runs without its caps)
 
 
 @dataclass(slots=True)
@@ -34,6 +39,11 @@ class ShadowPod:
     terminating: bool
     created: str
     using: int  # devices marked used by Using conditions
+    isolation: str = ""  # its isolation profile (gpushare.k8s.io/isolation), "" for a soft share
+    ready: bool = False
+    restarts: int = 0  # of its container main
+    card: str = ""  # the vendor resource it holds one card of
+    users: tuple[str, ...] = ()  # SharePods in its Using condition (kept for capped ShadowPods only)
 
 
 Record = SharePod | ShadowPod
@@ -51,10 +61,15 @@ def classify(pod: dict[str, Any], rules: PodRules) -> Record | None:
         return None
     quota = QuotaKey(rules.system_namespace, view.share.kind, view.share.count)
     if view.kind is PodKind.SHADOW:
+        cards = [r for rs in view.containers.values() for r in rs if r in rules.vendor_resources]
         return ShadowPod(view.key, view.name, quota, view.node, view.phase or "Pending", view.terminating,
-                         view.created, len(view.using))  # fmt: skip
+                         view.created, len(view.using), isolation=view.isolation, ready=view.ready,
+                         restarts=view.restarts.get(ids.SHADOW_CONTAINER, 0), card=cards[0] if cards else "",
+                         users=tuple(sorted(set(view.using.values()))) if view.isolation else ())  # fmt: skip
     if view.kind is PodKind.SHARE:
         return SharePod(view.key, quota, view.share_devices, view.node,
                         pending=not view.node and not view.terminating and not view.finished,
-                        active=view.active, owner=view.device_owner)  # fmt: skip
+                        active=view.active, owner=view.device_owner, uid=view.uid,
+                        caps=view.conditions.get(ids.CONDITION_CAPS_ENFORCED, ""),
+                        opted_out=view.isolation == SOFT_SHARE)  # fmt: skip
     return None

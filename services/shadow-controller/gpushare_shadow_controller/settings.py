@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import os
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from gpushare_common.isolation import MPS, is_profile_name
+from gpushare_common.pods import SHARE_KINDS, parse_share_resource
 from gpushare_common.settings import SettingsError
 
 
@@ -36,11 +38,27 @@ class ShadowSettings:
     mps_kinds: tuple[str, ...] = ()
     mps_image: str = "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"
     isolation_host_path: str = "/run/gpushare/isolation"
+    # isolation profiles of the nodes' vendor table by share kind or by share resource, e.g.
+    # share-dev=npu_caps,share-gpu-3=mps (a resource wins over its kind): the ShadowPods'
+    # annotation gpushare.k8s.io/isolation, which the device plugin signs into each share's caps
+    # and the runtime computes them from; "mps" also runs the MPS daemon, as mps_kinds does
+    isolation_profiles: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for kind in self.mps_kinds:
             if kind not in ("share", "share-dev"):
                 raise SettingsError("GPUSHARE_SHADOW_MPS_KINDS", kind, "share and/or share-dev")
+        for key, profile in self.isolation_profiles.items():
+            pair = f"{key}={profile}"
+            if key not in SHARE_KINDS and parse_share_resource(f"{self.domain}/{key}", self.domain) is None:
+                raise SettingsError("GPUSHARE_SHADOW_ISOLATION_PROFILES", pair, "share, share-dev or a share "
+                                    "resource without its domain (share-gpu-<N>, share-dev-gpu-<N>) before =")
+            if not is_profile_name(profile):
+                raise SettingsError("GPUSHARE_SHADOW_ISOLATION_PROFILES", pair, "an isolation profile name "
+                                    "(letters, digits and _, not 'none': a soft share needs no entry) after =")
+            if key in self.mps_kinds:
+                raise SettingsError("GPUSHARE_SHADOW_ISOLATION_PROFILES", pair, "a share kind not in "
+                                    "GPUSHARE_SHADOW_MPS_KINDS (name it in one of the two)")
         if not self.isolation_host_path.startswith("/") or "/../" in self.isolation_host_path + "/":
             raise SettingsError("GPUSHARE_SHADOW_ISOLATION_HOST_PATH", self.isolation_host_path,
                                 "an absolute path")
@@ -64,6 +82,12 @@ class ShadowSettings:
                 raise SettingsError("GPUSHARE_SHADOW_NODE_SELECTOR", self.node_selector, "key=value,...")
             result[key.strip()] = value.strip()
         return result
+
+    def isolation_of(self, kind: str, spec: int) -> str:
+        """The isolation profile of the ShadowPods of this share kind and N; "" for a soft share."""
+        resource = f"{SHARE_KINDS.get(kind, kind)}-{spec}"
+        profile = self.isolation_profiles.get(resource) or self.isolation_profiles.get(kind)
+        return profile or (MPS if kind in self.mps_kinds else "")
 
     def who(self) -> str:
         return self.identity or f"{socket.gethostname()}-{os.getpid()}"

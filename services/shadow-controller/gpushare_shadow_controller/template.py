@@ -1,11 +1,13 @@
 """The ShadowPod a quota key needs: one container ``main`` holding one real card, sleeping.
 
-When its share kind is capped with MPS (``mps_kinds``), ``main`` runs NVIDIA's MPS
-control daemon for the card instead, on the ShadowPod's own host directories
-(``<isolation_host_path>/<namespace>_<pod>/{pipe,log,shm}``, the ones the runtime mounts
-into each SharePod), sets one share of N as every client's default, and is Ready
-only while the daemon answers.  The pod is annotated with its isolation profile,
-which tells the device plugin to sign the caps of each share.
+When its share kind is capped with MPS (``mps_kinds``, or the profile ``mps`` in
+``isolation_profiles``), ``main`` runs NVIDIA's MPS control daemon for the card instead,
+on the ShadowPod's own host directories (``<isolation_host_path>/<namespace>_<pod>/{pipe,log,shm}``,
+the ones the runtime mounts into each SharePod), sets one share of N as every client's
+default, and is Ready only while the daemon answers.  A capped ShadowPod is annotated
+with its isolation profile, which tells the device plugin to sign the caps of each share;
+a profile other than ``mps`` needs no daemon (the vendor's driver enforces what the
+runtime sets from the node's vendor table).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from gpushare_common.mapping import QuotaKey
 
 from .settings import ShadowSettings
 
-MPS = "mps"
+MPS = isolation.MPS
 # started in the foreground so that the container ends (and restarts) when it dies; the
 # defaults bind every client of this card that does not carry its own share's caps
 MPS_SCRIPT = """set -eu
@@ -64,9 +66,11 @@ def shadow_pod(quota: QuotaKey, name: str, settings: ShadowSettings) -> dict[str
     if selector:
         spec["nodeSelector"] = selector
     annotations = {ids.ANN_SHARE_KIND: quota.kind, ids.ANN_SHARE_SPEC: str(quota.spec)}
-    if quota.kind in settings.mps_kinds:
+    profile = settings.isolation_of(quota.kind, quota.spec)
+    if profile == MPS:
         _run_mps(spec, container, quota, f"{quota.namespace}/{name}", settings)
-        annotations[ids.ANN_ISOLATION] = MPS
+    if profile:
+        annotations[ids.ANN_ISOLATION] = profile
     return {
         "apiVersion": "v1",
         "kind": "Pod",

@@ -182,6 +182,7 @@ class NodeSim:
             "pod_resources_socket": str(self.settings.pod_resources_socket),
             "signing_key": str(self.signing_key or ""),
             "cdi_dir": str(self.settings.node_dir / "cdi"),
+            "gpu_memory_mib": str(self.settings.gpu_memory_mib),  # each fake card's
             **{f"containerd_{k}": v for k, v in self.kubelet.runner.describe().items()},
         }
 

@@ -2,13 +2,18 @@
 
 The windows are short on purpose so the scenarios play in seconds: the
 owner's away window, the exporter scrape period and the ShadowPod idle
-timeout are a few seconds here (minutes in production).
+timeout are a few seconds here (minutes in production). The ShadowPods of
+``capped_resources`` carry the fake cards' isolation profile, so their shares
+get caps (the ``caps`` scenario); every other share stays a soft share.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from gpushare_sim.fakegpu import vendor
+from gpushare_sim.fakegpu.cards import VENDOR_RESOURCE
 
 if TYPE_CHECKING:
     from gpushare_sim.run.cluster import Cluster, Node
@@ -23,6 +28,7 @@ class ServiceSettings:
     share_dev_specs: str = "2,4,8,16"
     kmod_refresh_s: float = 1.0
     shadow_resync_s: float = 2.0
+    capped_resources: tuple[str, ...] = ("share-gpu-3", "share-dev-gpu-4")  # no other scenario uses them
 
 
 def node_services(cluster: Cluster, node: Node) -> list[tuple[str, str, dict[str, str]]]:
@@ -43,7 +49,8 @@ def node_services(cluster: Cluster, node: Node) -> list[tuple[str, str, dict[str
         ("deviceplugin", "gpushare_deviceplugin", {
             "GPUSHARE_DP_PLUGIN_DIR": str(node.dir / "device-plugins"),
             "GPUSHARE_DP_SIGNING_KEY_FILE": ep["signing_key"],
-            "GPUSHARE_DP_SHARE_SPECS": s.share_specs, "GPUSHARE_DP_SHARE_DEV_SPECS": s.share_dev_specs}),
+            "GPUSHARE_DP_SHARE_SPECS": s.share_specs, "GPUSHARE_DP_SHARE_DEV_SPECS": s.share_dev_specs,
+            "GPUSHARE_DP_CARD_MEMORY_MIB": f"{VENDOR_RESOURCE}={ep['gpu_memory_mib']}"}),
         ("detector", "gpushare_detector", {
             "GPUSHARE_DETECTOR_POD_RESOURCES_SOCKET": ep["pod_resources_socket"],
             "GPUSHARE_DETECTOR_EXPORTER_URL": ep["exporter"],
@@ -59,4 +66,5 @@ def shadow_controller(cluster: Cluster) -> dict[str, str]:
         "GPUSHARE_SHADOW_RESYNC_S": str(s.shadow_resync_s),
         "GPUSHARE_SHADOW_LEASE_DURATION_S": "3", "GPUSHARE_SHADOW_RENEW_EVERY_S": "1",
         "GPUSHARE_SHADOW_IDENTITY": "sim-run",
+        "GPUSHARE_SHADOW_ISOLATION_PROFILES": ",".join(f"{r}={vendor.PROFILE}" for r in s.capped_resources),
     }  # fmt: skip

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from gpushare_common import events
+from gpushare_common.isolation import SOFT_SHARE
 from gpushare_common.logging import get_logger
 
 from ..handlers.base import PluginLogic, Signer
@@ -42,6 +43,7 @@ class PluginSet:
     def __init__(self, settings: DevicePluginSettings, signer: Signer,
                  metrics: PluginMetrics) -> None:
         self.node_domain = settings.domain
+        self.metrics = metrics
         self.logics = build_logics(settings, signer)
         self.plugins = [DevicePlugin(logic, settings.plugin_dir, metrics, settings.resend_s)
                         for logic in self.logics.values()]
@@ -102,6 +104,14 @@ class PluginSet:
                 log.info("ShadowPods changed", resource=logic.resource,
                          added=",".join(sorted(added)) or None,
                          removed=",".join(sorted(removed)) or None, devices=len(logic.board.devices()))
+        self._export_isolation()
+
+    def _export_isolation(self) -> None:
+        """``gpushare_share_isolation{resource, isolation}``: the profiles each share resource serves."""
+        self.metrics.share_isolation.clear()
+        for logic in self.share().values():
+            for profile in {s.isolation or SOFT_SHARE for s in logic.shadows.values()}:
+                self.metrics.share_isolation.labels(logic.resource, profile).set(1)
 
     def status(self) -> dict[str, Any]:
         return {"plugins": [p.status() for p in self.plugins]}

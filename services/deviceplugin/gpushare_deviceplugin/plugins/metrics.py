@@ -23,5 +23,9 @@ class PluginMetrics:
         self.registered = Gauge("gpushare_deviceplugin_registered",
                                 "1 while the plugin is registered with the kubelet", ["resource"],
                                 registry=registry)
+        self.share_isolation = Gauge(
+            "gpushare_share_isolation", "1 for each isolation profile of the ShadowPods a share resource "
+            "serves on this node ('none': a soft share, nothing capped); no series without ShadowPods",
+            ["resource", "isolation"], registry=registry)
         self.watchers = Gauge("gpushare_deviceplugin_watchers", "Open ListAndWatch streams",
                               ["resource"], registry=registry)

@@ -15,6 +15,7 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 
 from gpushare_sim.containerd import Containerd, missing_binaries
+from gpushare_sim.fakegpu.vendor import vendor_table
 from gpushare_sim.node.adapters.rootfs import build_base, find_busybox
 from gpushare_sim.node.adapters.runners import CtrRunner, ProcessRunner, Runner
 from gpushare_sim.node.settings import NodeSimSettings
@@ -46,13 +47,15 @@ def containerd_usable() -> bool:
 
 
 def runtime_config(settings: NodeSimSettings) -> Path:
-    """The gpushare runtime's configuration for this node: its CDI specs and signing key."""
+    """The gpushare runtime's configuration for this node: its CDI specs, signing key and vendor
+    table (the fake cards' isolation profile, :mod:`gpushare_sim.fakegpu.vendor`)."""
     path = settings.node_dir / "runtime.json"
     doc = {
         "lower_runtime": "runc",
         "key_file": str(signing_key(settings.node_dir)),
         "cdi_dirs": [str(settings.node_dir / "cdi")],
         "node_name": settings.name,  # signatures bind it
+        "vendors": vendor_table(),
     }
     path.write_text(json.dumps(doc, indent=1))
     return path
