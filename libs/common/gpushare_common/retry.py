@@ -4,6 +4,7 @@
   ``jitter`` (a share of the delay, so many nodes retrying after one outage do
   not retry in step); ``reset()`` after a success.
 - :func:`wait_for_stop`: sleep ``seconds`` unless ``stop`` is set first.
+- :func:`wait_any`: wait until one of some events is set (or a timeout passes).
 - :func:`retry`: call ``attempt`` until it returns, retrying only what
   ``transient`` names, with the backoff, until ``stop`` or ``deadline_s``.
 """
@@ -63,6 +64,17 @@ async def wait_for_stop(stop: asyncio.Event | None, seconds: float) -> bool:
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(stop.wait(), timeout=max(seconds, 0.0))
     return stop.is_set()
+
+
+async def wait_any(*events: asyncio.Event, timeout: float | None = None) -> bool:
+    """Wait until one of ``events`` is set, at most ``timeout`` seconds; True when one is."""
+    waiters = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+    return any(event.is_set() for event in events)
 
 
 async def retry(

@@ -18,6 +18,7 @@ from typing import Any
 
 from .ids import IdError
 from .logging import get_logger
+from .retry import wait_any
 from .settings import SettingsError
 
 log = get_logger("tasks")
@@ -74,12 +75,7 @@ class Tasks:
 
 async def wait_first(stop: asyncio.Event, tasks: Tasks) -> None:
     """Return when a stop was requested or a critical task failed."""
-    waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(tasks.failed.wait())]
-    try:
-        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for waiter in waiters:
-            waiter.cancel()
+    await wait_any(stop, tasks.failed)
 
 
 def run_service(name: str, main: Callable[[asyncio.Event], Awaitable[int | None]]) -> int:

@@ -28,6 +28,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from ..logging import get_logger
+from ..retry import Backoff, wait_for_stop
 from ..settings import KubeSettings
 
 log = get_logger("kube")
@@ -248,7 +249,7 @@ class Kube:
         resource_version: str = "",
     ) -> AsyncIterator[PodChange]:
         """List then watch until ``stop`` (or resume from ``resource_version``); see the module doc."""
-        delay = 0.2
+        backoff = Backoff(0.2, 10.0, jitter=0.0)
         version = resource_version
         while not stop.is_set():
             try:
@@ -260,15 +261,14 @@ class Kube:
                     version = str(obj.get("metadata", {}).get("resourceVersion") or version)
                     if kind in ("ADDED", "MODIFIED", "DELETED"):
                         yield PodChange(kind, pod=obj)
-                delay = 0.2
+                backoff.reset()
             except Gone:
                 log.info("watch expired, re-listing", namespace=namespace or "*", selector=field_selector)
                 version = ""
             except KubeError as err:
+                delay = backoff.next()
                 log.warning("watch failed, backing off", error=str(err), retry_in_s=delay)
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(stop.wait(), delay)
-                delay = min(delay * 2, 10.0)
+                await wait_for_stop(stop, delay)
 
     async def watch_pod_sets(
         self, stop: asyncio.Event, namespace: str | None = None, field_selector: str = "",

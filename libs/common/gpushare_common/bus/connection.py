@@ -34,7 +34,7 @@ from prometheus_client import CollectorRegistry, Counter  # noqa: E402
 from ..events import AnyEvent, Event, EventDecodeError, decode, encode, event_tag  # noqa: E402
 from ..layout import ROLES, Layout  # noqa: E402
 from ..logging import get_logger  # noqa: E402
-from ..retry import Backoff, retry, wait_for_stop  # noqa: E402
+from ..retry import Backoff, retry, wait_any, wait_for_stop  # noqa: E402
 from ..settings import NatsSettings  # noqa: E402
 from ..subjects import Subjects  # noqa: E402
 from .errors import BusError, Permanent, Transient, classify  # noqa: E402
@@ -208,13 +208,7 @@ class Bus:
 
     async def wait_connected(self, stop: asyncio.Event | None = None, timeout: float | None = None) -> bool:
         """Wait until connected (True) or ``stop``/``timeout`` first (False)."""
-        waiter = asyncio.ensure_future(self.connected.wait())
-        stopper = asyncio.ensure_future(stop.wait() if stop is not None else asyncio.Event().wait())
-        try:
-            await asyncio.wait({waiter, stopper}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            waiter.cancel()
-            stopper.cancel()
+        await wait_any(self.connected, *([stop] if stop is not None else []), timeout=timeout)
         return self.connected.is_set()
 
     async def drain(self) -> None:
