@@ -1,0 +1,92 @@
+"""The service skeleton: health wiring, HTTP, guarded tasks, and the order of the exit."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from gpushare_common.retry import wait_any
+from gpushare_common.service import Skeleton
+from gpushare_common.settings import HttpSettings, NatsSettings
+
+LOOPBACK = HttpSettings(host="127.0.0.1", port=0)
+
+
+async def http_get(port: int, path: str) -> tuple[int, bytes]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n".encode())
+    await writer.drain()
+    response = await reader.read()
+    writer.close()
+    await writer.wait_closed()
+    head, _, body = response.partition(b"\r\n\r\n")
+    return int(head.split()[1]), body
+
+
+async def test_serves_health_readiness_status_and_metrics() -> None:
+    async with Skeleton("test", LOOPBACK, "state") as svc:
+        port = await svc.serve(lambda: {"answer": 42})
+        assert port == svc.port > 0
+        assert (await http_get(port, "/healthz"))[0] == 200
+        assert (await http_get(port, "/readyz"))[0] == 503
+        svc.health.set("state", True)
+        assert (await http_get(port, "/readyz"))[0] == 200
+        code, body = await http_get(port, "/status")
+        assert code == 200 and json.loads(body)["answer"] == 42 and json.loads(body)["service"] == "test"
+        assert (await http_get(port, "/metrics"))[0] == 200
+
+
+async def test_exit_cancels_the_tasks_then_closes_in_reverse_order() -> None:
+    order: list[str] = []
+    stop = asyncio.Event()
+    svc = Skeleton("test", LOOPBACK, stop=stop)
+    async with svc:
+        bus = svc.bus(NatsSettings())  # never connected: draining it is harmless
+
+        async def loop() -> None:
+            try:
+                await asyncio.Event().wait()
+            finally:
+                order.append(f"task cancelled, stopping={svc.stopping.is_set()}")
+
+        async def closing() -> None:
+            order.append("async resource")
+
+        svc.on_exit(order.append, "first registered")
+        svc.on_exit(closing)
+        svc.spawn("loop", loop())
+        stop.set()
+        await svc.run_until_stopped()
+    assert order == ["task cancelled, stopping=False", "async resource", "first registered"]
+    assert svc.stopping.is_set() and svc.exit_code == 0 and not bus.connected.is_set()
+
+
+async def test_a_crashed_critical_task_ends_the_run_with_exit_code_1() -> None:
+    async with Skeleton("test", LOOPBACK) as svc:
+
+        async def crash() -> None:
+            raise RuntimeError("boom")
+
+        svc.spawn("crasher", crash())
+        await asyncio.wait_for(svc.run_until_stopped(), 5)
+    assert svc.exit_code == 1 and not svc.stop.is_set()
+
+
+async def test_the_nats_component_follows_the_bus_state() -> None:
+    svc = Skeleton("test", LOOPBACK, "nats")
+    bus = svc.bus(NatsSettings())
+    for listener in bus.on_state:
+        listener(True)
+    assert svc.health.ready
+    for listener in bus.on_state:
+        listener(False)
+    assert not svc.health.ready and svc.health.report()["components"]["nats"]["reason"] == "disconnected"
+    await svc.close()
+    await svc.close()  # twice is harmless
+
+
+async def test_wait_any_returns_on_the_first_event_or_the_timeout() -> None:
+    first, second = asyncio.Event(), asyncio.Event()
+    assert not await wait_any(first, second, timeout=0.01)
+    asyncio.get_running_loop().call_later(0.01, second.set)
+    assert await asyncio.wait_for(wait_any(first, second), 5)
