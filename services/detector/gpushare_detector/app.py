@@ -1,21 +1,23 @@
-"""The detector's lifecycle: connect, serve HTTP, run the named tasks, drain."""
+"""The detector's lifecycle: connect, restore the published facts, serve HTTP, run the loops, drain.
+
+Consumes the pods of this node (API server watch, kubelet pod-resources), the
+GPU exporter's metrics and the owner-backs (core); publishes pod facts, card
+inventories, away/back and spare capacity; on exit saves the facts it published.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from pathlib import Path
 from typing import Any
 
 from gpushare_common.adapters.kube import Kube
-from gpushare_common.bus import Bus
 from gpushare_common.events import AnyEvent
-from gpushare_common.http import Health, build_app, serve
+from gpushare_common.http import Health
 from gpushare_common.logging import get_logger
 from gpushare_common.pods import SYSTEM_NAMESPACE, PodRules
-from gpushare_common.tasks import Tasks, wait_first
-from prometheus_client import CollectorRegistry
+from gpushare_common.service import Skeleton
 
 from .adapters.exporter import fetch_text
 from .adapters.podresources import PodResources
@@ -64,18 +66,11 @@ def build_detector(node: str, settings: DetectorSettings, bus: Any, devices: Any
 async def run(settings: Settings, stop: asyncio.Event) -> int:
     node = settings.common.node.require()
     config = settings.detector
-    registry = CollectorRegistry()
-    metrics = DetectorMetrics(registry)
-    health = Health("nats", "pods")
-    tasks = Tasks(SERVICE)
-    async with contextlib.AsyncExitStack() as stack:
-        bus = Bus(settings.common.nats, SERVICE, registry, node)
-        bus.on_state.append(lambda up: health.set("nats", up, "" if up else "disconnected"))
-        await bus.connect(stop)
-        stack.push_async_callback(bus.drain)
-        await bus.wait_for_stream(stop)
+    async with Skeleton(SERVICE, settings.common.http, "nats", "pods", stop=stop) as svc:
+        metrics = DetectorMetrics(svc.registry)
+        bus = await svc.connect(settings.common.nats, node)
         devices = PodResources(config.pod_resources_socket, config.pod_resources_timeout_s)
-        stack.push_async_callback(devices.close)
+        svc.on_exit(devices.close)
         detector = build_detector(node, config, bus, devices, metrics, settings.common.kube.system_namespace)
         facts = await bus.store("detector", bus.layout.scope(node, "fact"))
         saved = await facts.items(list[AnyEvent])
@@ -84,28 +79,26 @@ async def run(settings: Settings, stop: asyncio.Event) -> int:
                  inventories=detector.inventory.restore(saved))
         capacity = CapacityService.build(node, config, bus, detector.tracker, metrics)
         kube = Kube(settings.common.kube)
+        svc.on_exit(kube.api.close)
 
         def status() -> dict[str, Any]:
             return {**detector.status(), "capacity": capacity.status()}
 
-        await stack.enter_async_context(serve(build_app(SERVICE, health, registry, status),
-                                              settings.common.http))
+        await svc.serve(status)
         await bus.subscribe(bus.subjects.event(node, "ownerback"), detector.on_owner_back)
-        until_cancelled = asyncio.Event()  # the loops end only when cancel_all() cancels them
+        until_cancelled = svc.stopping  # set only once the loops are cancelled: they end only then
         changes = kube.watch_pods(until_cancelled, field_selector=f"spec.nodeName={node}")
-        tasks.spawn("watch", detector.watch(changes))
-        tasks.spawn("resync", detector.resync_loop(until_cancelled, config.resync_s))
-        tasks.spawn("inventory", detector.inventory_loop(until_cancelled, config.inventory_s))
-        tasks.spawn("kmod", detector.kmod.run(until_cancelled))
-        tasks.spawn("save", detector.save_loop(facts, until_cancelled))
-        tasks.spawn("owners", detector.owners_loop(until_cancelled, config.scrape_s))
-        tasks.spawn("capacity", capacity.loop(until_cancelled))
-        tasks.spawn("ready", _ready_when_synced(detector, health), critical=False)
-        await wait_first(stop, tasks)
-        await tasks.cancel_all()
-        await detector.save_facts(facts)
-        stack.callback(kube.api.close)
-    return 1 if tasks.failure is not None else 0
+        svc.spawn("watch", detector.watch(changes))
+        svc.spawn("resync", detector.resync_loop(until_cancelled, config.resync_s))
+        svc.spawn("inventory", detector.inventory_loop(until_cancelled, config.inventory_s))
+        svc.spawn("kmod", detector.kmod.run(until_cancelled))
+        svc.spawn("save", detector.save_loop(facts, until_cancelled))
+        svc.spawn("owners", detector.owners_loop(until_cancelled, config.scrape_s))
+        svc.spawn("capacity", capacity.loop(until_cancelled))
+        svc.spawn("ready", _ready_when_synced(detector, svc.health), critical=False)
+        svc.on_exit(detector.save_facts, facts)  # once the loops are cancelled
+        await svc.run_until_stopped()
+    return svc.exit_code
 
 
 async def _ready_when_synced(detector: Detector, health: Health) -> None:

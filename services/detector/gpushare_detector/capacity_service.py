@@ -13,6 +13,7 @@ from gpushare_common import events as ev
 from gpushare_common.bus import BusError
 from gpushare_common.logging import get_logger
 from gpushare_common.pods import PodKind
+from gpushare_common.retry import wait_for_stop
 from gpushare_common.subjects import Subjects
 
 from .adapters.cgroups import PodsUsage, read_node, read_pods
@@ -21,7 +22,6 @@ from .cgroupstats import NodeStats, StatsError
 from .metrics import DetectorMetrics
 from .pods import PodTracker
 from .settings import DetectorSettings
-from .waits import sleep_or_stop
 
 log = get_logger("detector.capacity")
 RESOURCES = ("vcpu", "vmem")
@@ -142,7 +142,7 @@ class CapacityService:
     async def loop(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             await self.tick()
-            await sleep_or_stop(stop, self.every_s)
+            await wait_for_stop(stop, self.every_s)
 
     def status(self) -> dict[str, Any]:
         return {

@@ -15,6 +15,7 @@ from gpushare_common import events as ev
 from gpushare_common.adapters.kube import PodChange
 from gpushare_common.bus import BusError
 from gpushare_common.logging import get_logger
+from gpushare_common.retry import wait_any, wait_for_stop
 from gpushare_common.subjects import Subjects
 
 from .adapters.podresources import PodNotFound, PodResourcesError
@@ -26,7 +27,6 @@ from .metrics import DetectorMetrics
 from .model import ContainerDevices, NodeDevices
 from .pods import Owner, PodTracker
 from .scraper import Scraper
-from .waits import sleep_or_stop, wait_either
 
 log = get_logger("detector")
 
@@ -172,9 +172,9 @@ class Detector:
         return len(events)
 
     async def resync_loop(self, stop: asyncio.Event, every_s: float) -> None:
-        await wait_either(self.synced, stop)
+        await wait_any(self.synced, stop)
         while not stop.is_set():
-            await sleep_or_stop(stop, every_s)
+            await wait_for_stop(stop, every_s)
             if not stop.is_set():
                 await self.resync()
 
@@ -190,9 +190,9 @@ class Detector:
         await self.publish(list(self.inventory.current()) if resend else list(changed))
 
     async def inventory_loop(self, stop: asyncio.Event, every_s: float) -> None:
-        await wait_either(self.synced, stop)
+        await wait_any(self.synced, stop)
         while not stop.is_set():
-            await sleep_or_stop(stop, every_s)
+            await wait_for_stop(stop, every_s)
             if not stop.is_set():
                 await self.publish_inventory()
 
@@ -214,7 +214,7 @@ class Detector:
 
     async def save_loop(self, store: FactStore, stop: asyncio.Event, every_s: float = 0.5) -> None:
         while not stop.is_set():
-            await sleep_or_stop(stop, every_s)
+            await wait_for_stop(stop, every_s)
             await self.save_facts(store)
 
     # --- owners: away/back ------------------------------------------------------
@@ -263,7 +263,7 @@ class Detector:
     async def owners_loop(self, stop: asyncio.Event, every_s: float) -> None:
         while not stop.is_set():
             await self.observe_owners()
-            await sleep_or_stop(stop, every_s)
+            await wait_for_stop(stop, every_s)
 
     # --- status -----------------------------------------------------------------
 

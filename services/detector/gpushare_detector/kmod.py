@@ -8,10 +8,10 @@ from typing import Protocol
 from gpushare_common import events as ev
 from gpushare_common.bus import BusError
 from gpushare_common.logging import get_logger
+from gpushare_common.retry import Backoff, wait_any, wait_for_stop
 from gpushare_common.subjects import Subjects
 
 from .metrics import DetectorMetrics
-from .waits import sleep_or_stop, wait_either
 
 log = get_logger("detector.kmod")
 
@@ -83,15 +83,14 @@ class KmodSync:
         return ok
 
     async def run(self, stop: asyncio.Event, backoff_s: float = 1.0, max_backoff_s: float = 30.0) -> None:
-        delay = backoff_s
+        backoff = Backoff(backoff_s, max_backoff_s, jitter=0.0)
         while not stop.is_set():
-            await wait_either(self.changed, stop)
+            await wait_any(self.changed, stop)
             self.changed.clear()
             if stop.is_set() or await self.sync_once():
-                delay = backoff_s
+                backoff.reset()
                 continue
-            await sleep_or_stop(stop, delay)  # e.g. a container without a pid namespace yet
-            delay = min(delay * 2, max_backoff_s)
+            await wait_for_stop(stop, backoff.next())  # e.g. a container without a pid namespace yet
             self.changed.set()
 
     async def hits(self, containers: tuple[str, ...]) -> dict[str, int] | None:
