@@ -4,16 +4,13 @@ queue group (replicas share the requests), serve HTTP, drain."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Any
 
 from gpushare_common.adapters.kube import Kube
 from gpushare_common.bus import Bus, BusError
-from gpushare_common.http import Health, build_app, serve
 from gpushare_common.layout import Layout
 from gpushare_common.logging import get_logger
-from gpushare_common.tasks import Tasks, wait_first
-from prometheus_client import CollectorRegistry
+from gpushare_common.service import Skeleton
 
 from .adapters.tokenreview import TokenReviewer
 from .callout import Callout, CalloutMetrics
@@ -39,36 +36,30 @@ async def answer_requests(pending: Pending, callout: Callout, bus: Bus) -> None:
 
 async def run(settings: Settings, issuer: Signer, stop: asyncio.Event) -> int:
     auth, nats = settings.auth, settings.common.nats
-    registry = CollectorRegistry()
-    metrics = CalloutMetrics(registry)
-    health = Health("nats", "callout")
-    tasks = Tasks(SERVICE)
-    reviewer = TokenReviewer(Kube(settings.common.kube), auth.audience)
-    callout = Callout(issuer, reviewer, auth.role_table(), Layout(nats.prefix, nats.stream, nats.kv_prefix), auth,
-                      metrics)  # fmt: skip
-    pending: Pending = asyncio.Queue()
+    async with Skeleton(SERVICE, settings.common.http, "nats", "callout", stop=stop) as svc:
+        metrics = CalloutMetrics(svc.registry)
+        reviewer = TokenReviewer(Kube(settings.common.kube), auth.audience)
+        svc.on_exit(reviewer.close)
+        callout = Callout(issuer, reviewer, auth.role_table(), Layout(nats.prefix, nats.stream, nats.kv_prefix),
+                          auth, metrics)  # fmt: skip
+        pending: Pending = asyncio.Queue()
 
-    async def enqueue(raw: bytes, reply: str) -> None:
-        if reply:
-            pending.put_nowait((raw, reply))
+        async def enqueue(raw: bytes, reply: str) -> None:
+            if reply:
+                pending.put_nowait((raw, reply))
 
-    def status() -> dict[str, Any]:
-        return {"issuer": issuer.public, "audience": auth.audience, "pending": pending.qsize(), **metrics.status()}
+        def status() -> dict[str, Any]:
+            return {"issuer": issuer.public, "audience": auth.audience, "pending": pending.qsize(),
+                    **metrics.status()}  # fmt: skip
 
-    async with contextlib.AsyncExitStack() as stack:
-        stack.callback(reviewer.close)
-        bus = Bus(nats, SERVICE, registry)
-        bus.on_state.append(lambda up: health.set("nats", up, "" if up else "disconnected"))
-        await bus.connect(stop)
-        stack.push_async_callback(bus.drain)
-        await stack.enter_async_context(serve(build_app(SERVICE, health, registry, status), settings.common.http))
+        bus = await svc.connect(nats, stream=False)
+        await svc.serve(status)
         for index in range(auth.workers):
-            tasks.spawn(f"answer-{index}", answer_requests(pending, callout, bus))
+            svc.spawn(f"answer-{index}", answer_requests(pending, callout, bus))
         subscription = await bus.subscribe_raw(AUTH_SUBJECT, enqueue, queue=auth.queue)
-        stack.push_async_callback(subscription.unsubscribe)
-        health.set("callout", True)
+        svc.on_exit(subscription.unsubscribe)
+        svc.health.set("callout", True)
         log.info("answering authorization requests", issuer=issuer.public, audience=auth.audience,
                  queue=auth.queue, workers=auth.workers)  # fmt: skip
-        await wait_first(stop, tasks)
-        await tasks.cancel_all()
-    return 1 if tasks.failure is not None else 0
+        await svc.run_until_stopped()
+    return svc.exit_code
