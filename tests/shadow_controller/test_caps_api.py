@@ -57,9 +57,9 @@ async def test_a_dead_mps_daemon_is_reported_on_every_sharepod_until_it_is_back(
             body["metadata"]["annotations"][ids.ANN_ISOLATION] = "none"
         await kube.create_pod("ml", body)
         await kube.patch_pod_status("ml", name, {"status": {"phase": "Running"}}, strategic=False)
-    app = ShadowControllerApp(settings(kube_api), Kube(KubeSettings(), kube_api.new_client()))
     stop = asyncio.Event()
-    runner = asyncio.create_task(app.run(stop))
+    app = ShadowControllerApp(settings(kube_api), Kube(KubeSettings(), kube_api.new_client()), stop)
+    runner = asyncio.create_task(app.run())
 
     async def passes(count: int) -> bool:
         return app.controller.passes >= count

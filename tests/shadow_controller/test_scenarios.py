@@ -57,9 +57,9 @@ async def test_five_pending_pods_get_exactly_two_shadowpods(kube_api: KubeApi) -
     kube = Kube(KubeSettings(kubeconfig=str(kube_api.kubeconfig)), kube_api.new_client())
     for i in range(5):
         await kube.create_pod("ml", share_pod(f"infer-{i}"))
-    app = ShadowControllerApp(settings(kube_api), Kube(KubeSettings(), kube_api.new_client()))
     stop = asyncio.Event()
-    runner = asyncio.create_task(app.run(stop))
+    app = ShadowControllerApp(settings(kube_api), Kube(KubeSettings(), kube_api.new_client()), stop)
+    runner = asyncio.create_task(app.run())
 
     async def two_exist() -> bool:
         return len(await shadow_pods(kube)) == 2

@@ -16,6 +16,7 @@ from typing import Any
 
 from gpushare_common.adapters.kube import Conflict, Kube, KubeError, NotFound
 from gpushare_common.logging import get_logger
+from gpushare_common.retry import wait_for_stop
 
 log = get_logger("shadow-controller.leader")
 
@@ -94,9 +95,7 @@ class LeaderElector:
                 await self.try_acquire_or_renew()
             except KubeError as err:
                 log.warning("lease update failed", identity=self.identity, error=str(err))
-            wait = self.renew_every_s if self.is_leader else self.renew_every_s / 2
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(stop.wait(), wait)
+            await wait_for_stop(stop, self.renew_every_s if self.is_leader else self.renew_every_s / 2)
         await self.release()
 
     async def release(self) -> None:

@@ -8,7 +8,7 @@ from gpushare_common import logging as gslog
 from gpushare_common.settings import HttpSettings, KubeSettings, LogSettings, load
 from gpushare_common.tasks import ServiceMain, service_main
 
-from .app import AppSettings, ShadowControllerApp
+from .app import SERVICE, AppSettings, ShadowControllerApp
 from .settings import ShadowSettings
 
 
@@ -23,6 +23,6 @@ def main() -> int:
         settings.shadow.tolerations_list()
         settings.shadow.node_selector_map()
         gslog.setup(log_settings.level, log_settings.json)
-        return ShadowControllerApp(settings).run
+        return lambda stop: ShadowControllerApp(settings, stop=stop).run()
 
-    return service_main("shadow-controller", build)
+    return service_main(SERVICE, build)
