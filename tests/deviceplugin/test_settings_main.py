@@ -32,6 +32,8 @@ def test_settings_from_environment() -> None:
     {"GPUSHARE_DP_SHARE_DEV_SPECS": "0"},
     {"GPUSHARE_DP_CAPACITY_RESOURCES": "vgpu"},
     {"GPUSHARE_DP_VENDOR_SOCKETS": "nvidia.com/gpu"},
+    {"GPUSHARE_DP_BACKOFF_MIN_S": "0"},
+    {"GPUSHARE_DP_BACKOFF_MIN_S": "5", "GPUSHARE_DP_BACKOFF_MAX_S": "1"},
 ])
 def test_bad_settings_name_the_variable(environ: dict[str, str]) -> None:
     with pytest.raises(SettingsError) as bad:

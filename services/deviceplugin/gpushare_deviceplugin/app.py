@@ -9,19 +9,17 @@ live subjects take over.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import importlib
 import time
 from typing import Any
 
 from gpushare_common import events
-from gpushare_common.bus import Bus, BusError, Permanent
-from gpushare_common.http import Health, build_app, serve
+from gpushare_common.bus import BusError, Permanent
 from gpushare_common.logging import get_logger
 from gpushare_common.pods import PodRules
+from gpushare_common.service import Skeleton
 from gpushare_common.settings import CommonSettings
-from gpushare_common.tasks import Tasks, wait_first
 from prometheus_client import CollectorRegistry
 
 from .adapters.vendor import watch_vendor
@@ -41,21 +39,21 @@ class Service:
     """All plugins of one node, wired to NATS, the vendor plugins and the API server."""
 
     def __init__(self, common: CommonSettings, settings: DevicePluginSettings, key: bytes,
-                 registry: CollectorRegistry | None = None) -> None:
+                 registry: CollectorRegistry | None = None, stop: asyncio.Event | None = None) -> None:
         self.common = common
         self.settings = settings
         self.node = common.node.require()
-        self.registry = registry or CollectorRegistry()
+        self.skeleton = Skeleton(SERVICE, common.http, "nats", "kubelet", stop=stop, registry=registry)
+        self.registry = self.skeleton.registry
+        self.health = self.skeleton.health
+        self.tasks = self.skeleton.tasks
+        self.stopping = self.skeleton.stopping  # set once every task is cancelled
+        self.bus = self.skeleton.bus(common.nats, self.node)
         self.plugins = PluginSet(settings, Signer(key, self.node), PluginMetrics(self.registry))
         self.supervisor = Supervisor(self.plugins.plugins, settings.kubelet_path, settings.poll_s,
                                      settings.backoff_min_s, settings.backoff_max_s,
                                      on_tick=self._readiness)
-        self.health = Health("nats", "kubelet")
-        self.bus = Bus(common.nats, SERVICE, self.registry, self.node)
-        self.bus.on_state.append(lambda up: self.health.set("nats", up, "" if up else "disconnected"))
-        self.tasks = Tasks(SERVICE)
         self.rules = PodRules(domain=settings.domain, system_namespace=common.kube.system_namespace)
-        self.stopping = asyncio.Event()
 
     # --- startup ----------------------------------------------------------------
 
@@ -116,9 +114,7 @@ class Service:
         return self.bus.reconnects
 
     async def stop(self) -> None:
-        await self.tasks.cancel_all()  # the supervisor stops every plugin as it ends
-        self.stopping.set()
-        await self.bus.drain()
+        await self.skeleton.close()  # the supervisor stops every plugin as it ends; NATS drained
 
     # --- feeds ------------------------------------------------------------------
 
@@ -171,13 +167,11 @@ def freeze_heap() -> bool:
 
 async def run(common: CommonSettings, settings: DevicePluginSettings, key: bytes,
               stop: asyncio.Event) -> int:
-    service = Service(common, settings, key)
-    app = build_app(SERVICE, service.health, service.registry, service.status)
-    async with contextlib.AsyncExitStack() as stack:
-        stack.push_async_callback(service.stop)
+    service = Service(common, settings, key, stop=stop)
+    async with service.skeleton as svc:
         service.start_plugins()
-        await stack.enter_async_context(serve(app, common.http))
-        service.tasks.spawn("nats connect", service.connect(), critical=False)
+        await svc.serve(service.status)
+        svc.spawn("nats connect", service.connect(), critical=False)
         freeze_heap()
-        await wait_first(stop, service.tasks)
-    return 1 if service.tasks.failure is not None else 0
+        await svc.run_until_stopped()
+    return svc.exit_code

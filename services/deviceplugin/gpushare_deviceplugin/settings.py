@@ -51,6 +51,9 @@ class DevicePluginSettings:
                 raise SettingsError("GPUSHARE_DP_CAPACITY_RESOURCES", name, "vcpu and/or vmem")
         if self.resend_s <= 0 or self.poll_s <= 0:
             raise SettingsError("GPUSHARE_DP_RESEND_S", str(self.resend_s), "a positive number")
+        if not 0 < self.backoff_min_s <= self.backoff_max_s:
+            raise SettingsError("GPUSHARE_DP_BACKOFF_MIN_S", str(self.backoff_min_s),
+                                f"a positive number at most GPUSHARE_DP_BACKOFF_MAX_S ({self.backoff_max_s})")
         for kind in self.isolation_opt_out:
             if kind not in SHARE_KINDS:
                 raise SettingsError("GPUSHARE_DP_ISOLATION_OPT_OUT", kind, " or ".join(SHARE_KINDS))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 from collections.abc import AsyncIterator
 from typing import Any
@@ -12,6 +11,7 @@ import grpc
 from gpushare_common.adapters.kubeletapi import deviceplugin_v1beta1_pb2 as pb
 from gpushare_common.adapters.kubeletapi import deviceplugin_v1beta1_pb2_grpc as _pbg
 from gpushare_common.logging import get_logger
+from gpushare_common.retry import Backoff, wait_for_stop
 
 from ..devices import HEALTHY, UNHEALTHY, Health
 
@@ -27,7 +27,7 @@ async def watch_vendor(resource: str, socket_path: str, stop: asyncio.Event,
 
     Retries with backoff until ``stop``; one log line per transition.
     """
-    delay = backoff_min_s
+    backoff = Backoff(backoff_min_s, backoff_max_s, jitter=0.0)
     present = True  # so that the first absence is logged
     while not stop.is_set():
         seen = False
@@ -35,14 +35,14 @@ async def watch_vendor(resource: str, socket_path: str, stop: asyncio.Event,
             async for cards in _stream(socket_path, stop):
                 if not seen:
                     log.info("vendor plugin connected", resource=resource, socket=socket_path)
-                    seen, present, delay = True, True, backoff_min_s
+                    seen, present = True, True
+                    backoff.reset()
                 yield cards
         if present:
             log.warning("vendor plugin absent, retrying", resource=resource, socket=socket_path)
             present = False
         yield None
-        await _wait(stop, delay)
-        delay = min(delay * 2, backoff_max_s)
+        await wait_for_stop(stop, backoff.next())
 
 
 async def _stream(socket_path: str, stop: asyncio.Event) -> AsyncIterator[dict[str, Health]]:
@@ -63,7 +63,3 @@ async def _stream(socket_path: str, stop: asyncio.Event) -> AsyncIterator[dict[s
         if not stop.is_set():
             raise
 
-
-async def _wait(stop: asyncio.Event, seconds: float) -> None:
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), seconds)

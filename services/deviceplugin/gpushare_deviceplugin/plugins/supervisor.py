@@ -10,12 +10,12 @@ Failures are retried with exponential backoff; one log line per transition.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from gpushare_common.logging import get_logger
+from gpushare_common.retry import Backoff, wait_for_stop
 
 from .plugin import DevicePlugin, inode_of
 
@@ -24,7 +24,7 @@ log = get_logger("deviceplugin.supervisor")
 
 @dataclass(slots=True)
 class Retry:
-    delay_s: float
+    backoff: Backoff
     next_at: float = 0.0
     failures: int = 0
 
@@ -39,7 +39,7 @@ class Supervisor:
         self._min = backoff_min_s
         self._max = backoff_max_s
         self._kubelet: tuple[int, int, int] | None = None
-        self._retry = {p.resource: Retry(backoff_min_s) for p in plugins}
+        self._retry = {p.resource: self._fresh_retry() for p in plugins}
         self.kubelet_generations = 0
         self._on_tick = on_tick
         self._first = True
@@ -49,8 +49,7 @@ class Supervisor:
         try:
             while not stop.is_set():
                 await self.tick()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), self.poll_s)
+                await wait_for_stop(stop, self.poll_s)
                 if me is not None and me.cancelling():
                     # a gRPC call in flight may turn our cancellation into its own error
                     raise asyncio.CancelledError
@@ -77,7 +76,7 @@ class Supervisor:
                      kubelet=self.kubelet_socket, generation=self.kubelet_generations)
         for plugin in self.plugins:
             plugin.unregister()
-            self._retry[plugin.resource] = Retry(self._min)
+            self._retry[plugin.resource] = self._fresh_retry()
         self._kubelet = current
 
     async def _keep(self, plugin: DevicePlugin) -> None:
@@ -98,13 +97,17 @@ class Supervisor:
         except Exception as err:
             self._failed(plugin, retry, err)
             return
-        retry.failures, retry.delay_s = 0, self._min
+        retry.failures = 0
+        retry.backoff.reset()
+
+    def _fresh_retry(self) -> Retry:
+        return Retry(Backoff(self._min, self._max, jitter=0.0))
 
     def _failed(self, plugin: DevicePlugin, retry: Retry, err: Exception) -> None:
+        delay = retry.backoff.next()
         retry.failures += 1
-        retry.next_at = time.monotonic() + retry.delay_s
-        if retry.failures == 1 or retry.delay_s >= self._max:
+        retry.next_at = time.monotonic() + delay
+        if retry.failures == 1 or delay >= self._max:
             log.warning("plugin not ready; retrying with backoff", resource=plugin.resource,
                         state=plugin.state, error=str(err) or repr(err),
-                        failures=retry.failures, retry_in_s=round(retry.delay_s, 2))
-        retry.delay_s = min(retry.delay_s * 2, self._max)
+                        failures=retry.failures, retry_in_s=round(delay, 2))
