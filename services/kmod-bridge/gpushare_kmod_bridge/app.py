@@ -7,16 +7,14 @@ link starts, so the first registration already re-sends it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Sequence
 from typing import Any
 
 from gpushare_common import events
-from gpushare_common.bus import Bus, BusError
-from gpushare_common.http import Health, build_app, serve
+from gpushare_common.bus import BusError
 from gpushare_common.logging import get_logger
+from gpushare_common.service import Skeleton
 from gpushare_common.settings import CommonSettings
-from gpushare_common.tasks import Tasks, wait_first
 from prometheus_client import CollectorRegistry
 
 from . import protocol
@@ -62,18 +60,18 @@ class Service:
     def __init__(self, common: CommonSettings, settings: KmodBridgeSettings,
                  transport: Transport | None = None,
                  sources: Sequence[ContainerSource] | None = None,
-                 registry: CollectorRegistry | None = None) -> None:
+                 registry: CollectorRegistry | None = None, stop: asyncio.Event | None = None) -> None:
         self.common = common
         self.settings = settings
         self.node = common.node.require()
-        self.registry = registry or CollectorRegistry()
+        self.skeleton = Skeleton(SERVICE, common.http, "nats", "kernel", stop=stop, registry=registry)
+        self.registry = self.skeleton.registry
+        self.health = self.skeleton.health
+        self.tasks = self.skeleton.tasks
+        self.stopping = self.skeleton.stopping  # set once every task is cancelled
+        self.bus = self.skeleton.bus(common.nats, self.node)
         self.metrics = BridgeMetrics(self.registry)
-        self.health = Health("nats", "kernel")
-        self.bus = Bus(common.nats, SERVICE, self.registry, self.node)
-        self.bus.on_state.append(lambda up: self.health.set("nats", up, "" if up else "disconnected"))
         self.outgoing: asyncio.Queue[events.Event] = asyncio.Queue()
-        self.tasks = Tasks(SERVICE)
-        self.stopping = asyncio.Event()
         proc = settings.proc_root
         self.resolver = Resolver(build_sources(settings) if sources is None else sources,
                                  lambda pid: pidns_of(pid, proc), host_pidns(proc),
@@ -87,6 +85,7 @@ class Service:
         self.link = KernelLink(transport or build_transport(settings), link_settings, self.metrics,
                                self.bridge.on_notice, self.bridge.on_registered, self._kernel_state)
         self.bridge.attach(self.link)
+        self.skeleton.on_exit(self.link.transport.close)  # before NATS is drained
 
     def _kernel_state(self, registered: bool, reason: str) -> None:
         self.health.set("kernel", registered, reason)
@@ -119,21 +118,16 @@ class Service:
         self.tasks.spawn("resolver", self.resolver.run(self.stopping, self.settings.refresh_s))
 
     async def stop(self) -> None:
-        await self.tasks.cancel_all()
-        self.stopping.set()
-        self.link.transport.close()
-        await self.bus.drain()
+        await self.skeleton.close()
 
     def status(self) -> dict[str, Any]:
         return {"nats": self.bus.is_connected, **self.bridge.status()}
 
 
 async def run(common: CommonSettings, settings: KmodBridgeSettings, stop: asyncio.Event) -> int:
-    service = Service(common, settings)
-    app = build_app(SERVICE, service.health, service.registry, service.status)
-    async with contextlib.AsyncExitStack() as stack:
-        stack.push_async_callback(service.stop)
-        await stack.enter_async_context(serve(app, common.http))
-        service.tasks.spawn("start", service.start(), critical=False)
-        await wait_first(stop, service.tasks)
-    return 1 if service.tasks.failure is not None else 0
+    service = Service(common, settings, stop=stop)
+    async with service.skeleton as svc:
+        await svc.serve(service.status)
+        svc.spawn("start", service.start(), critical=False)
+        await svc.run_until_stopped()
+    return svc.exit_code

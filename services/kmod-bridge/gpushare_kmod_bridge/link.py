@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from gpushare_common.logging import get_logger
+from gpushare_common.retry import Backoff, wait_for_stop
 
 from . import protocol
 from .metrics import BridgeMetrics
@@ -115,9 +116,10 @@ class KernelLink:
     # --- session loop -------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> None:
-        delay = self.settings.backoff_min_s
+        backoff = Backoff(self.settings.backoff_min_s, self.settings.backoff_max_s, jitter=0.0)
         while not stop.is_set():
             before = self.registrations
+            delay = backoff.next()
             try:
                 await self._session(stop)
             except (TransportError, SessionLost, KernelUnavailable) as err:
@@ -127,10 +129,9 @@ class KernelLink:
             finally:
                 self._end_session()
             if self.registrations > before:
-                delay = self.settings.backoff_min_s
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), delay)
-            delay = min(delay * 2, self.settings.backoff_max_s)
+                backoff.reset()
+                delay = backoff.next()
+            await wait_for_stop(stop, delay)
 
     async def _session(self, stop: asyncio.Event) -> None:
         self._lost = asyncio.Event()

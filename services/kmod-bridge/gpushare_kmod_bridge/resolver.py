@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from gpushare_common.logging import get_logger
+from gpushare_common.retry import wait_for_stop
 
 log = get_logger("kmod-bridge.resolver")
 
@@ -174,7 +175,4 @@ class Resolver:
     async def run(self, stop: asyncio.Event, refresh_s: float) -> None:
         while not stop.is_set():
             await self.refresh()
-            try:
-                await asyncio.wait_for(stop.wait(), refresh_s)
-            except TimeoutError:
-                pass
+            await wait_for_stop(stop, refresh_s)

@@ -43,6 +43,9 @@ class KmodBridgeSettings:
             if getattr(self, name) <= 0:
                 raise SettingsError(f"GPUSHARE_KMOD_{name.upper()}", str(getattr(self, name)),
                                     "a positive number")
+        if self.backoff_min_s > self.backoff_max_s:
+            raise SettingsError("GPUSHARE_KMOD_BACKOFF_MIN_S", str(self.backoff_min_s),
+                                f"at most GPUSHARE_KMOD_BACKOFF_MAX_S ({self.backoff_max_s})")
 
 
 def load_settings(environ: Mapping[str, str] | None = None) -> KmodBridgeSettings:
