@@ -95,10 +95,6 @@ class Subjects:
     def all(self) -> str:
         return f"{self.prefix}.>"
 
-    def all_nodes(self, channel: str = "event") -> str:
-        return f"{self.prefix}.*.{channel}.>" if channel in ("event", "health", "capacity") \
-            else f"{self.prefix}.*.{channel}"
-
     def parse(self, subject: str) -> SubjectInfo:
         head = self.prefix + "."
         if not subject.startswith(head):
