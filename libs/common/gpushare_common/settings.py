@@ -5,6 +5,11 @@ variable (``url`` -> ``GPUSHARE_NATS_URL``) and converts it to the field's
 type.  A bad value raises :class:`SettingsError` naming the variable, the value
 and what was expected; unknown variables are ignored.  Handlers never read
 ``os.environ``: services pass these structs explicitly.
+
+``env_of(NatsSettings, NATS_PREFIX, url=...)`` is the reverse: the variables
+that ``load`` reads back as those field values (whoever starts a service, such
+as the local cluster, writes its settings with it, so a renamed field is a type
+error there, not a silently ignored variable).
 """
 
 from __future__ import annotations
@@ -12,11 +17,12 @@ from __future__ import annotations
 import dataclasses
 import os
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 T = TypeVar("T")
+P = ParamSpec("P")
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
@@ -69,6 +75,40 @@ def load(cls: type[T], prefix: str, environ: Mapping[str, str] | None = None) ->
         if variable in env:
             values[field.name] = _convert(variable, env[variable], hints[field.name])
     return cls(**values)
+
+
+def _render(variable: str, value: Any, kind: Any) -> str:
+    origin = typing.get_origin(kind)
+    if kind is bool:
+        return "true" if value else "false"
+    if kind in (str, int, float):
+        return str(value)
+    if origin is tuple:
+        (item,) = {a for a in typing.get_args(kind) if a is not Ellipsis}
+        return ",".join(_render(variable, v, item) for v in value)
+    if origin is dict:
+        return ",".join(f"{k}={v}" for k, v in value.items())
+    raise SettingsError(variable, repr(value), f"a supported type, not {kind!r}")
+
+
+def env_of(cls: Callable[P, T], prefix: str, *args: P.args, **values: P.kwargs) -> dict[str, str]:
+    """The ``<prefix><FIELD>`` variables from which :func:`load` builds ``cls(**values)``: one for
+    each field given, in the text ``load`` parses. The field names are ``cls``'s own parameters
+    (checked by the type checker, and at run time by building ``cls``, whose checks run too); a
+    value the variable's text cannot carry (a list item holding a comma) raises ``ValueError``."""
+    if args:
+        raise TypeError("env_of takes the field values by name")
+    built = cls(*args, **values)
+    hints = typing.get_type_hints(cls)
+    env: dict[str, str] = {}
+    for name in values:
+        variable = prefix + name.upper()
+        value = getattr(built, name)
+        text = _render(variable, value, hints[name])
+        if _convert(variable, text, hints[name]) != value:
+            raise ValueError(f"{variable}: {value!r} does not survive the round trip through {text!r}")
+        env[variable] = text
+    return env
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +171,13 @@ class KubeSettings:
     watch_timeout_s: int = 300
 
 
+NATS_PREFIX = "GPUSHARE_NATS_"
+HTTP_PREFIX = "GPUSHARE_HTTP_"
+LOG_PREFIX = "GPUSHARE_LOG_"
+NODE_PREFIX = "GPUSHARE_NODE_"
+KUBE_PREFIX = "GPUSHARE_KUBE_"
+
+
 @dataclass(frozen=True, slots=True)
 class CommonSettings:
     nats: NatsSettings
@@ -141,12 +188,11 @@ class CommonSettings:
 
 
 def load_common(environ: Mapping[str, str] | None = None, default_port: int = 8080) -> CommonSettings:
-    env = dict(os.environ if environ is None else environ)
-    env.setdefault("GPUSHARE_HTTP_PORT", str(default_port))
+    env = {**env_of(HttpSettings, HTTP_PREFIX, port=default_port), **(os.environ if environ is None else environ)}
     return CommonSettings(
-        nats=load(NatsSettings, "GPUSHARE_NATS_", env),
-        http=load(HttpSettings, "GPUSHARE_HTTP_", env),
-        log=load(LogSettings, "GPUSHARE_LOG_", env),
-        node=load(NodeSettings, "GPUSHARE_NODE_", env),
-        kube=load(KubeSettings, "GPUSHARE_KUBE_", env),
+        nats=load(NatsSettings, NATS_PREFIX, env),
+        http=load(HttpSettings, HTTP_PREFIX, env),
+        log=load(LogSettings, LOG_PREFIX, env),
+        node=load(NodeSettings, NODE_PREFIX, env),
+        kube=load(KubeSettings, KUBE_PREFIX, env),
     )

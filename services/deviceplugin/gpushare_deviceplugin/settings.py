@@ -8,6 +8,7 @@ from typing import Literal
 
 from gpushare_common.settings import SettingsError, load
 
+PREFIX = "GPUSHARE_DP_"
 Policy = Literal["packed", "spread"]
 POLICIES: tuple[str, ...] = ("packed", "spread")
 SHARE_KINDS: tuple[str, ...] = ("share", "share-dev")
@@ -75,4 +76,4 @@ class DevicePluginSettings:
 
 
 def load_settings(environ: Mapping[str, str] | None = None) -> DevicePluginSettings:
-    return load(DevicePluginSettings, "GPUSHARE_DP_", environ)
+    return load(DevicePluginSettings, PREFIX, environ)

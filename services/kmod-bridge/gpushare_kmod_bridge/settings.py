@@ -9,6 +9,7 @@ from gpushare_common.settings import SettingsError, load
 
 from .adapters.procfs import KUBELET_PATTERN
 
+PREFIX = "GPUSHARE_KMOD_"
 TRANSPORTS = ("netlink", "sim")
 SOURCES = ("cgroup", "containerd")
 
@@ -49,4 +50,4 @@ class KmodBridgeSettings:
 
 
 def load_settings(environ: Mapping[str, str] | None = None) -> KmodBridgeSettings:
-    return load(KmodBridgeSettings, "GPUSHARE_KMOD_", environ)
+    return load(KmodBridgeSettings, PREFIX, environ)

@@ -10,6 +10,7 @@ from gpushare_common.settings import CommonSettings, SettingsError, load, load_c
 
 from .roles import RoleTable, default_roles
 
+PREFIX = "GPUSHARE_AUTH_"
 DEFAULT_PORT = 8086
 
 
@@ -44,6 +45,6 @@ class Settings:
 
 def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     env = dict(os.environ if environ is None else environ)
-    settings = Settings(load_common(env, DEFAULT_PORT), load(AuthSettings, "GPUSHARE_AUTH_", env))
+    settings = Settings(load_common(env, DEFAULT_PORT), load(AuthSettings, PREFIX, env))
     settings.auth.role_table()  # a bad table stops the start, naming GPUSHARE_AUTH_ROLES
     return settings

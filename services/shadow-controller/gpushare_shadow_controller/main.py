@@ -5,20 +5,30 @@ from __future__ import annotations
 import os
 
 from gpushare_common import logging as gslog
-from gpushare_common.settings import HttpSettings, KubeSettings, LogSettings, load
+from gpushare_common.settings import (
+    HTTP_PREFIX,
+    KUBE_PREFIX,
+    LOG_PREFIX,
+    HttpSettings,
+    KubeSettings,
+    LogSettings,
+    env_of,
+    load,
+)
 from gpushare_common.tasks import ServiceMain, service_main
 
 from .app import SERVICE, AppSettings, ShadowControllerApp
-from .settings import ShadowSettings
+from .settings import DEFAULT_PORT, PREFIX, ShadowSettings
 
 
 def main() -> int:
     def build() -> ServiceMain:
-        log_settings = load(LogSettings, "GPUSHARE_LOG_")
+        log_settings = load(LogSettings, LOG_PREFIX)
         settings = AppSettings(
-            shadow=load(ShadowSettings, "GPUSHARE_SHADOW_"),
-            kube=load(KubeSettings, "GPUSHARE_KUBE_"),
-            http=load(HttpSettings, "GPUSHARE_HTTP_", {"GPUSHARE_HTTP_PORT": "8084", **os.environ}),
+            shadow=load(ShadowSettings, PREFIX),
+            kube=load(KubeSettings, KUBE_PREFIX),
+            http=load(HttpSettings, HTTP_PREFIX, {**env_of(HttpSettings, HTTP_PREFIX, port=DEFAULT_PORT),
+                                                  **os.environ}),
         )
         settings.shadow.tolerations_list()
         settings.shadow.node_selector_map()

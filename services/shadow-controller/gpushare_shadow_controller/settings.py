@@ -12,6 +12,9 @@ from gpushare_common.isolation import MPS, is_profile_name
 from gpushare_common.pods import SHARE_KINDS, parse_share_resource
 from gpushare_common.settings import SettingsError
 
+PREFIX = "GPUSHARE_SHADOW_"
+DEFAULT_PORT = 8084
+
 
 @dataclass(frozen=True, slots=True)
 class ShadowSettings:

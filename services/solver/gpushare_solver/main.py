@@ -9,7 +9,7 @@ from gpushare_common.settings import load, load_common
 from gpushare_common.tasks import ServiceMain, service_main
 
 from . import app
-from .settings import SolverSettings
+from .settings import PREFIX, SolverSettings
 
 DEFAULT_PORT = 8082
 
@@ -17,7 +17,7 @@ DEFAULT_PORT = 8082
 def main() -> int:
     def build() -> ServiceMain:
         common = load_common(default_port=DEFAULT_PORT)
-        settings = load(SolverSettings, "GPUSHARE_SOLVER_")
+        settings = load(SolverSettings, PREFIX)
         common.node.require()
         gs_logging.setup(common.log.level, common.log.json)
         return lambda stop: app.run(common, settings, stop)

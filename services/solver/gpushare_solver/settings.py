@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+PREFIX = "GPUSHARE_SOLVER_"
+
 
 @dataclass(frozen=True, slots=True)
 class SolverSettings:

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from ..logging import get_logger, setup
 from ..retry import Backoff, Stopped, retry
-from ..settings import NatsSettings, SettingsError, load
+from ..settings import NATS_PREFIX, NatsSettings, SettingsError, load
 from . import Bus, BusError, Transient
 
 log = get_logger("install")
@@ -42,7 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     setup("INFO")
     try:
-        settings = load(NatsSettings, "GPUSHARE_NATS_")
+        settings = load(NatsSettings, NATS_PREFIX)
     except SettingsError as err:
         print(f"gpushare-nats-install: {err}", file=sys.stderr)
         return 2

@@ -25,7 +25,7 @@ from nats.aio.msg import Msg
 from nats.js import api
 
 from ..events import AnyEvent, EventDecodeError, decode, event_tag, pod_of
-from ..settings import NatsSettings, load
+from ..settings import NATS_PREFIX, NatsSettings, load
 from ..subjects import SubjectError, Subjects
 from . import Bus
 
@@ -187,7 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def settings_from(args: argparse.Namespace) -> NatsSettings:
-    settings = load(NatsSettings, "GPUSHARE_NATS_")
+    settings = load(NatsSettings, NATS_PREFIX)
     overrides = {k: v for k, v in (("url", args.url), ("prefix", args.prefix),
                                    ("stream", args.stream)) if v}
     return replace(settings, name="gpushare-events", **overrides)
