@@ -28,7 +28,19 @@ from types import TracebackType
 from typing import Any
 
 from gpushare_common.bus.install import install
-from gpushare_common.settings import NatsSettings
+from gpushare_common.settings import (
+    HTTP_PREFIX,
+    KUBE_PREFIX,
+    LOG_PREFIX,
+    NATS_PREFIX,
+    NODE_PREFIX,
+    HttpSettings,
+    KubeSettings,
+    LogSettings,
+    NatsSettings,
+    NodeSettings,
+    env_of,
+)
 
 from gpushare_sim import natsd
 from gpushare_sim.run.narrate import Timeline
@@ -100,8 +112,13 @@ class Cluster:
                             **{**credentials, **overrides})  # type: ignore[arg-type]
 
     def env(self, **extra: str) -> dict[str, str]:
-        return {**os.environ, "PYTHONUNBUFFERED": "1", "GPUSHARE_LOG_LEVEL": self.settings.log_level,
+        return {**os.environ, "PYTHONUNBUFFERED": "1", **env_of(LogSettings, LOG_PREFIX, level=self.settings.log_level),
                 **extra}  # fmt: skip
+
+    def _service_env(self, port: int) -> dict[str, str]:
+        """What every service process is given: its HTTP address (loopback) and the API server."""
+        return {**env_of(HttpSettings, HTTP_PREFIX, host="127.0.0.1", port=port),
+                **env_of(KubeSettings, KUBE_PREFIX, kubeconfig=str(self.kubeconfig))}
 
     def _child(self, name: str, argv: list[str], env: dict[str, str] | None = None, http: str = "") -> Child:
         child = Child(name, argv, env or self.env(), self.logs / f"{name}.log", http)
@@ -199,7 +216,7 @@ class Cluster:
 
     async def _start_callout(self, auth: NatsAuth) -> None:
         port = free_port()
-        env = self.env(GPUSHARE_HTTP_HOST="127.0.0.1", GPUSHARE_HTTP_PORT=str(port),
+        env = self.env(**env_of(HttpSettings, HTTP_PREFIX, host="127.0.0.1", port=port),
                        **auth.callout_env(self.nats_url, self.kubeconfig))  # fmt: skip
         child = self._child("nats-auth", [sys.executable, "-m", "gpushare_nats_auth"], env, f"http://127.0.0.1:{port}")
         await self._ready(child, "NATS auth callout ready: each node service gets its role on its own node only")
@@ -209,7 +226,7 @@ class Cluster:
         if self.auth is None:
             return {}
         path = await asyncio.to_thread(self.auth.mint, self.kubeconfig, service, node.name)
-        return {"GPUSHARE_NATS_TOKEN_FILE": str(path)}
+        return env_of(NatsSettings, NATS_PREFIX, token_file=str(path))
 
     async def _start_services(self, node: Node) -> list[Awaitable[None]]:
         """Start the node's services at once (they wait for each other); one readiness wait each."""
@@ -217,10 +234,9 @@ class Cluster:
         for service, module, extra in node_services(self, node):
             extra = {**extra, **await self._token_env(service, node)}
             port = free_port()
-            env = self.env(GPUSHARE_NODE_NAME=node.name, GPUSHARE_HTTP_HOST="127.0.0.1",
-                           GPUSHARE_HTTP_PORT=str(port), GPUSHARE_NATS_URL=self.nats_url,
-                           GPUSHARE_NATS_STREAM_REPLICAS=str(self.nats_replicas),
-                           GPUSHARE_KUBE_KUBECONFIG=str(self.kubeconfig), **extra)  # fmt: skip
+            env = self.env(**env_of(NodeSettings, NODE_PREFIX, name=node.name), **self._service_env(port),
+                           **env_of(NatsSettings, NATS_PREFIX, url=self.nats_url, stream_replicas=self.nats_replicas),
+                           **extra)  # fmt: skip
             child = self._child(f"{service}@{node.name}", [sys.executable, "-m", module], env,
                                 f"http://127.0.0.1:{port}")  # fmt: skip
             waits.append(self._ready(child, f"{service} ready on {node.name}"))
@@ -232,8 +248,7 @@ class Cluster:
 
     async def _start_shadow_controller(self) -> None:
         port = free_port()
-        env = self.env(GPUSHARE_HTTP_HOST="127.0.0.1", GPUSHARE_HTTP_PORT=str(port),
-                       GPUSHARE_KUBE_KUBECONFIG=str(self.kubeconfig), **shadow_controller(self))  # fmt: skip
+        env = self.env(**self._service_env(port), **shadow_controller(self))
         child = self._child("shadow-controller", [sys.executable, "-m", "gpushare_shadow_controller"],
                             env, f"http://127.0.0.1:{port}")  # fmt: skip
         idle = self.settings.services.idle_timeout_s

@@ -20,6 +20,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpushare_common.settings import KUBE_PREFIX, NATS_PREFIX, KubeSettings, NatsSettings, env_of
+from gpushare_nats_auth import settings as nats_auth
+
 from gpushare_sim import natsd
 from gpushare_sim.run.kubeapi import SERVICES_NAMESPACE, mint_node_token
 
@@ -62,10 +65,11 @@ class NatsAuth:
         return {"user": "installer", "password": self.installer_password}
 
     def callout_env(self, nats_url: str, kubeconfig: Path) -> dict[str, str]:
-        return {"GPUSHARE_NATS_URL": nats_url, "GPUSHARE_NATS_USER": "auth",
-                "GPUSHARE_NATS_PASSWORD": self.auth_password, "GPUSHARE_NATS_RECONNECT_WAIT_S": "0.2",
-                "GPUSHARE_AUTH_ISSUER_SEED_FILE": str(self.issuer_secret), "GPUSHARE_AUTH_AUDIENCE": AUDIENCE,
-                "GPUSHARE_KUBE_KUBECONFIG": str(kubeconfig)}  # fmt: skip
+        return {**env_of(NatsSettings, NATS_PREFIX, url=nats_url, user="auth", password=self.auth_password,
+                         reconnect_wait_s=0.2),
+                **env_of(nats_auth.AuthSettings, nats_auth.PREFIX, issuer_seed_file=str(self.issuer_secret),
+                         audience=AUDIENCE),
+                **env_of(KubeSettings, KUBE_PREFIX, kubeconfig=str(kubeconfig))}  # fmt: skip
 
     def mint(self, kubeconfig: Path, service: str, node: str) -> Path:
         """Write (again) the token of ``service`` on ``node``; its file. Blocking: call it in a thread."""

@@ -5,12 +5,23 @@ owner's away window, the exporter scrape period and the ShadowPod idle
 timeout are a few seconds here (minutes in production). The ShadowPods of
 ``capped_resources`` carry the fake cards' isolation profile, so their shares
 get caps (the ``caps`` scenario); every other share stays a soft share.
+
+Each service's variables are written from its own settings struct
+(:func:`~gpushare_common.settings.env_of`), so a renamed field fails the type
+check here instead of leaving the service on its default.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from gpushare_common.settings import env_of
+from gpushare_detector import settings as detector
+from gpushare_deviceplugin import settings as deviceplugin
+from gpushare_kmod_bridge import settings as kmod_bridge
+from gpushare_shadow_controller import settings as shadow
+from gpushare_solver import settings as solver
 
 from gpushare_sim.fakegpu import vendor
 from gpushare_sim.fakegpu.cards import VENDOR_RESOURCE
@@ -24,8 +35,8 @@ class ServiceSettings:
     away_window_s: float = 3.0
     scrape_s: float = 0.5
     idle_timeout_s: float = 4.0
-    share_specs: str = "2,3,4,5"
-    share_dev_specs: str = "2,4,8,16"
+    share_specs: tuple[int, ...] = (2, 3, 4, 5)
+    share_dev_specs: tuple[int, ...] = (2, 4, 8, 16)
     kmod_refresh_s: float = 1.0
     shadow_resync_s: float = 2.0
     capped_resources: tuple[str, ...] = ("share-gpu-3", "share-dev-gpu-4")  # no other scenario uses them
@@ -37,34 +48,26 @@ def node_services(cluster: Cluster, node: Node) -> list[tuple[str, str, dict[str
     ep = node.endpoints
     containerd = ep.get("containerd_address", "")
     namespace = ep.get("containerd_namespace", "") or "k8s.io"
-    kill = {"GPUSHARE_SOLVER_CONTAINERD_ADDRESS": containerd, "GPUSHARE_SOLVER_CONTAINERD_NAMESPACE": namespace}
-    sources = "containerd" if containerd else "cgroup"
+    kill = env_of(solver.SolverSettings, solver.PREFIX, containerd_address=containerd, containerd_namespace=namespace) \
+        if containerd else env_of(solver.SolverSettings, solver.PREFIX, direct_kill=False)
     return [
-        ("kmod-bridge", "gpushare_kmod_bridge", {
-            "GPUSHARE_KMOD_TRANSPORT": "sim", "GPUSHARE_KMOD_SIM_SOCKET": str(node.cmd_socket),
-            "GPUSHARE_KMOD_SOURCES": sources, "GPUSHARE_KMOD_CONTAINERD_ADDRESS": containerd,
-            "GPUSHARE_KMOD_CONTAINERD_NAMESPACES": namespace,
-            "GPUSHARE_KMOD_REFRESH_S": str(s.kmod_refresh_s)}),
-        ("solver", "gpushare_solver", kill if containerd else {"GPUSHARE_SOLVER_DIRECT_KILL": "false"}),
-        ("deviceplugin", "gpushare_deviceplugin", {
-            "GPUSHARE_DP_PLUGIN_DIR": str(node.dir / "device-plugins"),
-            "GPUSHARE_DP_SIGNING_KEY_FILE": ep["signing_key"],
-            "GPUSHARE_DP_SHARE_SPECS": s.share_specs, "GPUSHARE_DP_SHARE_DEV_SPECS": s.share_dev_specs,
-            "GPUSHARE_DP_CARD_MEMORY_MIB": f"{VENDOR_RESOURCE}={ep['gpu_memory_mib']}"}),
-        ("detector", "gpushare_detector", {
-            "GPUSHARE_DETECTOR_POD_RESOURCES_SOCKET": ep["pod_resources_socket"],
-            "GPUSHARE_DETECTOR_EXPORTER_URL": ep["exporter"],
-            "GPUSHARE_DETECTOR_SCRAPE_S": str(s.scrape_s),
-            "GPUSHARE_DETECTOR_AWAY_WINDOW_S": str(s.away_window_s)}),
+        ("kmod-bridge", "gpushare_kmod_bridge", env_of(
+            kmod_bridge.KmodBridgeSettings, kmod_bridge.PREFIX, transport="sim", sim_socket=str(node.cmd_socket),
+            sources=("containerd",) if containerd else ("cgroup",), containerd_address=containerd,
+            containerd_namespaces=(namespace,), refresh_s=s.kmod_refresh_s)),
+        ("solver", "gpushare_solver", kill),
+        ("deviceplugin", "gpushare_deviceplugin", env_of(
+            deviceplugin.DevicePluginSettings, deviceplugin.PREFIX, plugin_dir=str(node.dir / "device-plugins"),
+            signing_key_file=ep["signing_key"], share_specs=s.share_specs, share_dev_specs=s.share_dev_specs,
+            card_memory_mib={VENDOR_RESOURCE: str(ep["gpu_memory_mib"])})),
+        ("detector", "gpushare_detector", env_of(
+            detector.DetectorSettings, detector.PREFIX, pod_resources_socket=ep["pod_resources_socket"],
+            exporter_url=ep["exporter"], scrape_s=s.scrape_s, away_window_s=s.away_window_s)),
     ]  # fmt: skip
 
 
 def shadow_controller(cluster: Cluster) -> dict[str, str]:
     s = cluster.settings.services
-    return {
-        "GPUSHARE_SHADOW_IDLE_TIMEOUT_S": str(s.idle_timeout_s),
-        "GPUSHARE_SHADOW_RESYNC_S": str(s.shadow_resync_s),
-        "GPUSHARE_SHADOW_LEASE_DURATION_S": "3", "GPUSHARE_SHADOW_RENEW_EVERY_S": "1",
-        "GPUSHARE_SHADOW_IDENTITY": "sim-run",
-        "GPUSHARE_SHADOW_ISOLATION_PROFILES": ",".join(f"{r}={vendor.PROFILE}" for r in s.capped_resources),
-    }  # fmt: skip
+    return env_of(shadow.ShadowSettings, shadow.PREFIX, idle_timeout_s=s.idle_timeout_s,
+                  resync_s=s.shadow_resync_s, lease_duration_s=3, renew_every_s=1, identity="sim-run",
+                  isolation_profiles={r: vendor.PROFILE for r in s.capped_resources})

@@ -27,6 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from gpushare_common import events
+from gpushare_common.settings import env_of
+from gpushare_detector import settings as detector
+from gpushare_deviceplugin import settings as deviceplugin
+from gpushare_solver import settings as solver
 
 from gpushare_sim.run.procs import Child, http_json
 from gpushare_sim.scenarios.kit import (
@@ -130,10 +134,11 @@ def oversell_settings(files: NodeFiles) -> dict[str, dict[str, str]]:
     registered); the detector samples the scenario's files twice a second; the solver starts
     afresh with a short cooldown (the scenario can be played again)."""
     return {
-        "solver": {"GPUSHARE_SOLVER_PRESSURE_COOLDOWN_S": str(COOLDOWN_S)},
-        "deviceplugin": {"GPUSHARE_DP_CAPACITY_RESOURCES": "vcpu,vmem"},
-        "detector": {"GPUSHARE_DETECTOR_CGROUP_ROOT": str(files.cgroup),
-                     "GPUSHARE_DETECTOR_PROC_ROOT": str(files.proc), "GPUSHARE_DETECTOR_CAPACITY_S": "0.5"},
+        "solver": env_of(solver.SolverSettings, solver.PREFIX, pressure_cooldown_s=COOLDOWN_S),
+        "deviceplugin": env_of(deviceplugin.DevicePluginSettings, deviceplugin.PREFIX,
+                               capacity_resources=("vcpu", "vmem")),
+        "detector": env_of(detector.DetectorSettings, detector.PREFIX, cgroup_root=str(files.cgroup),
+                           proc_root=str(files.proc), capacity_s=0.5),
     }  # fmt: skip
 
 
