@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpushare_common.adapters.kube import NotFound
-from gpushare_solver.adapters.containerd import ContainerdUnavailable, TaskExit
+from gpushare_solver.ports import ContainerdUnavailable, TaskExit
 
 Obj = dict[str, Any]
 

@@ -22,7 +22,7 @@ from gpushare_common.events import EvictionRecord, GenericEvent, LowPowerEvent, 
 from gpushare_common.settings import NatsSettings
 from gpushare_sim.containerd import Containerd
 from gpushare_solver import app
-from gpushare_solver.adapters.containerd import ContainerdUnavailable
+from gpushare_solver.ports import ContainerdUnavailable
 
 from tests.solver.conftest import NODE, FakeBridge, wait_for
 from tests.solver.world import World, client_bus, common_settings, solver_settings

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from gpushare_common.bus import Transient
 from gpushare_common.events import Event, KmodCommand, KmodReply
 from gpushare_solver.actions import Reclaim, ReclaimProgress, Release
-from gpushare_solver.adapters.containerd import TaskExit
 from gpushare_solver.metrics import SolverMetrics
+from gpushare_solver.ports import TaskExit
 from gpushare_solver.reclaim import Reclaimer
 from gpushare_solver.settings import SolverSettings
 from gpushare_solver.state import Victim

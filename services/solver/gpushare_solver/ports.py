@@ -2,17 +2,44 @@
 
 In production these are ``gpushare_common.adapters.kube.Kube``, the solver's
 containerd adapter and the NATS bus; tests may pass anything with these methods.
+What crosses a port (a task's exit, the containerd errors) is defined here, so the
+solver's logic never imports an adapter.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gpushare_common.events import Event, KmodCommand, KmodReply
 
-from .adapters.containerd import TaskExit
-
 Obj = dict[str, Any]
+
+
+class ContainerdError(Exception):
+    def __init__(self, what: str, detail: str = "") -> None:
+        self.what = what
+        self.detail = detail
+        super().__init__(f"containerd {what}: {detail}".rstrip(": "))
+
+
+class TaskNotFound(ContainerdError):
+    pass
+
+
+class ContainerdUnavailable(ContainerdError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class TaskExit:
+    """How one container's task ended: ``gone`` when there was no task left to kill."""
+
+    container_id: str
+    exit_status: int | None
+    gone: bool
+    elapsed_ms: float
+    direct: bool = False  # the init was signalled directly (containerd's Kill still to sweep)
 
 
 class PodApi(Protocol):

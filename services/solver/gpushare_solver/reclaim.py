@@ -41,9 +41,8 @@ from gpushare_common.logging import get_logger
 from gpushare_common.retry import Backoff, Stopped, retry
 
 from .actions import Reclaim, ReclaimProgress
-from .adapters.containerd import ContainerdError
 from .metrics import SolverMetrics
-from .ports import Obj, Outbox, PodApi, TaskApi
+from .ports import ContainerdError, Obj, Outbox, PodApi, TaskApi
 from .settings import SolverSettings
 from .state import Victim
 

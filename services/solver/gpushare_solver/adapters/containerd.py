@@ -4,9 +4,9 @@ The only module of the solver that talks to containerd. It uses the project's
 own minimal protos of ``containerd.services.tasks.v1.Tasks`` (compiled into
 ``gpushare_common.adapters.kubeletapi``) and puts the namespace in the
 ``containerd-namespace`` gRPC metadata, as containerd's own clients do.
-Errors are this module's: :class:`TaskNotFound` (no such task, or its process
-already finished), :class:`ContainerdUnavailable` (socket down, timeout) and
-:class:`ContainerdError` for everything else; no gRPC exception escapes.
+Errors are the task port's (``ports``): :class:`TaskNotFound` (no such task, or
+its process already finished), :class:`ContainerdUnavailable` (socket down,
+timeout) and :class:`ContainerdError` for everything else; no gRPC exception escapes.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import signal
 import time
-from dataclasses import dataclass
 from types import TracebackType
 
 import grpc
@@ -30,35 +29,10 @@ from gpushare_common.adapters.kubeletapi import (
 )
 from gpushare_common.logging import get_logger
 
+from ..ports import ContainerdError, ContainerdUnavailable, TaskExit, TaskNotFound
 from .signals import kill_init
 
 log = get_logger("solver.containerd")
-
-
-class ContainerdError(Exception):
-    def __init__(self, what: str, detail: str = "") -> None:
-        self.what = what
-        self.detail = detail
-        super().__init__(f"containerd {what}: {detail}".rstrip(": "))
-
-
-class TaskNotFound(ContainerdError):
-    pass
-
-
-class ContainerdUnavailable(ContainerdError):
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class TaskExit:
-    """How one container's task ended: ``gone`` when there was no task left to kill."""
-
-    container_id: str
-    exit_status: int | None
-    gone: bool
-    elapsed_ms: float
-    direct: bool = False  # the init was signalled directly (containerd's Kill still to sweep)
 
 
 def _translate(err: grpc.aio.AioRpcError, what: str) -> ContainerdError:
