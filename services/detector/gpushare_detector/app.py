@@ -1,8 +1,10 @@
 """The detector's lifecycle: connect, restore the published facts, serve HTTP, run the loops, drain.
 
-Consumes the pods of this node (API server watch, kubelet pod-resources), the
-GPU exporter's metrics and the owner-backs (core); publishes pod facts, card
-inventories, away/back and spare capacity; on exit saves the facts it published.
+- Consumes: the node's pods (API server watch), their cards (kubelet
+  pod-resources), the GPU exporter's metrics, owner-backs (core subject).
+- Publishes: pod events, card inventories, away/back, spare capacity (stream);
+  kmod-bridge requests; its published facts (``detector`` bucket, saved on exit).
+- Runs: watch, resync, inventory, kmod, save, owners, capacity; HTTP.
 """
 
 from __future__ import annotations

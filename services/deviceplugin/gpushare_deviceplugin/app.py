@@ -4,6 +4,12 @@ Plugins start serving and registering first, with every spot device
 Unhealthy (safe: nothing is lent before the solver says so); then NATS
 connects, the desired health is read back from the key-value bucket and the
 live subjects take over.
+
+- Consumes: desired device health, spare capacity and spot use (core subjects;
+  the ``health`` bucket after every reconnect), the vendor plugins' device
+  lists, ShadowPods (API server watch).
+- Publishes: nothing on NATS; the devices, to the kubelet (device-plugin API).
+- Runs: supervisor, vendor feeds, ShadowPod feed, NATS connect, health resync; HTTP.
 """
 
 from __future__ import annotations

@@ -2,6 +2,12 @@
 
 Order matters: the watch set is read back from its bucket before the kernel
 link starts, so the first registration already re-sends it.
+
+- Consumes: kmod commands (request/reply), the kernel's notices (netlink, or
+  the simulated kernel's socket).
+- Publishes: owner-backs (stream, in the kernel's order, retried until stored);
+  the watch set (``kmod`` bucket).
+- Runs: owner-backs, start (NATS, then kernel link and resolver); HTTP.
 """
 
 from __future__ import annotations

@@ -1,5 +1,10 @@
 """The auth callout's lifecycle: connect as the ``auth`` user, answer ``$SYS.REQ.USER.AUTH`` in a
-queue group (replicas share the requests), serve HTTP, drain."""
+queue group (replicas share the requests), serve HTTP, drain.
+
+- Consumes: ``$SYS.REQ.USER.AUTH`` (core, queue group); TokenReviews (API server).
+- Publishes: the signed answers, to each request's reply subject.
+- Runs: ``workers`` answerers; HTTP.
+"""
 
 from __future__ import annotations
 

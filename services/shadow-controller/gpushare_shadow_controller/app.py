@@ -1,8 +1,10 @@
 """Lifecycle: watch pods, elect a leader, reconcile on every change and periodically, serve HTTP.
 
-Consumes the pods of the served namespaces and gpushare's own (API server
-watches) and the leader lease; creates and retires ShadowPods while it leads;
-gives the lease up on exit so a standby takes over without waiting.
+- Consumes: the pods of the served namespaces and of gpushare's own (API server
+  watches), the leader lease.
+- Publishes: nothing on NATS; ShadowPods, created and retired while it leads;
+  the lease, given up on exit so a standby takes over without waiting.
+- Runs: one watch per namespace, leader, reconcile; HTTP.
 """
 
 from __future__ import annotations

@@ -3,6 +3,12 @@
 On a stop (signal) or a crashed critical task the skeleton unwinds it in
 reverse: tasks cancelled, HTTP stopped, the containerd channel closed, NATS
 drained.
+
+- Consumes: the node's events (stream, durable, one at a time), its spare
+  capacity (core subject, for memory/CPU pressure).
+- Publishes: device health, eviction records; kmod-bridge requests; its state
+  (buckets); pod deletions and conditions (API server), task kills (containerd).
+- Runs: events; HTTP.
 """
 
 from __future__ import annotations
@@ -74,7 +80,6 @@ async def started(common: CommonSettings, settings: SolverSettings, stop: asynci
         await solver.open()
         await solver.recover()
         svc.health.set("state", True, "loaded and reconciled")
-        # consumes: the node's capacity (core), the node's events (durable, one at a time)
         await bus.subscribe(bus.subjects.node_capacity(node), watch.on_event)
         svc.spawn("pending", solver.resume_pending(stop))
         svc.spawn("events", bus.consume(bus.subjects.node_events(node), bus.layout.durable(node),
