@@ -360,3 +360,28 @@ async def test_a_notice_names_the_callers_host_pid(kernel: KernelStandIn) -> Non
     finally:
         receiver.close()
         holder.stop()
+
+
+async def test_a_guard_holds_its_borrowers_namespaces_until_the_verdict(kernel: KernelStandIn,
+                                                                       namespaces: Namespaces) -> None:
+    """A borrower that dies just before the release frees its namespace id, which the kernel
+    hands to the next namespace at once: armed with a live pid, the guard holds the namespace
+    open, so a new container cannot pass for the borrower, and lets it go at the verdict."""
+    owner, borrower = namespaces.new(), PidnsProcess()
+    kernel.state.add(owner.pidns, owner.pid, detect=True)
+    kernel.state.guards.arm(owner.pidns, [borrower.pidns], [borrower.pid, 999_999_999])
+    (fd,) = kernel.state.guards.pinned[owner.pidns]
+    assert os.fstat(fd).st_ino == borrower.pidns
+    borrower.stop()
+    newcomer = PidnsProcess()  # takes the lowest free namespace ids
+    try:
+        assert borrower.pidns not in newcomer.inums
+        call = asyncio.create_task(ioctl(kernel.hook_path, owner.pidns))
+        await wait_until(lambda: kernel.state.entries[owner.pidns].reclaiming)
+        kernel.state.release(owner.pidns)
+        await call
+        assert kernel.state.guards.verdicts[-1]["alive"] == [] and owner.pidns not in kernel.state.guards.pinned
+        with pytest.raises(OSError):
+            os.fstat(fd)  # closed at the verdict
+    finally:
+        newcomer.stop()

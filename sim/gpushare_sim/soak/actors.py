@@ -104,10 +104,10 @@ async def one_borrower(soak: Soak, node: str, owner: str, card: str, report_dir:
 
 async def owner_back(soak: Soak, node: str, owner: str, borrower: str, report_dir: Path, slow: bool) -> None:
     """The owner touches its card with the borrower on it; the guard checks the release."""
-    owner_ns, borrower_ns = await pid_namespace(soak, owner), await pid_namespace(soak, borrower)
+    (owner_ns, _), (borrower_ns, borrower_pid) = await pid_namespace(soak, owner), await pid_namespace(soak, borrower)
     hook = str(next(n for n in soak.s.cluster.nodes if n.name == node).hook_socket)
     if owner_ns and borrower_ns:
-        await ask_kernel(hook, {"op": "guard", "owner": owner_ns, "borrowers": [borrower_ns]})
+        await ask_kernel(hook, {"op": "guard", "owner": owner_ns, "borrowers": [borrower_ns], "pids": [borrower_pid]})
     known = len(soak.s.evictions)
     _go(report_dir)
     try:
@@ -122,22 +122,23 @@ async def owner_back(soak: Soak, node: str, owner: str, borrower: str, report_di
     await soak.s.wait_gone(borrower, 120)
 
 
-async def pid_namespace(soak: Soak, name: str) -> int:
-    """The pid namespace of a pod's first container (its init process's), 0 when not found."""
+async def pid_namespace(soak: Soak, name: str) -> tuple[int, int]:
+    """The pid namespace of a pod's first container and its init process, (0, 0) when not found."""
     pod = await soak.s.pod(name)
     statuses = ((pod or {}).get("status") or {}).get("containerStatuses") or []
     runtime_id = str(statuses[0].get("containerID", "")) if statuses else ""
     node = next((n for n in soak.s.cluster.nodes if n.name == (pod or {}).get("spec", {}).get("nodeName")), None)
     if node is None or "://" not in runtime_id:
-        return 0
+        return 0, 0
     return _pidns(container_dir(node.dir, runtime_id.split("://", 1)[1]) / "pid")
 
 
-def _pidns(pid_file: Path) -> int:
+def _pidns(pid_file: Path) -> tuple[int, int]:
     try:
-        return Path(f"/proc/{int(pid_file.read_text())}/ns/pid").stat().st_ino
+        pid = int(pid_file.read_text())
+        return Path(f"/proc/{pid}/ns/pid").stat().st_ino, pid
     except (OSError, ValueError):
-        return 0
+        return 0, 0
 
 
 def _why(err: Exception) -> str:
