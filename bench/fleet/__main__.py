@@ -71,6 +71,8 @@ from bench.fleet.phases import alternate, failover, series, window
 from bench.fleet.servers import NatsCluster
 from bench.report import RESULTS, Row, save, table
 
+JOIN_WAIT_S = 45.0  # the longest a step waits for its nodes' durable consumers
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.fleet", description=__doc__.split("\n\n")[0])
@@ -80,7 +82,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--settle", type=float, default=10.0, help="seconds after a step before measuring")
     p.add_argument("--rate", type=float, default=50.0, help="nodes joining per second")
     p.add_argument("--trials", type=int, default=40, help="owner-back trials per phase")
-    p.add_argument("--phase-s", type=float, default=35.0, help="longest a phase of trials may take")
+    p.add_argument("--phase-s", type=float, default=30.0, help="longest a phase of trials may take")
     p.add_argument("--rounds", type=int, default=2, help="running/paused rounds")
     p.add_argument("--kills", type=int, default=2, help="stream leader kills")
     p.add_argument("--down", type=float, default=8.0, help="seconds a killed server stays down")
@@ -144,11 +146,14 @@ async def _phases(args: argparse.Namespace, cluster: NatsCluster, layout: Layout
     pristine = await series(node, args.trials, args.phase_s)
     steps = []
     for size in args.steps:
-        grown = await fleet.grow(size, args.rate, timeout=120)
+        grown = await fleet.grow(size, args.rate, timeout=JOIN_WAIT_S)
         await asyncio.sleep(args.settle)
         steps.append((await window(cluster, fleet, args.window), grown))
-        say(f"{size} nodes: joined in {grown:.0f} s, servers {steps[-1][0].cpu:.2f} cores, "
-            f"emulator {steps[-1][0].fleet_cpu:.2f} cores")
+        step = steps[-1][0]
+        say(f"{size} nodes: joined in {grown:.0f} s ({step.ready} with their consumer), servers {step.cpu:.2f} "
+            f"cores, emulator {step.fleet_cpu:.2f} cores, machine load {step.load:.1f}")
+        for error, count in step.errors.most_common(3):
+            say(f"  fleet errors in the window ({count}x): {error}")
     await fleet.pause()
     await asyncio.sleep(2.0)
     idle = await window(cluster, fleet, min(args.window, 10.0))

@@ -11,7 +11,9 @@
   per delivered event it does what ``Solver.on_event`` persists: an id already
   seen is only acknowledged (an inventory is always applied); a new one writes
   the journal, and for a pod's fact the mapping, the plan (put, then delete)
-  and the desired health (bucket and core subject).
+  and the desired health (bucket and core subject). Unlike the real solver it
+  does not wait for the writes' acknowledgements before it acks and fetches
+  again: the servers do the same work, a little sooner.
 - device plugin: its three subscriptions and, on its period, one direct get
   per plugin from the health bucket.
 - kmod-bridge: answers the detector's requests and writes its watch entries.
@@ -36,6 +38,7 @@ from bench.fleet.wire import Link, Message
 
 ACK = b"+ACK"
 SEEN = 2048  # SolverSettings.seen_events
+DURABLE_RETRY_S = 5.0  # nats-py's request timeout
 
 
 @dataclass
@@ -46,6 +49,7 @@ class Tally:
     answers: Counter[str] = field(default_factory=Counter)
     errors: Counter[str] = field(default_factory=Counter)
     ready: int = 0  # nodes whose durable consumer exists
+    refused: int = 0  # nodes whose consumer's creation was refused (they keep asking)
 
 
 class FleetNode:
@@ -58,6 +62,8 @@ class FleetNode:
         self.consumer_ready = False
         self.pull_sent = 0.0  # monotonic time of the outstanding fetch; 0: none
         self.fetch = 0  # number of the outstanding fetch
+        self.durable_sent = 0.0  # when the consumer's creation was last asked for
+        self.refused = False  # the last answer to it was a refusal
         # as nats-py asks: one message, expiring 0.1 ms before the client gives up on it
         self.pull_request = b'{"batch":1,"expires":%d}' % (int(profile.fetch_expires_s * 1e9) - 100_000)
         self.seen: OrderedDict[bytes, None] = OrderedDict()
@@ -132,7 +138,7 @@ class FleetNode:
         for kind in ("mapping", "plan") if s.profile.startup_scans else ():
             self._request("solver", *s.scan(SOLVER, kind, f"{self.inbox['solver']}.scan"), kind="scan")
         self._put("solver", s.journal(self.journal_ids))
-        self._request("solver", *s.durable(), kind="durable")
+        self.create_durable()
 
     def _start_deviceplugin(self) -> None:
         self._request("deviceplugin", self.script.stream_info(f"KV_{self.layout.bucket(HEALTH)}"))
@@ -193,8 +199,14 @@ class FleetNode:
         self.tally.sent["pull"] += 1
 
     def watchdog(self, now: float) -> None:
-        late = now - self.pull_sent > self.script.profile.fetch_expires_s + 1.0
-        if self.running and self.consumer_ready and (not self.pull_sent or late):
+        """Fetch again when a fetch went unanswered; create the consumer again when its creation was
+        refused or not answered within nats-py's 5 s request timeout (the solver retries too)."""
+        if not self.running or "solver" not in self.started:
+            return
+        if not self.consumer_ready:
+            if now - self.durable_sent > DURABLE_RETRY_S:
+                self.create_durable()
+        elif not self.pull_sent or now - self.pull_sent > self.script.profile.fetch_expires_s + 1.0:
             self.pull()
 
     def _solver(self, link: Link, msg: Message) -> None:
@@ -211,12 +223,20 @@ class FleetNode:
         else:
             self._detector(link, msg)
 
+    def create_durable(self) -> None:
+        """Create (or confirm) the durable consumer, as ``Bus.consume`` does at start and after a failure."""
+        self._request("solver", *self.script.durable(), kind="durable")
+        self.durable_sent = time.monotonic()
+
     def _durable(self, msg: Message) -> None:
         if b'"error"' in msg.payload or msg.status:
-            self.tally.errors["durable consumer refused"] += 1
-            self.tally.errors[f"refusal: {msg.payload[-160:].decode(errors='replace')}"] = 1
+            self.tally.errors[f"durable consumer refused: {msg.payload[-120:].decode(errors='replace')}"] += 1
+            self.tally.refused += not self.refused
+            self.refused = True
             return
         self.tally.answers["durable"] += 1
+        self.tally.refused -= self.refused
+        self.refused = False
         if not self.consumer_ready:
             self.consumer_ready = True
             self.tally.ready += 1

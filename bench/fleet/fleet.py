@@ -23,6 +23,7 @@ class FleetStats:
 
     nodes: int = 0
     ready: int = 0
+    refused: int = 0
     cpu_s: float = 0.0
     sent: Counter[str] = field(default_factory=Counter)
     answers: Counter[str] = field(default_factory=Counter)
@@ -37,6 +38,7 @@ class FleetStats:
     def add(self, doc: dict[str, Any], cpu_s: float) -> None:
         self.nodes += doc["nodes"]
         self.ready += doc["ready"]
+        self.refused += doc["refused"]
         self.cpu_s += cpu_s
         for name in ("sent", "answers", "errors"):
             getattr(self, name).update(doc[name])

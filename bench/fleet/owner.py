@@ -24,10 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import kubernetes
-from gpushare_common.adapters.kube import Kube
+from gpushare_common.adapters.kube import Kube, KubeError
 from gpushare_common.bus import Bus, BusError
 from gpushare_common.events import Event, GenericEvent, LowPowerEvent, SpotEvent
 from gpushare_common.layout import Layout
+from gpushare_common.retry import Stopped
 from gpushare_common.settings import KubeSettings
 from gpushare_sim.containerd import Containerd
 from gpushare_solver.adapters.containerd import ContainerdError, Tasks
@@ -144,7 +145,7 @@ class RealNode:
         way is a result too, with its error."""
         try:
             containers = await self.prepare()
-        except (TimeoutError, BusError, OSError, RuntimeError) as err:
+        except (TimeoutError, BusError, Stopped, KubeError, ContainerdError, OSError, RuntimeError) as err:
             return TrialResult(float("nan"), time.monotonic(), False, f"{type(err).__name__}: {err}")
         if before_call is not None:
             before_call()

@@ -4,6 +4,7 @@ running or paused, and owner-backs while the stream's leader is killed and resta
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -13,7 +14,7 @@ from bench.fleet.fleet import Fleet, FleetStats
 from bench.fleet.owner import RealNode, TrialResult
 from bench.fleet.servers import Holdings, NatsCluster
 
-HEALTHY_WAIT_S = 60.0
+HEALTHY_WAIT_S = 45.0
 
 
 def machine_ticks() -> tuple[int, int]:
@@ -28,11 +29,13 @@ class Window:
     """What one measuring window saw: per-second rates and CPU in cores."""
 
     nodes: int
+    ready: int  # nodes whose durable consumer exists
     seconds: float
     server_cpu: dict[str, float]  # cores, per server
     server_rss: dict[str, int]  # bytes, per server, at the end
     fleet_cpu: float  # cores, every worker together
     machine_busy: float  # share of the machine's CPUs busy, everything included
+    load: float  # the machine's 1-minute load average at the end
     sent: dict[str, float]  # the fleet's messages per second, by kind
     answers: dict[str, float]
     errors: Counter[str]  # errors during the window
@@ -59,9 +62,9 @@ async def window(cluster: NatsCluster, fleet: Fleet, seconds: float) -> Window:
     stats1, cpu1, busy1 = await fleet.stats(), cluster.cpu_s(), machine_ticks()
     took = time.monotonic() - start
     return Window(
-        nodes=stats1.nodes, seconds=took, server_cpu={n: (cpu1[n] - cpu0[n]) / took for n in cpu1},
+        nodes=stats1.nodes, ready=stats1.ready, seconds=took, server_cpu={n: (cpu1[n] - cpu0[n]) / took for n in cpu1},
         server_rss=cluster.rss(), fleet_cpu=(stats1.cpu_s - stats0.cpu_s) / took,
-        machine_busy=(busy1[0] - busy0[0]) / max(1, busy1[1] - busy0[1]),
+        machine_busy=(busy1[0] - busy0[0]) / max(1, busy1[1] - busy0[1]), load=os.getloadavg()[0],
         sent=_rates(stats1.sent, stats0.sent, took), answers=_rates(stats1.answers, stats0.answers, took),
         errors=stats1.errors - stats0.errors, lag_ms_p50=stats1.lag_ms_p50, lag_ms_max=stats1.lag_ms_max,
         holdings=await asyncio.to_thread(cluster.holdings))

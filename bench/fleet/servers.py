@@ -122,32 +122,24 @@ class NatsCluster:
     def rss(self) -> dict[str, int]:
         return {n: proc_rss(p.pid) for n, p in self.procs.items()}
 
-    def monitor(self, name: str, path: str) -> dict[str, Any]:
+    def monitor(self, name: str, path: str, timeout: float = 10.0) -> dict[str, Any]:
         url = f"http://127.0.0.1:{self.members[name].monitor_port}{path}"
-        with urllib.request.urlopen(url, timeout=10) as answer:
+        with urllib.request.urlopen(url, timeout=timeout) as answer:
             doc: dict[str, Any] = json.loads(answer.read())
         return doc
 
     def holdings(self) -> Holdings:
-        """Streams, durable consumers and raft groups over every live server (an R1 asset lives on one)."""
-        streams: set[str] = set()
-        consumers: set[tuple[str, str]] = set()
-        groups: set[str] = set()
+        """Streams, durable consumers and raft groups, as the first live server that answers sees
+        them (the layout's assets have 3 replicas: each server holds all of them)."""
+        failure: Exception | None = None
         for name, proc in self.procs.items():
-            if proc.poll() is not None:
-                continue
-            doc = self.monitor(name, "/jsz?streams=true&consumers=true&config=true&raft=true")
-            groups |= {"meta"} if doc.get("meta_cluster") else set()
-            for detail in (s for a in doc.get("account_details") or [] for s in a.get("stream_detail") or []):
-                streams.add(detail["name"])
-                groups |= {detail["stream_raft_group"]} if detail.get("stream_raft_group") else set()
-                for consumer in detail.get("consumer_detail") or []:
-                    if not (consumer.get("config") or {}).get("durable_name"):
-                        continue  # a short-lived listing's, gone a few seconds later
-                    consumers.add((detail["name"], consumer["name"]))
-                    group = (consumer.get("cluster") or {}).get("raft_group")
-                    groups |= {group} if group else set()
-        return Holdings(streams=len(streams), consumers=len(consumers), raft_groups=len(groups))
+            if proc.poll() is None:
+                try:
+                    return _holdings(self.monitor(name, "/jsz?streams=true&consumers=true&config=true&raft=true",
+                                                  timeout=60))  # fmt: skip
+                except (OSError, ValueError) as err:
+                    failure = err
+        raise RuntimeError(f"no server answered /jsz: {failure!r}")
 
     def healthy(self, name: str) -> bool:
         """The server's JetStream is up and every asset it holds is current (``/healthz``)."""
@@ -175,6 +167,16 @@ class NatsCluster:
                         if detail["name"] == stream and leader:
                             return str(leader)
         raise RuntimeError(f"no server reports a leader of stream {stream}")
+
+
+def _holdings(doc: dict[str, Any]) -> Holdings:
+    streams = [s for a in doc.get("account_details") or [] for s in a.get("stream_detail") or []]
+    groups = {s["stream_raft_group"] for s in streams if s.get("stream_raft_group")}
+    durable = [c for s in streams for c in s.get("consumer_detail") or []
+               if (c.get("config") or {}).get("durable_name")]  # a listing's consumers come and go
+    groups |= {c["cluster"]["raft_group"] for c in durable if (c.get("cluster") or {}).get("raft_group")}
+    return Holdings(streams=len(streams), consumers=len(durable),
+                    raft_groups=len(groups) + (1 if doc.get("meta_cluster") else 0))
 
 
 def _wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 20.0) -> None:

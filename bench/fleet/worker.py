@@ -96,7 +96,7 @@ class Worker:
         return {"nodes": len(self.nodes), "ready": self.tally.ready, "seconds": time.monotonic() - started}
 
     def _settled(self) -> int:
-        return self.tally.ready + self.tally.errors["durable consumer refused"]
+        return self.tally.ready + self.tally.refused
 
     def pause(self, running: bool) -> None:
         self.running = running
@@ -129,7 +129,8 @@ class Worker:
         links = [link for node in self.nodes for link in node.links.values()]
         lag, self.lag_ms = sorted(self.lag_ms) or [0.0], []
         return {
-            "nodes": len(self.nodes), "ready": self.tally.ready, "cpu_s": time.process_time(),
+            "nodes": len(self.nodes), "ready": self.tally.ready, "refused": self.tally.refused,
+            "cpu_s": time.process_time(),
             "sent": dict(self.tally.sent), "answers": dict(self.tally.answers), "errors": dict(self.tally.errors),
             "lag_ms_p50": lag[len(lag) // 2], "lag_ms_max": lag[-1],
             "connected": sum(link.connected for link in links), "links": len(links),
