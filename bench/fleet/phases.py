@@ -94,6 +94,7 @@ async def alternate(node: RealNode, fleet: Fleet, rounds: int, trials: int,
 @dataclass
 class Failover:
     killed: list[str] = field(default_factory=list)  # the stream leader of each kill
+    leaderless: int = 0  # kills not done: no server reported a leader of the stream within 30 s
     at_kill: list[TrialResult] = field(default_factory=list)  # the owner's call right after the kill
     while_down: list[TrialResult] = field(default_factory=list)  # trials while that server was down
     healthy_s: list[float] = field(default_factory=list)  # restart -> every server healthy again
@@ -108,6 +109,9 @@ async def failover(node: RealNode, fleet: Fleet, cluster: NatsCluster, stream: s
     found = Failover(fleet_before=await fleet.stats())
     for _ in range(kills):
         leader = await asyncio.to_thread(cluster.stream_leader, stream)
+        if leader is None:
+            found.leaderless += 1
+            continue
         found.killed.append(leader)
         found.at_kill.append(await node.trial(before_call=lambda name=leader: cluster.kill(name)))  # type: ignore[misc]
         deadline = time.monotonic() + down_s

@@ -150,7 +150,8 @@ def fault_rows(results: list[TrialResult], label: str) -> list[Row]:
 
 def failover_rows(found: Failover) -> list[Row]:
     kills = len(found.killed)
-    out = latency_rows(f"owner's call right after the stream leader was SIGKILLed ({kills} kills)", found.at_kill)
+    out = [row("kills not done: the stream had no leader for 30 s", found.leaderless, "", "0", found.leaderless == 0)]
+    out += latency_rows(f"owner's call right after the stream leader was SIGKILLed ({kills} kills)", found.at_kill)
     dead = [r.dead_ms for r in found.at_kill if not math.isnan(r.dead_ms)]
     out.append(row("  the same: owner's call -> last borrower's task exited (max)", max(dead, default=0), "ms"))
     out += latency_rows("while that server was down", found.while_down)

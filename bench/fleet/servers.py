@@ -157,16 +157,24 @@ class NatsCluster:
             time.sleep(0.1)
         return time.monotonic() - start
 
-    def stream_leader(self, stream: str) -> str:
-        for name in self.procs:
-            with contextlib.suppress(OSError, ValueError):
-                doc = self.monitor(name, "/jsz?streams=true")
-                for account in doc.get("account_details") or []:
-                    for detail in account.get("stream_detail") or []:
-                        leader = (detail.get("cluster") or {}).get("leader")
-                        if detail["name"] == stream and leader:
-                            return str(leader)
-        raise RuntimeError(f"no server reports a leader of stream {stream}")
+    def stream_leader(self, stream: str, wait_s: float = 30.0) -> str | None:
+        """The server leading ``stream``; None when none reports one within ``wait_s``."""
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            for name, proc in self.procs.items():
+                with contextlib.suppress(OSError, ValueError):
+                    if proc.poll() is None and (leader := self._leader(name, stream)):
+                        return leader
+            time.sleep(0.5)
+        return None
+
+    def _leader(self, name: str, stream: str) -> str:
+        doc = self.monitor(name, "/jsz?streams=true", timeout=30)
+        for account in doc.get("account_details") or []:
+            for detail in account.get("stream_detail") or []:
+                if detail["name"] == stream:
+                    return str((detail.get("cluster") or {}).get("leader") or "")
+        return ""
 
 
 def _holdings(doc: dict[str, Any]) -> Holdings:
