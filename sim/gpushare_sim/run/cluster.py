@@ -30,7 +30,7 @@ from gpushare_common.settings import NatsSettings
 from gpushare_sim import natsd
 from gpushare_sim.run.narrate import Timeline
 from gpushare_sim.run.procs import Child, ChildError, free_port, wait_path, wait_port
-from gpushare_sim.run.services import ServiceSettings, node_services, shadow_controller
+from gpushare_sim.run.services import ServiceSettings, console, node_services, shadow_controller
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +44,7 @@ class ClusterSettings:
     kernel_timeout_ms: int = 10_000
     log_level: str = "INFO"
     nats_servers: int = 1  # 3: a NATS cluster (routes on loopback), stream and buckets at 3 replicas
+    console: bool = True  # the cluster view in the browser (services/console)
 
 
 @dataclass
@@ -129,6 +130,8 @@ class Cluster:
             say(f"node {node.name} up: {self.settings.gpus} fake cards, kernel stand-in, containers as {mode}")
         waits: list[Awaitable[None]] = [self._start_shadow_controller()]
         waits += [wait for node in self.nodes for wait in self._start_services(node)]
+        if self.settings.console:
+            waits.append(self._start_console())
         await asyncio.gather(*waits)
         say("every service ready", processes=len(self.children))
 
@@ -211,6 +214,22 @@ class Cluster:
                             env, f"http://127.0.0.1:{port}")  # fmt: skip
         idle = self.settings.services.idle_timeout_s
         await self._ready(child, f"shadow-controller ready (ShadowPod idle timeout {idle}s)", "/healthz")
+
+    async def _start_console(self) -> None:
+        """The cluster view, read-only: the observer's NATS role, the API's pods and nodes."""
+        port = free_port()
+        env = self.env(GPUSHARE_HTTP_HOST="127.0.0.1", GPUSHARE_HTTP_PORT=str(port), GPUSHARE_NATS_URL=self.nats_url,
+                       GPUSHARE_NATS_STREAM_REPLICAS=str(self.nats_replicas),
+                       GPUSHARE_KUBE_KUBECONFIG=str(self.kubeconfig), **console(self))  # fmt: skip
+        child = self._child("console", [sys.executable, "-m", "gpushare_console"], env, f"http://127.0.0.1:{port}")
+        await child.wait_ready("/readyz", timeout=120)
+        self.timeline.step(f"console ready: open {self.console_url} in a browser")
+
+    @property
+    def console_url(self) -> str:
+        """The cluster view's page ("" without a console)."""
+        child = self.children.get("console")
+        return f"{child.http}/" if child is not None else ""
 
     # --- use --------------------------------------------------------------
 
