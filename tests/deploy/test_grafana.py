@@ -121,7 +121,7 @@ def test_panels_are_laid_out_and_use_the_datasource_variable(dashboard: dict[str
     assert len(ids) == len(set(ids))
     for panel in _panels(dashboard):
         grid = panel["gridPos"]
-        assert 0 <= grid["x"] and grid["x"] + grid["w"] <= 24 and grid["h"] > 0
+        assert grid["x"] >= 0 and grid["x"] + grid["w"] <= 24 and grid["h"] > 0
         for target in panel.get("targets", []):
             assert target["datasource"]["uid"] == "${datasource}"
 

@@ -116,16 +116,18 @@ function drawNode(doc) {
 // --- evictions --------------------------------------------------------------------------
 
 function hopChart(hops) {
-  const width = 640, end = Math.max(1, ...hops.map((x) => x.at_ms)), scale = (width - 120) / end;
-  const marks = hops.map((hop, i) => {
-    const x = 10 + hop.at_ms * scale, y = i % 2 ? 52 : 18;
+  // one row per hop: its name, a bar from the kernel's notice to the hop, the time
+  const width = 640, left = 130, right = 80, row = 18;
+  const end = Math.max(1, ...hops.map((x) => x.at_ms)), scale = (width - left - right) / end;
+  const rows = hops.map((hop, i) => {
+    const y = i * row, bar = Math.max(2, hop.at_ms * scale);
     return svg("g", { class: "hop", "data-hop": hop.hop, "data-ms": hop.at_ms },
-      svg("circle", { cx: x, cy: 34, r: 5 }),
-      svg("text", { x: x, y: y, "text-anchor": "middle" }, `${HOP_NAMES[hop.hop] || hop.hop} ${hop.at_ms.toFixed(1)} ms`));
+      svg("text", { x: left - 8, y: y + 13, "text-anchor": "end" }, HOP_NAMES[hop.hop] || hop.hop),
+      svg("rect", { x: left, y: y + 4, width: bar, height: 11, rx: 2 }),
+      svg("text", { x: left + bar + 6, y: y + 13 }, `${hop.at_ms.toFixed(1)} ms`));
   });
-  return svg("svg", { class: "hops", width: width, height: 64, viewBox: `0 0 ${width} 64` },
-    svg("line", { class: "axis", x1: 10, y1: 34, x2: width - 10, y2: 34 }),
-    svg("line", { class: "span", x1: 10, y1: 34, x2: 10 + end * scale, y2: 34 }), marks);
+  return svg("svg", { class: "hops", width: width, height: hops.length * row + 4, viewBox: `0 0 ${width} ${hops.length * row + 4}` },
+    svg("line", { class: "axis", x1: left, y1: 0, x2: left, y2: hops.length * row + 4 }), rows);
 }
 
 function drawEntry(entry) {
@@ -162,7 +164,7 @@ async function load(force) {
       if (!force && key === shown.key && doc.version === shown.version) return;
       const draw = { fleet: drawFleet, node: drawNode, evictions: drawEvictions }[where.page];
       const view = document.getElementById("view");
-      view.replaceChildren(...draw(doc));
+      view.replaceChildren(...draw(doc).flat());
       view.dataset.version = doc.version;
       document.body.dataset.page = where.page;
       shown = { key, version: doc.version };
