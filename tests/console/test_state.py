@@ -25,10 +25,10 @@ SETTINGS = ConsoleSettings()
 
 
 def _node(name: str = "n1", gpus: str = "3", allocatable: str = "2", ready: str = "True") -> dict[str, Any]:
+    allocatable_ = {"nvidia.com/gpu": allocatable, "gpushare/vcpu": "4", "gpushare/vmem": "2"}
     return {"metadata": {"name": name}, "spec": {},
-            "status": {"conditions": [{"type": "Ready", "status": ready}],
-                       "capacity": {"nvidia.com/gpu": gpus}, "allocatable": {"nvidia.com/gpu": allocatable,
-                                                                            "gpushare/vcpu": "4", "gpushare/vmem": "2"}}}
+            "status": {"conditions": [{"type": "Ready", "status": ready}], "capacity": {"nvidia.com/gpu": gpus},
+                       "allocatable": allocatable_}}
 
 
 def _pod(name: str, node: str = "n1", limits: dict[str, str] | None = None) -> dict[str, Any]:
@@ -47,7 +47,8 @@ def _state() -> ClusterState:
     shadow = OwnerEntry(owner="gpushare-system/s", kind=SHADOW, devices={
         "gpushare-system/s-0": DeviceStatus(id="gpushare-system/s-0", sharing_pod="ml/share-1")})
     state.solver_changed(KeyChanges(True, (
-        _put("n1.mapping.ml/busy", OwnerEntry(owner="ml/busy", kind=RESERVED, devices={"GPU-0": DeviceStatus(id="GPU-0")})),
+        _put("n1.mapping.ml/busy", OwnerEntry(owner="ml/busy", kind=RESERVED,
+                                              devices={"GPU-0": DeviceStatus(id="GPU-0")})),
         _put("n1.mapping.gpushare-system/s", shadow),
         _put("n1.journal.state", CardFacts(inventory={"nvidia.com/gpu": ["GPU-0", "GPU-1"]},
                                            shadow_cards={"gpushare-system/s": ["GPU-1"]})),
@@ -139,7 +140,7 @@ def test_any_node_object_reads_or_fails_with_a_value_error(doc: Any) -> None:
 def test_a_node_object_reads_its_readiness_and_resources() -> None:
     node = read_node(_node(ready="False"))
     assert not node.ready and node.capacity["nvidia.com/gpu"] == "3"
-    with pytest.raises(ValueError, match="metadata.name"):
+    with pytest.raises(ValueError, match=r"metadata\.name"):
         read_node({"metadata": {}})
 
 

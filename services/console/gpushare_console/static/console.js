@@ -71,7 +71,10 @@ function drawFleet(doc) {
       h("span", { class: "badge" + (node.ready ? "" : " down") }, node.ready ? "Ready" : "not ready"),
       h("div", {}, `${node.cards.length} cards · spare ${node.spare.vcpu_millicores}m CPU, ${mib(node.spare.vmem_bytes)}`)),
     h("div", { class: "cards" }, node.cards.map((c) => cardCell(c, node.name)))));
-  return [h("h2", {}, `Fleet: ${doc.nodes.length} nodes`), h("p", { class: "muted", id: "totals" }, totals),
+  const waiting = ["nodes", "pods", "solver", "health"].filter((s) => !doc.synced.includes(s));
+  return [h("h2", {}, `Fleet: ${doc.nodes.length} nodes`),
+    waiting.length ? h("p", { class: "warn", id: "waiting" }, `still waiting for: ${waiting.join(", ")} (see /readyz)`) : null,
+    h("p", { class: "muted", id: "totals" }, totals),
     legend(), rows.length ? h("div", { class: "fleet" }, rows) : h("p", { class: "empty" }, "no nodes yet")];
 }
 
@@ -164,7 +167,7 @@ async function load(force) {
       if (!force && key === shown.key && doc.version === shown.version) return;
       const draw = { fleet: drawFleet, node: drawNode, evictions: drawEvictions }[where.page];
       const view = document.getElementById("view");
-      view.replaceChildren(...draw(doc).flat());
+      view.replaceChildren(...draw(doc).flat().filter(Boolean));
       view.dataset.version = doc.version;
       document.body.dataset.page = where.page;
       shown = { key, version: doc.version };
