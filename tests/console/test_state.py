@@ -88,8 +88,9 @@ def test_deletes_resets_and_bad_values_change_the_state_as_they_should() -> None
     before = state.changes.version
     state.solver_changed(KeyChanges(False, (KeyChange("n1.mapping.ml/busy", None),
                                             KeyChange("n1.mapping.ml/bad", b"{not json"),
+                                            KeyChange("n1.mapping.=FF=FE", b"{}"),
                                             KeyChange("nodot", b"{}"))))
-    assert "ml/busy" not in state.solver["n1"].owners and skipped == ["solver", "solver"]
+    assert "ml/busy" not in state.solver["n1"].owners and skipped == ["solver"] * 3
     assert state.changes.version == before + 1
     state.solver_changed(KeyChanges(True, ()))
     assert state.solver["n1"].owners == {} and state.solver["n1"].facts == CardFacts()

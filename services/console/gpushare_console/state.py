@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
-from gpushare_common.bus import unescape_key
+from gpushare_common.bus import escape_key, unescape_key
 from gpushare_common.bus.watch import KeyChange, KeyChanges
 from gpushare_common.cardmap import CardFacts, CardUse, card_map
 from gpushare_common.events import DeviceHealth, SpareCapacity
@@ -177,7 +177,10 @@ class ClusterState:
                 view.owners, view.facts = {}, CardFacts()
             self.synced.add("solver")
         for change in batch.changes:
-            self._solver_key(change)
+            try:
+                self._solver_key(change)
+            except ValueError as err:  # a key whose escapes do not decode
+                self._problem("solver", change.key, str(err))
         self.changes.bump()
 
     def _solver_key(self, change: KeyChange) -> None:
@@ -205,7 +208,7 @@ class ClusterState:
             self.synced.add("health")
         for change in batch.changes:
             parts = change.key.split(".", 2)
-            if len(parts) != 3 or unescape_key(parts[2]) != self.spot_resource:
+            if len(parts) != 3 or parts[2] != escape_key(self.spot_resource):
                 continue
             view = self.solver.setdefault(node_from_token(parts[0]), SolverView())
             health = self._decode("health", change, DeviceHealth) if change.value is not None else None

@@ -300,7 +300,7 @@ class Kube:
             yield change
 
     async def _stream(
-        self, stop: asyncio.Event, path: str, what: str, field_selector: str, label_selector: str,
+        self, stop: asyncio.Event, path: str, resource: str, field_selector: str, label_selector: str,
         version: str,
     ) -> AsyncIterator[tuple[str, Obj]]:
         loop = asyncio.get_running_loop()
@@ -338,7 +338,7 @@ class Kube:
                 if what == "end":
                     return
                 if what == "error":
-                    raise _translate(payload, f"watch {what}")
+                    raise _translate(payload, f"watch {resource}")
                 event = msgspec.json.decode(payload)
                 if event.get("type") == "ERROR":
                     status = event.get("object", {})
