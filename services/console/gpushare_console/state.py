@@ -128,16 +128,7 @@ class ClusterState:
     # --- Kubernetes -------------------------------------------------------------
 
     def nodes_changed(self, kind: str, obj: Obj | None, items: list[Obj]) -> None:
-        if kind == "SYNC":
-            self.nodes = {}
-            for doc in items:
-                self._put_node(doc)
-            self.synced.add("nodes")
-        elif obj is not None and kind == "DELETED":
-            self.nodes.pop(str((obj.get("metadata") or {}).get("name", "")), None)
-        elif obj is not None:
-            self._put_node(obj)
-        self.changes.bump()
+        self._changed("nodes", self.nodes, self._put_node, kind, obj, items)
 
     def _put_node(self, doc: Obj) -> None:
         try:
@@ -148,16 +139,22 @@ class ClusterState:
         self.nodes[node.name] = node
 
     def pods_changed(self, kind: str, obj: Obj | None, items: list[Obj]) -> None:
+        self._changed("pods", self.pods, self._put_pod, kind, obj, items)
+
+    def _changed(self, source: str, book: dict[str, Any], put: Callable[[Obj], None], kind: str,
+                 obj: Obj | None, items: list[Obj]) -> None:  # fmt: skip
+        """A list (``SYNC``: the whole set) or one watch event of nodes or pods."""
         if kind == "SYNC":
-            self.pods = {}
+            book.clear()
             for doc in items:
-                self._put_pod(doc)
-            self.synced.add("pods")
+                put(doc)
+            self.synced.add(source)
         elif obj is not None and kind == "DELETED":
             meta = obj.get("metadata") or {}
-            self.pods.pop(f"{meta.get('namespace', '')}/{meta.get('name', '')}", None)
+            book.pop(f"{meta['namespace']}/{meta.get('name', '')}" if meta.get("namespace") else
+                     str(meta.get("name", "")), None)  # fmt: skip
         elif obj is not None:
-            self._put_pod(obj)
+            put(obj)
         self.changes.bump()
 
     def _put_pod(self, doc: Obj) -> None:
