@@ -114,7 +114,7 @@ class Scheduler:
     async def schedule_once(self) -> int:
         """One pass; returns how many pods were bound."""
         objs, _ = await self.api.list_pods()
-        nodes = await self.api.list_nodes()
+        nodes, _ = await self.api.list_nodes()
         pods = [p for p in map(_parse, objs) if p is not None]
         bound = 0
         for obj in objs:

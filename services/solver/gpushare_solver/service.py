@@ -26,6 +26,7 @@ from typing import Any
 import msgspec
 from gpushare_common.adapters.kube import KubeError
 from gpushare_common.bus import Bus, Store
+from gpushare_common.cardmap import card_map
 from gpushare_common.events import (
     AnyEvent,
     CardInventory,
@@ -133,6 +134,12 @@ class Solver:
             actions = self._rebuild(pods) if self.rebuild_needed else []
             actions += reconcile(self.state, self.node, present)
             await self._run(f"reconcile-{uuid.uuid4().hex}", "reconcile", actions, time.time())
+            self._cards_changed()
+
+    def _cards_changed(self) -> None:
+        """The sharing and lending map, for the metrics (``gpushare_card_*``)."""
+        self.metrics.cards.update(card_map(self.state.cache, self.state.inventory, self.state.shadow_cards,
+                                           self.state.health))
 
     def _rebuild(self, pods: list[Obj]) -> list[Any]:
         """An empty bucket: what the pods tell; the rest comes with the detector's republication,
@@ -178,6 +185,7 @@ class Solver:
             self.seen.add(event.id)
             await self._run(event.id, tag, actions, received)
             self.metrics.events.labels(tag, "applied").inc()
+            self._cards_changed()
             if isinstance(event, SpotEvent) and event.state == "using" and not actions:
                 await self._learn(event.pod)
             elif isinstance(event, SpotEvent) and event.state == "cleared":
@@ -265,6 +273,7 @@ class Solver:
             for pod, uid in pods.items():
                 self.state.take_out(pod, uid=uid)
             await self._run(trigger_id, reason, [Reclaim(reason=reason, pods=tuple(pods))], time.time())
+            self._cards_changed()
 
     # --- /status --------------------------------------------------------------
 

@@ -34,7 +34,7 @@ from gpushare_sim import natsd
 from gpushare_sim.run.narrate import Timeline
 from gpushare_sim.run.natsauth import NatsAuth
 from gpushare_sim.run.procs import Child, ChildError, free_port, wait_path, wait_port
-from gpushare_sim.run.services import ServiceSettings, node_services, shadow_controller
+from gpushare_sim.run.services import ServiceSettings, console, node_services, shadow_controller
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +49,7 @@ class ClusterSettings:
     log_level: str = "INFO"
     nats_servers: int = 1  # 3: a NATS cluster (routes on loopback), stream and buckets at 3 replicas
     nats_auth: bool = True  # the auth callout and per-node tokens (False: an open server, for debugging)
+    console: bool = True  # the cluster view in the browser (services/console)
 
 
 @dataclass
@@ -141,6 +142,8 @@ class Cluster:
         waits: list[Awaitable[None]] = [self._start_shadow_controller()]
         for node in self.nodes:
             waits += await self._start_services(node)
+        if self.settings.console:
+            waits.append(self._start_console())
         await asyncio.gather(*waits)
         if self.auth is not None:
             self._rotation = asyncio.ensure_future(self.auth.rotate(self.kubeconfig))
@@ -238,6 +241,27 @@ class Cluster:
                             env, f"http://127.0.0.1:{port}")  # fmt: skip
         idle = self.settings.services.idle_timeout_s
         await self._ready(child, f"shadow-controller ready (ShadowPod idle timeout {idle}s)", "/healthz")
+
+    async def _start_console(self) -> None:
+        """The cluster view, read-only: the observer's NATS role (a token bound to no node, with the
+        callout), the API's pods and nodes."""
+        port = free_port()
+        token: dict[str, str] = {}
+        if self.auth is not None:
+            path = await asyncio.to_thread(self.auth.mint, self.kubeconfig, "console")
+            token = {"GPUSHARE_NATS_TOKEN_FILE": str(path)}
+        env = self.env(GPUSHARE_HTTP_HOST="127.0.0.1", GPUSHARE_HTTP_PORT=str(port), GPUSHARE_NATS_URL=self.nats_url,
+                       GPUSHARE_NATS_STREAM_REPLICAS=str(self.nats_replicas),
+                       GPUSHARE_KUBE_KUBECONFIG=str(self.kubeconfig), **console(self), **token)  # fmt: skip
+        child = self._child("console", [sys.executable, "-m", "gpushare_console"], env, f"http://127.0.0.1:{port}")
+        await child.wait_ready("/readyz", timeout=120)
+        self.timeline.step(f"console ready: open {self.console_url} in a browser")
+
+    @property
+    def console_url(self) -> str:
+        """The cluster view's page ("" without a console)."""
+        child = self.children.get("console")
+        return f"{child.http}/" if child is not None else ""
 
     # --- use --------------------------------------------------------------
 

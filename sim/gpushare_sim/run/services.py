@@ -60,3 +60,8 @@ def shadow_controller(cluster: Cluster) -> dict[str, str]:
         "GPUSHARE_SHADOW_LEASE_DURATION_S": "3", "GPUSHARE_SHADOW_RENEW_EVERY_S": "1",
         "GPUSHARE_SHADOW_IDENTITY": "sim-run",
     }  # fmt: skip
+
+
+def console(cluster: Cluster) -> dict[str, str]:
+    """The console's settings: the stream read every 0.1 s, lost watches seen within 3 s."""
+    return {"GPUSHARE_CONSOLE_POLL_S": "0.1", "GPUSHARE_CONSOLE_HEARTBEAT_S": "1"}

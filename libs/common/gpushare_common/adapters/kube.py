@@ -19,7 +19,7 @@ import contextlib
 import functools
 import threading
 import urllib.parse
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -248,24 +248,34 @@ class Kube:
         resource_version: str = "",
     ) -> AsyncIterator[PodChange]:
         """List then watch until ``stop`` (or resume from ``resource_version``); see the module doc."""
+        async def listing() -> tuple[list[Obj], str]:
+            return await self.list_pods(namespace, field_selector, label_selector)
+
+        async for change in self._watch(stop, "pods", _pods_path(namespace), listing, field_selector,
+                                        label_selector, resource_version):  # fmt: skip
+            yield change
+
+    async def _watch(self, stop: asyncio.Event, what: str, path: str,
+                     listing: Callable[[], Awaitable[tuple[list[Obj], str]]], field_selector: str = "",
+                     label_selector: str = "", resource_version: str = "") -> AsyncIterator[PodChange]:  # fmt: skip
         delay = 0.2
         version = resource_version
         while not stop.is_set():
             try:
                 if not version:
-                    pods, version = await self.list_pods(namespace, field_selector, label_selector)
-                    yield PodChange("SYNC", pods=pods)
-                changes = self._stream(stop, namespace, field_selector, label_selector, version)
+                    items, version = await listing()
+                    yield PodChange("SYNC", pods=items)
+                changes = self._stream(stop, path, what, field_selector, label_selector, version)
                 async for kind, obj in changes:
                     version = str(obj.get("metadata", {}).get("resourceVersion") or version)
                     if kind in ("ADDED", "MODIFIED", "DELETED"):
                         yield PodChange(kind, pod=obj)
                 delay = 0.2
             except Gone:
-                log.info("watch expired, re-listing", namespace=namespace or "*", selector=field_selector)
+                log.info("watch expired, re-listing", what=what, path=path, selector=field_selector)
                 version = ""
             except KubeError as err:
-                log.warning("watch failed, backing off", error=str(err), retry_in_s=delay)
+                log.warning("watch failed, backing off", what=what, error=str(err), retry_in_s=delay)
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(stop.wait(), delay)
                 delay = min(delay * 2, 10.0)
@@ -285,8 +295,22 @@ class Kube:
                 pods[_obj_key(change.pod)] = change.pod
             yield list(pods.values())
 
+    # --- nodes (list and watch) --------------------------------------------------
+
+    async def list_nodes(self, label_selector: str = "") -> tuple[list[Obj], str]:
+        doc = await self._rest("list nodes", "GET", "/api/v1/nodes", label_selector=label_selector)
+        return list(doc.get("items") or []), str(doc["metadata"].get("resourceVersion", ""))
+
+    async def watch_nodes(self, stop: asyncio.Event, label_selector: str = "") -> AsyncIterator[PodChange]:
+        """The nodes as :meth:`watch_pods` gives pods: a ``SYNC`` (in ``pods``), then each change."""
+        async def listing() -> tuple[list[Obj], str]:
+            return await self.list_nodes(label_selector)
+
+        async for change in self._watch(stop, "nodes", "/api/v1/nodes", listing, "", label_selector):
+            yield change
+
     async def _stream(
-        self, stop: asyncio.Event, namespace: str | None, field_selector: str, label_selector: str,
+        self, stop: asyncio.Event, path: str, resource: str, field_selector: str, label_selector: str,
         version: str,
     ) -> AsyncIterator[tuple[str, Obj]]:
         loop = asyncio.get_running_loop()
@@ -298,7 +322,7 @@ class Kube:
             "label_selector": label_selector, "_preload_content": False,
         }
         fn: Callable[..., Any] = self._request
-        args: tuple[Any, ...] = ("GET", _pods_path(namespace))
+        args: tuple[Any, ...] = ("GET", path)
 
         def reader() -> None:
             try:
@@ -324,7 +348,7 @@ class Kube:
                 if what == "end":
                     return
                 if what == "error":
-                    raise _translate(payload, "watch pods")
+                    raise _translate(payload, f"watch {resource}")
                 event = msgspec.json.decode(payload)
                 if event.get("type") == "ERROR":
                     status = event.get("object", {})

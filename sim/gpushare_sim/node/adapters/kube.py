@@ -68,10 +68,6 @@ class SimKube(Kube):
         pods, _ = await self.list_pods(field_selector=f"spec.nodeName={node}")
         return [p for p in pods if (p.get("spec") or {}).get("nodeName") == node]
 
-    async def list_nodes(self) -> list[Obj]:
-        doc = await self._call("list nodes", self.core.list_node)
-        return list((doc or {}).get("items") or [])
-
     async def watch_node_pods(self, node: str, stop: asyncio.Event) -> AsyncIterator[list[Obj]]:
         """The full set of pods bound to ``node``, again after every change (list + watch)."""
         async for pods in self.watch_pod_sets(stop, field_selector=f"spec.nodeName={node}"):
