@@ -9,6 +9,7 @@ optionally, where its cards' PCI addresses are found (``topology``)::
     "topology": {"pci_bus_id": "{id}"}            the device ID is the PCI address
     "topology": {"pci_bus_id": {"glob": "/proc/driver/nvidia/gpus/*/information",
                                 "line": "GPU UUID: {id}"}}
+                                                   (whitespace in the line is compared loosely)
                                                    the directory ``*`` of the file holding the line
 
 The runtime reads the table from its configuration (``vendors`` of

@@ -113,6 +113,17 @@ def _leases_path(namespace: str, name: str = "") -> str:
     return base + (f"/{_q(name)}" if name else "")
 
 
+RESOURCE_API = "/apis/resource.k8s.io/v1"
+TAINT_API = "/apis/resource.k8s.io/v1alpha3"  # DeviceTaintRule
+
+
+def resource_path(plural: str, namespace: str = "", name: str = "", sub: str = "",
+                  api: str = RESOURCE_API) -> str:
+    """``/apis/resource.k8s.io/v1[/namespaces/<ns>]/<plural>[/<name>[/<sub>]]``."""
+    base = f"{api}/namespaces/{_q(namespace)}/{plural}" if namespace else f"{api}/{plural}"
+    return base + (f"/{_q(name)}" if name else "") + (f"/{sub}" if sub else "")
+
+
 def _q(segment: str) -> str:
     return urllib.parse.quote(segment, safe="")
 
@@ -227,6 +238,36 @@ class Kube:
     async def get_node(self, name: str) -> Obj:
         return await self._rest(f"get node {name}", "GET", f"/api/v1/nodes/{_q(name)}")  # type: ignore[no-any-return]
 
+    # --- any object (resource.k8s.io: ResourceSlices, ResourceClaims, DeviceTaintRules, ...) -----
+
+    async def list_objects(self, path: str, field_selector: str = "", label_selector: str = ""
+                           ) -> tuple[list[Obj], str]:
+        doc = await self._rest(f"list {path}", "GET", path, field_selector=field_selector,
+                               label_selector=label_selector)
+        return list(doc.get("items") or []), str(doc["metadata"].get("resourceVersion", ""))
+
+    async def get_object(self, path: str) -> Obj:
+        return await self._rest(f"get {path}", "GET", path)  # type: ignore[no-any-return]
+
+    async def create_object(self, path: str, body: Obj) -> Obj:
+        return await self._rest(f"create in {path}", "POST", path, body)  # type: ignore[no-any-return]
+
+    async def replace_object(self, path: str, body: Obj) -> Obj:
+        return await self._rest(f"replace {path}", "PUT", path, body)  # type: ignore[no-any-return]
+
+    async def patch_object(self, path: str, patch: Obj) -> Obj:
+        return await self._rest(f"patch {path}", "PATCH", path, patch, MERGE)  # type: ignore[no-any-return]
+
+    async def delete_object(self, path: str) -> None:
+        await self._rest(f"delete {path}", "DELETE", path, {"kind": "DeleteOptions", "apiVersion": "v1"})
+
+    async def get_resource_claim(self, namespace: str, name: str) -> Obj:
+        return await self.get_object(resource_path("resourceclaims", namespace, name))
+
+    async def list_resource_slices(self, field_selector: str = "") -> list[Obj]:
+        items, _ = await self.list_objects(resource_path("resourceslices"), field_selector)
+        return items
+
     # --- watch ------------------------------------------------------------------
 
     async def watch_pods(
@@ -245,7 +286,7 @@ class Kube:
                 if not version:
                     pods, version = await self.list_pods(namespace, field_selector, label_selector)
                     yield PodChange("SYNC", pods=pods)
-                changes = self._stream(stop, namespace, field_selector, label_selector, version)
+                changes = self._stream(stop, _pods_path(namespace), field_selector, label_selector, version)
                 async for kind, obj in changes:
                     version = str(obj.get("metadata", {}).get("resourceVersion") or version)
                     if kind in ("ADDED", "MODIFIED", "DELETED"):
@@ -275,8 +316,38 @@ class Kube:
                 pods[_obj_key(change.pod)] = change.pod
             yield list(pods.values())
 
+    async def watch_objects(self, stop: asyncio.Event, path: str, field_selector: str = "",
+                            label_selector: str = "") -> AsyncIterator[list[Obj]]:
+        """The whole set of objects at ``path`` (a list URL), yielded after every change; re-lists
+        on ``410 Gone``, backs off on errors."""
+        objs: dict[str, Obj] = {}
+        version, delay = "", 0.2
+        while not stop.is_set():
+            try:
+                if not version:
+                    items, version = await self.list_objects(path, field_selector, label_selector)
+                    objs = {_obj_key(o): o for o in items}
+                    yield list(objs.values())
+                async for kind, obj in self._stream(stop, path, field_selector, label_selector, version):
+                    version = str(obj.get("metadata", {}).get("resourceVersion") or version)
+                    if kind == "DELETED":
+                        objs.pop(_obj_key(obj), None)
+                    elif kind in ("ADDED", "MODIFIED"):
+                        objs[_obj_key(obj)] = obj
+                    else:
+                        continue
+                    yield list(objs.values())
+                delay = 0.2
+            except Gone:
+                version = ""
+            except KubeError as err:
+                log.warning("watch failed, backing off", path=path, error=str(err), retry_in_s=delay)
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(stop.wait(), delay)
+                delay = min(delay * 2, 10.0)
+
     async def _stream(
-        self, stop: asyncio.Event, namespace: str | None, field_selector: str, label_selector: str,
+        self, stop: asyncio.Event, path: str, field_selector: str, label_selector: str,
         version: str,
     ) -> AsyncIterator[tuple[str, Obj]]:
         loop = asyncio.get_running_loop()
@@ -288,7 +359,7 @@ class Kube:
             "label_selector": label_selector, "_preload_content": False,
         }
         fn: Callable[..., Any] = self._request
-        args: tuple[Any, ...] = ("GET", _pods_path(namespace))
+        args: tuple[Any, ...] = ("GET", path)
 
         def reader() -> None:
             try:
@@ -314,7 +385,7 @@ class Kube:
                 if what == "end":
                     return
                 if what == "error":
-                    raise _translate(payload, "watch pods")
+                    raise _translate(payload, f"watch {path}")
                 event = msgspec.json.decode(payload)
                 if event.get("type") == "ERROR":
                     status = event.get("object", {})
