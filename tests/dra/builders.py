@@ -11,6 +11,7 @@ from typing import Any
 from gpushare_common import dra
 from gpushare_common.topology import CardTopology
 from gpushare_dra_driver.cards import Card
+from gpushare_sim.fakegpu.cards import FakeCard, write_topology
 
 Obj = dict[str, Any]
 NODE = "gpu-node-9"
@@ -54,24 +55,11 @@ def result(device: str, shares: str | None = "25", request: str = "gpu", pool: s
     return doc
 
 
-def fake_host(root: Path, cards: int = 4, per_root: int = 2) -> Path:
-    """A host tree as NVIDIA's driver and the kernel lay it out: /proc/driver/nvidia/gpus/<bdf>/
-    information (the card's UUID and minor), /sys/devices/pci<dom>:<bus>/.../<bdf> with its NUMA
-    node, /sys/bus/pci/devices/<bdf> linking there, and /dev/nvidia<i> plus /dev/nvidiactl."""
+def fake_host(root: Path, cards: int = 4) -> Path:
+    """A host tree as NVIDIA's driver and the kernel lay it out (the sim's fake cards'), with
+    /dev/nvidia<i> and /dev/nvidiactl."""
     for index in range(cards):
-        group = index // per_root
-        bus = f"{0x3b + index:02x}"
-        bdf = f"0000:{bus}:00.0"
-        info = root / "proc/driver/nvidia/gpus" / bdf / "information"
-        info.parent.mkdir(parents=True, exist_ok=True)
-        info.write_text(f"Model: \t\t Fake A100\nGPU UUID: \t GPU-{NODE}-{index}\nDevice Minor: \t {index}\n")
-        device = root / f"sys/devices/pci0000:{group * 0x80:02x}/0000:{group * 0x80:02x}:01.0/{bdf}"
-        device.mkdir(parents=True, exist_ok=True)
-        (device / "numa_node").write_text(f"{group}\n")
-        link = root / "sys/bus/pci/devices" / bdf
-        link.parent.mkdir(parents=True, exist_ok=True)
-        if not link.is_symlink():
-            os.symlink(os.path.relpath(device, link.parent), link)
+        write_topology(root, FakeCard(index, f"GPU-{NODE}-{index}", root / "dev" / f"nvidia{index}"))
         device_node(root / "dev" / f"nvidia{index}")
     device_node(root / "dev" / "nvidiactl")
     return root
