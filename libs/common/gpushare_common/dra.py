@@ -202,3 +202,20 @@ def consumed(requested: int | None, capacity: int, policy: dict[str, object] | N
         if requested > high:
             return None
     return requested if requested <= capacity else None
+
+
+# --- the DeviceClasses (k8s/chart renders these; tests/dra checks that both agree) ----------
+
+CLASS_SELECTORS = {
+    SHARE_CLASS: f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].{ATTR_KIND} == "{KIND_CARD}"',
+    EXCLUSIVE_CLASS: f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].{ATTR_KIND} == "{KIND_CARD}"',
+    SPOT_CLASS: f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].{ATTR_KIND} == "{KIND_SPOT}"',
+}
+
+
+def device_class(name: str) -> dict[str, object]:
+    """One of gpushare's DeviceClasses: a card (``share``: a claim asks for ``shares``;
+    ``exclusive``: the whole card), or a lendable card's spot mirror (``spot``)."""
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+            "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "gpushare"}},
+            "spec": {"selectors": [{"cel": {"expression": CLASS_SELECTORS[name]}}]}}

@@ -73,7 +73,8 @@ class Service:
         self.health = Health("kubelet", "slice", "nats")
         self.bus = Bus(common.nats, SERVICE, self.registry, self.node)
         self.bus.on_state.append(lambda up: self.health.set("nats", up, "" if up else "disconnected"))
-        self.tasks, self.stopping = Tasks(SERVICE), asyncio.Event()
+        self.stopping = asyncio.Event()
+        self.tasks = Tasks(SERVICE, self.stopping)
         self.files = NodeFiles(settings.cdi_dir, settings.state_file)
         self.inventory = Inventory(self.node, self._topology, settings.card_memory(), settings.card_model)
         self.spot_health: dict[str, str] = {}

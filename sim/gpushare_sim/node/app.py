@@ -184,6 +184,10 @@ class NodeSim:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.changed.wait(), NODE_STATUS_RESEND_S)
 
+    async def retry_unprepare(self) -> None:
+        if self.kubelet.claims is not None:
+            await self.kubelet.claims.retry()
+
     def _claims_of(self, uid: str, container: str) -> list[tuple[str, str, list[str]]]:
         claims = self.kubelet.claims
         return claims.dynamic(uid, container) if claims is not None else []

@@ -6,11 +6,13 @@ reserved for the pod), every driver named in its allocation is asked to prepare 
 (and requests) it names. Debian's containerd 1.6 applies no CDI devices itself, so they reach
 the container as a ``container-devices-ids.<container>`` annotation signed with the node key,
 which gpushare-runtime resolves through the same CDI specs (its CDI code). A claim shared by
-several pods is prepared once and unprepared when the last of them is gone.
+several pods is prepared once and unprepared when the last of them is gone; an unprepare
+that fails (a driver restarting) is tried again until it succeeds, as the kubelet does.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -66,6 +68,7 @@ class ClaimPreparer:
         self.node = node
         self.prepared: dict[str, Prepared] = {}  # claim uid -> what was prepared
         self.containers: dict[tuple[str, str], list[tuple[str, str, list[str]]]] = {}
+        self._lock = asyncio.Lock()  # pods are admitted and killed concurrently
 
     async def _read(self, pod: PodDef, uid: str, name: str, claim: str | None) -> Obj:
         if claim is None:
@@ -82,6 +85,10 @@ class ClaimPreparer:
 
     async def prepare_pod(self, uid: str, pod: PodDef) -> dict[str, dict[str, str]]:
         """Container name -> the annotations that give it its claims' devices."""
+        async with self._lock:
+            return await self._prepare_pod(uid, pod)
+
+    async def _prepare_pod(self, uid: str, pod: PodDef) -> dict[str, dict[str, str]]:
         by_entry: dict[str, Prepared] = {}
         for entry in pod.claims:
             claim = await self._read(pod, uid, entry.name, entry.claim)
@@ -126,22 +133,38 @@ class ClaimPreparer:
 
     async def release_pod(self, uid: str) -> None:
         """The pod is gone: unprepare the claims no other pod of this node uses."""
+        async with self._lock:
+            await self._release_pod(uid)
+
+    async def _release_pod(self, uid: str) -> None:
         for key in [k for k in self.containers if k[0] == uid]:
             del self.containers[key]
-        for claim_uid, prepared in list(self.prepared.items()):
+        for prepared in self.prepared.values():
             prepared.users.discard(uid)
+        await self._unprepare_unused()
+
+    async def retry(self) -> None:
+        """Unprepare again what failed to unprepare before."""
+        if any(not p.users for p in self.prepared.values()):
+            async with self._lock:
+                await self._unprepare_unused()
+
+    async def _unprepare_unused(self) -> None:
+        for claim_uid, prepared in list(self.prepared.items()):
             if prepared.users:
                 continue
-            for driver in prepared.drivers:
-                try:
-                    errors = await self.plugins.unprepare(driver, [prepared.key])
-                except DraError as err:
-                    log.warning("claim not unprepared claim=%s: %s", prepared.key.name, err)
-                    continue
-                if errors.get(claim_uid):
-                    log.warning("claim not unprepared claim=%s: %s", prepared.key.name, errors[claim_uid])
-            del self.prepared[claim_uid]
-            log.info("claim unprepared claim=%s/%s", prepared.key.namespace, prepared.key.name)
+            if all([await self._unprepare(driver, prepared) for driver in prepared.drivers]):
+                del self.prepared[claim_uid]
+                log.info("claim unprepared claim=%s/%s", prepared.key.namespace, prepared.key.name)
+
+    async def _unprepare(self, driver: str, prepared: Prepared) -> bool:
+        try:
+            error = (await self.plugins.unprepare(driver, [prepared.key])).get(prepared.key.uid, "")
+        except DraError as err:
+            error = str(err)
+        if error:
+            log.warning("claim not unprepared (tried again later) claim=%s: %s", prepared.key.name, error)
+        return not error
 
     def dynamic(self, uid: str, container: str) -> list[tuple[str, str, list[str]]]:
         """(claim namespace, claim name, CDI devices) of one container, for pod-resources."""

@@ -135,7 +135,7 @@ async def run(settings: NodeSimSettings, stop: asyncio.Event) -> int:
                 stack.push_async_callback(scheduler_events.close)
                 tasks.spawn("scheduler", Scheduler(api, events=scheduler_events).run(stop))
         if sim.dra is not None:
-            tasks.spawn("dra-plugins", sim.dra.run(stop))
+            tasks.spawn("dra-plugins", sim.dra.run(stop, sim.retry_unprepare))
         stack.push_async_callback(tasks.cancel_all)
         asyncio.get_running_loop().add_signal_handler(
             signal.SIGHUP, lambda: tasks.spawn("kubelet-restart", sim.restart_kubelet(), False)

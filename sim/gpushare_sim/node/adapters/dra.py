@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,11 +79,13 @@ class DraPlugins:
     def registered(self) -> list[str]:
         return sorted(self.drivers)
 
-    async def run(self, stop: asyncio.Event) -> None:
+    async def run(self, stop: asyncio.Event, after_scan: Callable[[], Awaitable[None]] | None = None) -> None:
         self.registry_dir.mkdir(parents=True, exist_ok=True)
         try:
             while not stop.is_set():
                 await self.scan()
+                if after_scan is not None:
+                    await after_scan()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), self.poll_s)
         finally:
