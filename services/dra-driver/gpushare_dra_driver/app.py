@@ -103,16 +103,25 @@ class Service:
         return await self.claims.get_claim(namespace, name)
 
     async def prepare(self, refs: list[ClaimRef]) -> dict[str, PreparedClaim | str]:
-        started = time.perf_counter()
+        started, shared = time.perf_counter(), self.shared_cards()
         results = await self.preparer.prepare(refs)
         self.metrics.observe("prepare", results.values(), time.perf_counter() - started)
+        if self.shared_cards() != shared:
+            self.cards_changed.set()
         return results
 
     async def unprepare(self, refs: list[ClaimRef]) -> dict[str, str]:
-        started = time.perf_counter()
+        started, shared = time.perf_counter(), self.shared_cards()
         results = await self.preparer.unprepare(refs)
         self.metrics.observe("unprepare", results.values(), time.perf_counter() - started)
+        if self.shared_cards() != shared:
+            self.cards_changed.set()
         return results
+
+    def shared_cards(self) -> set[str]:
+        """Cards with shares prepared here: not lent to spot claims while they are shared."""
+        return {card for claim in self.preparer.state.claims.values()
+                for card, role in zip(claim.cards, claim.roles, strict=False) if role == dra.ROLE_SHARE}
 
     def device_health(self) -> tuple[int, list[tuple[str, str, bool]]]:
         return self.board.version, [(self.pool, c.name, c.healthy) for c in self.inventory.cards]
@@ -168,7 +177,8 @@ class Service:
     # --- the slice --------------------------------------------------------------------
 
     def desired_slice(self) -> dict[str, Any]:
-        lendable = lendable_cards(self.inventory.cards, self.spot_health) if self.settings.spot else set()
+        lendable = lendable_cards(self.inventory.cards, self.spot_health) - self.shared_cards() \
+            if self.settings.spot else set()
         return build_slice(self.node, self.settings.driver, self.inventory.cards, self.settings.shares,
                            lendable, self.generation)
 

@@ -69,6 +69,7 @@ class ClaimPreparer:
         self.prepared: dict[str, Prepared] = {}  # claim uid -> what was prepared
         self.containers: dict[tuple[str, str], list[tuple[str, str, list[str]]]] = {}
         self._lock = asyncio.Lock()  # pods are admitted and killed concurrently
+        self.failing: dict[str, str] = {}  # claim uid -> why its unprepare failed last (logged once)
 
     async def _read(self, pod: PodDef, uid: str, name: str, claim: str | None) -> Obj:
         if claim is None:
@@ -155,6 +156,7 @@ class ClaimPreparer:
                 continue
             if all([await self._unprepare(driver, prepared) for driver in prepared.drivers]):
                 del self.prepared[claim_uid]
+                self.failing.pop(claim_uid, None)
                 log.info("claim unprepared claim=%s/%s", prepared.key.namespace, prepared.key.name)
 
     async def _unprepare(self, driver: str, prepared: Prepared) -> bool:
@@ -162,8 +164,9 @@ class ClaimPreparer:
             error = (await self.plugins.unprepare(driver, [prepared.key])).get(prepared.key.uid, "")
         except DraError as err:
             error = str(err)
-        if error:
+        if error and self.failing.get(prepared.key.uid) != error:
             log.warning("claim not unprepared (tried again later) claim=%s: %s", prepared.key.name, error)
+            self.failing[prepared.key.uid] = error
         return not error
 
     def dynamic(self, uid: str, container: str) -> list[tuple[str, str, list[str]]]:
