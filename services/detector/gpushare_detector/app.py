@@ -57,7 +57,7 @@ def build_detector(node: str, settings: DetectorSettings, bus: Any, devices: Any
         devices=devices,
         kmod=KmodSync(bus, node, settings.kmod_timeout_s, metrics),
         away=AwayMachine(node, settings.away_window_s, time.monotonic),
-        scraper=build_scraper(settings, metrics), metrics=metrics, card_inventory=settings.card_inventory,
+        scraper=build_scraper(settings, metrics), metrics=metrics,
     )
 
 

@@ -57,7 +57,7 @@ class DeviceSource(Protocol):
 class Detector:
     def __init__(self, node: str, tracker: PodTracker, bus: Publisher, devices: DeviceSource,
                  kmod: KmodSync, away: AwayMachine, scraper: Scraper | None, metrics: DetectorMetrics,
-                 clock: Callable[[], float] = time.monotonic, card_inventory: bool = True) -> None:
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.node = node
         self.tracker = tracker
         self.bus = bus
@@ -67,7 +67,7 @@ class Detector:
         self.scraper = scraper
         self.metrics = metrics
         self.clock = clock
-        self.inventory = Inventory(node, tracker.rules.vendor_resources if card_inventory else ())
+        self.inventory = Inventory(node, tracker.rules.vendor_resources)
         self.holders_known = False  # the last full list of the pods' devices succeeded
         self.unpublished = 0  # events waiting for NATS to take them
         self.last_resync = 0.0

@@ -26,8 +26,6 @@ class DetectorSettings:
     resync_s: float = 60.0
     # how often the cards the kubelet can allocate are read (published when they change)
     inventory_s: float = 10.0
-    # false on a DRA node: the kubelet knows no vendor cards there, the DRA driver publishes them
-    card_inventory: bool = True
     # GPU metrics exporter (empty url: no scraping, utilisation unknown)
     exporter_url: str = ""
     vendor: str = "nvidia-dcgm"

@@ -76,7 +76,8 @@ class Service:
         self.stopping = asyncio.Event()
         self.tasks = Tasks(SERVICE, self.stopping)
         self.files = NodeFiles(settings.cdi_dir, settings.state_file)
-        self.inventory = Inventory(self.node, self._topology, settings.card_memory(), settings.card_model)
+        self.inventory = Inventory(self.node, self._topology, settings.card_memory(), settings.card_model,
+                                   settings.driver)
         self.spot_health: dict[str, str] = {}
         self._health_ts = 0.0
         self.cards_changed, self.board = asyncio.Event(), Versioned()

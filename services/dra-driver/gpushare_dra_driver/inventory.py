@@ -5,6 +5,10 @@ keep a device to point at; a card the plugin no longer lists goes. Each change o
 card set is one :class:`~gpushare_common.events.CardInventory` (the solver lends the cards no
 pod holds), its id a hash of its content salted with the id of the inventory it replaces, as
 the detector makes them: a republication keeps its id, a return to an earlier set does not.
+
+Its ``vendor_resource`` is ``<driver>/<vendor resource>`` (``gpushare.k8s.io/nvidia.com/gpu``):
+on a DRA node the kubelet knows no vendor card, so the detector's own inventory of the vendor
+resource is empty; the solver counts a card in any inventory, so the two stand side by side.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 import msgspec
+from gpushare_common import dra
 from gpushare_common import events as ev
 from gpushare_common.adapters.vendorplugin import VendorCard, VendorCards
 
@@ -22,8 +27,9 @@ from .cards import Card, Topology, build_cards
 
 class Inventory:
     def __init__(self, node: str, topology: Topology, memory_mib: Mapping[str, int],
-                 models: Mapping[str, str]) -> None:
+                 models: Mapping[str, str], driver: str = dra.DRIVER) -> None:
         self.node = node
+        self.driver = driver
         self.topology = topology
         self.memory_mib = dict(memory_mib)
         self.models = dict(models)
@@ -59,7 +65,7 @@ class Inventory:
             old = self.published.get(vendor)
             if old is not None and old.devices == cards:
                 continue
-            event = ev.CardInventory(node=self.node, vendor_resource=vendor, devices=cards)
+            event = ev.CardInventory(node=self.node, vendor_resource=f"{self.driver}/{vendor}", devices=cards)
             body = ev.encode(msgspec.structs.replace(event, id="", ts=0.0)) + (old.id if old else "").encode()
             event = msgspec.structs.replace(event, id=hashlib.blake2b(body, digest_size=16).hexdigest())
             self.published[vendor] = event

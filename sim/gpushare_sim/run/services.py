@@ -57,13 +57,13 @@ def node_services(cluster: Cluster, node: Node) -> list[tuple[str, str, dict[str
 
 def dra_node_services(cluster: Cluster, node: Node, kill: dict[str, str],
                       sources: str) -> list[tuple[str, str, dict[str, str]]]:
-    """A DRA node: the DRA driver in place of the device plugins (the node's cards, from the
-    vendor plugin it reads, are its card inventory), the solver tainting owner-back spot devices."""
+    """A DRA node: the DRA driver in place of the device plugins (it publishes the node's cards,
+    from the vendor plugin it reads, as its card inventory), the solver tainting owner-back spot
+    devices."""
     services = {name: (module, env) for name, module, env in node_services(cluster, _plain(node))}
     d = node.dir
     services.pop("deviceplugin")
     services["solver"][1]["GPUSHARE_SOLVER_DRA_TAINTS"] = "true"
-    services["detector"][1]["GPUSHARE_DETECTOR_CARD_INVENTORY"] = "false"
     services["dra-driver"] = ("gpushare_dra_driver", {
         "GPUSHARE_DRA_REGISTRY_DIR": str(d / "plugins_registry"),
         "GPUSHARE_DRA_PLUGIN_DIR": str(d / "plugins" / "gpushare.k8s.io"),
