@@ -109,6 +109,7 @@ ALLOWED = [
     ("solver", "pub", "gpushare.v1.n1.eviction"),
     ("solver", "sub", "gpushare.v1.n1.event.*"),
     ("deviceplugin", "sub", "gpushare.v1.n1.health.*"),
+    ("deviceplugin", "pub", "gpushare.v1.n1.event.inventory"),  # the DRA driver on a DRA node
     ("kmod-bridge", "pub", "gpushare.v1.n1.event.ownerback"),
     ("kmod-bridge", "sub", "gpushare.v1.n1.kmod.cmd"),
     ("events-reader", "sub", "gpushare.v1.>"),

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from gpushare_common import dra
-from gpushare_common.adapters.kube import Kube, NotFound, resource_path
+from gpushare_common.adapters.kube import NotFound, resource_path
 from gpushare_common.settings import CommonSettings, HttpSettings, KubeSettings, LogSettings, NatsSettings, NodeSettings
 from gpushare_common.vendors import load_vendor_table
 from gpushare_dra_driver.app import Service
@@ -46,7 +46,7 @@ def common(node: str, kubeconfig: Path, nats: NatsSettings) -> CommonSettings:
 
 @dataclass
 class DraNode:
-    kube: Kube
+    kube: SimKube
     sim: NodeSim
     driver: Service
     scheduler: Scheduler
@@ -117,7 +117,7 @@ async def dra_node(kube_api: KubeApi, nats: NatsSettings, gpus: int = 2, **drive
             await service.start()
             stack.push_async_callback(service.stop)
             scheduler = Scheduler(SimKube.from_kubeconfig(kubeconfig), 0.05)
-            node = DraNode(Kube(KubeSettings(kubeconfig=kubeconfig)), sim, service, scheduler)
+            node = DraNode(SimKube.from_kubeconfig(kubeconfig), sim, service, scheduler)
             assert sim.dra is not None
             node.tasks = [asyncio.create_task(sim.sync_loop(stop)), asyncio.create_task(sim.node_status_loop()),
                           asyncio.create_task(sim.dra.run(stop, sim.retry_unprepare)),

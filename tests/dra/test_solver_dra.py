@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 from gpushare_common import dra
-from gpushare_common.adapters.kube import TAINT_API, Kube, NotFound, resource_path
+from gpushare_common.adapters.kube import TAINT_API, NotFound, resource_path
 from gpushare_common.events import CardInventory
-from gpushare_common.settings import KubeSettings
 from gpushare_common.subjects import Subjects
+from gpushare_sim.node.adapters.kube import SimKube
 from gpushare_solver.actions import Plan, Reclaim, SetHealth
 from gpushare_solver.executor import Executor
 from gpushare_solver.handlers import handle
@@ -45,7 +45,7 @@ def test_the_taint_rule_selects_the_spot_device_of_the_drivers_pool() -> None:
 
 
 async def test_taint_and_untaint_through_the_api(kube_api: KubeApi) -> None:  # noqa: F811
-    kube = Kube(KubeSettings(kubeconfig=str(kube_api.kubeconfig)))
+    kube = SimKube.from_kubeconfig(str(kube_api.kubeconfig))
     taints = DeviceTaints(NODE, kube)
     path = resource_path("devicetaintrules", name=rule_name(NODE, "spot-GPU-0"), api=TAINT_API)
     try:

@@ -46,7 +46,7 @@ _PUBLISHES: dict[str, tuple[str, ...]] = {
     "detector": (*(f"event.{k}" for k in EVENT_KINDS if k != "ownerback"), "capacity.*", "kmod.cmd"),
     "solver": ("health.*", "eviction", "kmod.cmd"),
     "kmod-bridge": ("event.ownerback",),
-    "deviceplugin": (),
+    "deviceplugin": ("event.inventory",),  # the DRA driver, in this role on DRA nodes: the node's cards
 }
 _SUBSCRIBES: dict[str, tuple[str, ...]] = {
     "detector": ("event.ownerback",),

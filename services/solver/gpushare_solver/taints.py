@@ -13,8 +13,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from gpushare_common import dra
-from gpushare_common.adapters.kube import TAINT_API as API
-from gpushare_common.adapters.kube import KubeError, NotFound, resource_path
+from gpushare_common.adapters.kube import KubeError, NotFound
 from gpushare_common.ids import IdError, parse_spot_device_id
 from gpushare_common.logging import get_logger
 
@@ -25,8 +24,8 @@ MANAGED_BY = "gpushare-solver"
 
 
 class TaintApi(Protocol):
-    async def create_object(self, path: str, body: Obj) -> Obj: ...
-    async def delete_object(self, path: str) -> None: ...
+    async def create_device_taint_rule(self, body: Obj) -> Obj: ...
+    async def delete_device_taint_rule(self, name: str) -> None: ...
 
 
 def rule_name(node: str, spot_device: str) -> str:
@@ -55,7 +54,7 @@ class DeviceTaints:
         for device in spot_devices:
             try:
                 body = taint_rule(self.node, device, owner)
-                await self.api.create_object(resource_path("devicetaintrules", api=API), body)
+                await self.api.create_device_taint_rule(body)
             except IdError:
                 continue
             except KubeError as err:
@@ -67,8 +66,7 @@ class DeviceTaints:
     async def untaint(self, spot_devices: list[str]) -> None:
         for device in spot_devices:
             try:
-                await self.api.delete_object(resource_path("devicetaintrules", name=rule_name(self.node, device),
-                                                           api=API))
+                await self.api.delete_device_taint_rule(rule_name(self.node, device))
             except (IdError, NotFound):
                 continue
             except KubeError as err:

@@ -21,6 +21,7 @@ from gpushare_common import dra
 from gpushare_common.adapters.kube import TAINT_API as TAINTS
 from gpushare_common.adapters.kube import Conflict, NotFound, resource_path
 
+from gpushare_sim.node.adapters.kube import SimKube
 from gpushare_sim.run.cluster import Node
 from gpushare_sim.scenarios.kit import (
     GPU,
@@ -34,6 +35,16 @@ from gpushare_sim.scenarios.kit import (
     wait_until,
 )
 from gpushare_sim.scenarios.spot import LENDABLE, OWNER_LOOP, narrate_trial, owner_back, pinned, spot_health, spot_id
+
+_APIS: dict[int, SimKube] = {}
+
+
+def api(s: Scenario) -> SimKube:
+    """The scenario's client for any resource.k8s.io object (the services use typed calls)."""
+    if id(s) not in _APIS:
+        _APIS[id(s)] = SimKube.from_kubeconfig(str(s.cluster.kubeconfig))
+    return _APIS[id(s)]
+
 
 REPORT = ["sh", "-c", "ls -l /dev > /run/gpuload/devs; env > /run/gpuload/env; exec sleep 3600"]
 QUARTER = {"deviceClassName": dra.SHARE_CLASS, "capacity": {"requests": {dra.SHARES: "25"}}}
@@ -72,7 +83,7 @@ async def side_by_side(s: Scenario, node: Node) -> None:
 async def install_classes(s: Scenario) -> None:
     for name in dra.DEVICE_CLASSES:
         try:
-            await s.kube.create_object(resource_path("deviceclasses"), dra.device_class(name))
+            await api(s).create_object(resource_path("deviceclasses"), dra.device_class(name))
         except Conflict:
             continue
 
@@ -82,7 +93,7 @@ async def template(s: Scenario, name: str, request: Obj) -> None:
             "metadata": {"name": name, "namespace": s.namespace},
             "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": request}]}}}}
     try:
-        await s.kube.create_object(resource_path("resourceclaimtemplates", s.namespace), body)
+        await api(s).create_object(resource_path("resourceclaimtemplates", s.namespace), body)
     except Conflict:
         pass
 
@@ -101,7 +112,7 @@ async def slice_devices(s: Scenario, node: str) -> list[Obj]:
 
 
 async def claim_devices(s: Scenario, pod: str) -> list[str]:
-    claims, _ = await s.kube.list_objects(resource_path("resourceclaims", s.namespace))
+    claims, _ = await api(s).list_objects(resource_path("resourceclaims", s.namespace))
     owned = [c for c in claims if any(o.get("name") == pod for o in c["metadata"].get("ownerReferences") or [])]
     return [r["device"] for c in owned for r in ((c.get("status") or {}).get("allocation") or {})
             .get("devices", {}).get("results", [])]
@@ -198,7 +209,7 @@ async def lend(s: Scenario, node: Node, card: str) -> float:
 async def taint_rule(s: Scenario, node: str, card: str) -> Obj | None:
     name = f"gpushare-owner-back-{node}-{dra.spot_device_name(spot_id(node, card).removeprefix('spot-'))}"
     try:
-        return await s.kube.get_object(resource_path("devicetaintrules", name=name, api=TAINTS))
+        return await api(s).get_object(resource_path("devicetaintrules", name=name, api=TAINTS))
     except NotFound:
         return None
 
@@ -228,9 +239,14 @@ async def _untainted(s: Scenario, node: str, card: str) -> bool:
 
 @scenario("dra")
 async def dra_scenario(s: Scenario) -> str:
-    node = await dra_node(s)
-    await install_classes(s)
-    await published(s, node)
-    shared = await shares(s, node)
-    stolen = await spot(s, node)
+    try:
+        node = await dra_node(s)
+        await install_classes(s)
+        await published(s, node)
+        shared = await shares(s, node)
+        stolen = await spot(s, node)
+    finally:
+        client = _APIS.pop(id(s), None)
+        if client is not None:
+            client.close()
     return f"{shared}; spot on DRA: {stolen}"

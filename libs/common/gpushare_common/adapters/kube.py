@@ -238,35 +238,41 @@ class Kube:
     async def get_node(self, name: str) -> Obj:
         return await self._rest(f"get node {name}", "GET", f"/api/v1/nodes/{_q(name)}")  # type: ignore[no-any-return]
 
-    # --- any object (resource.k8s.io: ResourceSlices, ResourceClaims, DeviceTaintRules, ...) -----
+    # --- resource.k8s.io: claims, slices, device taint rules -------------------------------
 
-    async def list_objects(self, path: str, field_selector: str = "", label_selector: str = ""
-                           ) -> tuple[list[Obj], str]:
+    async def _list_objects(self, path: str, field_selector: str = "", label_selector: str = ""
+                            ) -> tuple[list[Obj], str]:
         doc = await self._rest(f"list {path}", "GET", path, field_selector=field_selector,
                                label_selector=label_selector)
         return list(doc.get("items") or []), str(doc["metadata"].get("resourceVersion", ""))
 
-    async def get_object(self, path: str) -> Obj:
-        return await self._rest(f"get {path}", "GET", path)  # type: ignore[no-any-return]
-
-    async def create_object(self, path: str, body: Obj) -> Obj:
-        return await self._rest(f"create in {path}", "POST", path, body)  # type: ignore[no-any-return]
-
-    async def replace_object(self, path: str, body: Obj) -> Obj:
-        return await self._rest(f"replace {path}", "PUT", path, body)  # type: ignore[no-any-return]
-
-    async def patch_object(self, path: str, patch: Obj) -> Obj:
-        return await self._rest(f"patch {path}", "PATCH", path, patch, MERGE)  # type: ignore[no-any-return]
-
-    async def delete_object(self, path: str) -> None:
+    async def _delete_object(self, path: str) -> None:
         await self._rest(f"delete {path}", "DELETE", path, {"kind": "DeleteOptions", "apiVersion": "v1"})
 
     async def get_resource_claim(self, namespace: str, name: str) -> Obj:
-        return await self.get_object(resource_path("resourceclaims", namespace, name))
+        path = resource_path("resourceclaims", namespace, name)
+        return await self._rest(f"get {path}", "GET", path)  # type: ignore[no-any-return]
 
     async def list_resource_slices(self, field_selector: str = "") -> list[Obj]:
-        items, _ = await self.list_objects(resource_path("resourceslices"), field_selector)
+        items, _ = await self._list_objects(resource_path("resourceslices"), field_selector)
         return items
+
+    async def create_resource_slice(self, body: Obj) -> Obj:
+        return await self._rest("create ResourceSlice", "POST", resource_path("resourceslices"), body)  # type: ignore[no-any-return]
+
+    async def replace_resource_slice(self, name: str, body: Obj) -> Obj:
+        return await self._rest(f"replace ResourceSlice {name}", "PUT",  # type: ignore[no-any-return]
+                                resource_path("resourceslices", name=name), body)
+
+    async def delete_resource_slice(self, name: str) -> None:
+        await self._delete_object(resource_path("resourceslices", name=name))
+
+    async def create_device_taint_rule(self, body: Obj) -> Obj:
+        return await self._rest("create DeviceTaintRule", "POST",  # type: ignore[no-any-return]
+                                resource_path("devicetaintrules", api=TAINT_API), body)
+
+    async def delete_device_taint_rule(self, name: str) -> None:
+        await self._delete_object(resource_path("devicetaintrules", name=name, api=TAINT_API))
 
     # --- watch ------------------------------------------------------------------
 
@@ -315,36 +321,6 @@ class Kube:
             elif change.pod is not None:
                 pods[_obj_key(change.pod)] = change.pod
             yield list(pods.values())
-
-    async def watch_objects(self, stop: asyncio.Event, path: str, field_selector: str = "",
-                            label_selector: str = "") -> AsyncIterator[list[Obj]]:
-        """The whole set of objects at ``path`` (a list URL), yielded after every change; re-lists
-        on ``410 Gone``, backs off on errors."""
-        objs: dict[str, Obj] = {}
-        version, delay = "", 0.2
-        while not stop.is_set():
-            try:
-                if not version:
-                    items, version = await self.list_objects(path, field_selector, label_selector)
-                    objs = {_obj_key(o): o for o in items}
-                    yield list(objs.values())
-                async for kind, obj in self._stream(stop, path, field_selector, label_selector, version):
-                    version = str(obj.get("metadata", {}).get("resourceVersion") or version)
-                    if kind == "DELETED":
-                        objs.pop(_obj_key(obj), None)
-                    elif kind in ("ADDED", "MODIFIED"):
-                        objs[_obj_key(obj)] = obj
-                    else:
-                        continue
-                    yield list(objs.values())
-                delay = 0.2
-            except Gone:
-                version = ""
-            except KubeError as err:
-                log.warning("watch failed, backing off", path=path, error=str(err), retry_in_s=delay)
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(stop.wait(), delay)
-                delay = min(delay * 2, 10.0)
 
     async def _stream(
         self, stop: asyncio.Event, path: str, field_selector: str, label_selector: str,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpushare_common.adapters.kube import Conflict, Kube, KubeError, NotFound, resource_path
+from gpushare_common.adapters.kube import Conflict, Kube, KubeError, NotFound
 from gpushare_common.logging import get_logger
 from gpushare_common.settings import KubeSettings
 
@@ -64,11 +64,10 @@ class Slices:
             await self._refresh(keep=name)
             version = self._version.get(name)
         if version is None:
-            created = await self.kube.create_object(resource_path("resourceslices"), body)
+            created = await self.kube.create_resource_slice(body)
         else:
             meta = {**body["metadata"], "resourceVersion": version}
-            created = await self.kube.replace_object(resource_path("resourceslices", name=name),
-                                                     {**body, "metadata": meta})
+            created = await self.kube.replace_resource_slice(name, {**body, "metadata": meta})
         self._version[name] = str(created["metadata"]["resourceVersion"])
 
     async def _refresh(self, keep: str) -> None:
@@ -79,14 +78,14 @@ class Slices:
                 self._version[name] = str(item["metadata"].get("resourceVersion", ""))
                 continue
             try:
-                await self.kube.delete_object(resource_path("resourceslices", name=name))
+                await self.kube.delete_resource_slice(name)
                 log.info("stale ResourceSlice deleted", slice=name)
             except NotFound:
                 pass
 
     async def remove(self, name: str) -> None:
         try:
-            await self.kube.delete_object(resource_path("resourceslices", name=name))
+            await self.kube.delete_resource_slice(name)
         except NotFound:
             pass
         except KubeError as err:

@@ -79,6 +79,24 @@ class SimKube(Kube):
         async for pods in self.watch_pod_sets(stop, field_selector=f"spec.nodeName={node}"):
             yield [p for p in pods if (p.get("spec") or {}).get("nodeName") == node]
 
+    # --- any object (the sim's controllers and the scenarios; the services use typed calls) ---
+
+    async def list_objects(self, path: str, field_selector: str = "", label_selector: str = ""
+                           ) -> tuple[list[Obj], str]:
+        return await self._list_objects(path, field_selector, label_selector)
+
+    async def get_object(self, path: str) -> Obj:
+        return await self._rest(f"get {path}", "GET", path)  # type: ignore[no-any-return]
+
+    async def create_object(self, path: str, body: Obj) -> Obj:
+        return await self._rest(f"create in {path}", "POST", path, body)  # type: ignore[no-any-return]
+
+    async def patch_object(self, path: str, patch: Obj) -> Obj:
+        return await self._rest(f"patch {path}", "PATCH", path, patch, MERGE)  # type: ignore[no-any-return]
+
+    async def delete_object(self, path: str) -> None:
+        await self._delete_object(path)
+
     # --- Dynamic Resource Allocation: the scheduler's and the kubelet's calls ------------
 
     async def list_dra(self) -> DraObjects:
