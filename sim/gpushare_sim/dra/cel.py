@@ -25,6 +25,7 @@ from typing import Any
 Value = str | int | bool
 Lookup = Callable[[str], Value | None]  # qualified attribute name -> value (None: absent)
 _SYMBOLS = ("==", "!=", "<=", ">=", "&&", "||", "<", ">", "!", "(", ")", "[", "]", ".", ",")
+_DIGITS = frozenset("0123456789")
 _WORD = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 
 
@@ -68,9 +69,9 @@ def tokens(expression: str) -> list[tuple[str, Any]]:
         elif char in "\"'":
             value, index = _string(expression, index, expression)
             found.append(("str", value))
-        elif char.isdigit():
+        elif char in _DIGITS:
             end = index
-            while end < len(expression) and expression[end].isdigit():
+            while end < len(expression) and expression[end] in _DIGITS:
                 end += 1
             found.append(("int", int(expression[index:end])))
             index = end
