@@ -16,15 +16,18 @@ import time
 from typing import Any
 
 from gpushare_common import events
+from gpushare_common.adapters.vendorplugin import VendorCard, watch_vendor
 from gpushare_common.bus import Bus, BusError, Permanent
 from gpushare_common.http import Health, build_app, serve
 from gpushare_common.logging import get_logger
 from gpushare_common.pods import PodRules
 from gpushare_common.settings import CommonSettings
 from gpushare_common.tasks import Tasks, wait_first
+from gpushare_common.topology import CardTopology, card_topology
+from gpushare_common.vendors import VendorResource
 from prometheus_client import CollectorRegistry
 
-from .adapters.vendor import watch_vendor
+from .devices import HEALTHY, UNHEALTHY
 from .handlers.base import Signer
 from .handlers.share import shadow_view
 from .plugins.manager import PluginSet
@@ -41,8 +44,9 @@ class Service:
     """All plugins of one node, wired to NATS, the vendor plugins and the API server."""
 
     def __init__(self, common: CommonSettings, settings: DevicePluginSettings, key: bytes,
-                 registry: CollectorRegistry | None = None) -> None:
+                 registry: CollectorRegistry | None = None, vendors: dict[str, VendorResource] | None = None) -> None:
         self.common = common
+        self.vendors = vendors or {}
         self.settings = settings
         self.node = common.node.require()
         self.registry = registry or CollectorRegistry()
@@ -130,8 +134,20 @@ class Service:
         spot = self.plugins.spot
         async for cards in watch_vendor(vendor, self.settings.path(socket), self.stopping,
                                         self.settings.backoff_min_s, self.settings.backoff_max_s):
-            if spot is not None:
-                spot.set_vendor_cards(vendor, cards)
+            if spot is None:
+                continue
+            for card in (cards or {}).values():
+                spot.set_topology(card.id, self._topology(vendor, card))
+            spot.set_vendor_cards(vendor, None if cards is None else
+                                  {i: HEALTHY if c.healthy else UNHEALTHY for i, c in cards.items()})
+
+    def _topology(self, vendor: str, card: VendorCard) -> CardTopology:
+        """Where a card sits: sysfs through the vendor table, else the vendor plugin's NUMA node."""
+        entry = self.vendors.get(vendor)
+        where = card_topology(entry, card.id, self.settings.host_root) if entry else CardTopology()
+        if where.numa_node is None and card.numa_nodes:
+            return CardTopology(where.pci_bus_id, card.numa_nodes[0], where.pcie_root)
+        return where
 
     async def _feed_shadows(self) -> None:
         # the Kubernetes client is heavy: load it only when used, and off the event loop
@@ -170,8 +186,8 @@ def freeze_heap() -> bool:
 
 
 async def run(common: CommonSettings, settings: DevicePluginSettings, key: bytes,
-              stop: asyncio.Event) -> int:
-    service = Service(common, settings, key)
+              stop: asyncio.Event, vendors: dict[str, VendorResource] | None = None) -> int:
+    service = Service(common, settings, key, vendors=vendors)
     app = build_app(SERVICE, service.health, service.registry, service.status)
     async with contextlib.AsyncExitStack() as stack:
         stack.push_async_callback(service.stop)

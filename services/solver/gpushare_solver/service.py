@@ -53,6 +53,7 @@ from .reclaim import Reclaimer
 from .reconcile import reconcile
 from .settings import SolverSettings
 from .state import HandlerError, SolverState
+from .taints import DeviceTaints
 
 log = get_logger("solver")
 _PERSISTED_SEEN = 256
@@ -76,7 +77,8 @@ class Solver:
         self.plans: dict[str, Plan] = {}
         self.reclaimer = Reclaimer(node, settings, pods, tasks, BusOutbox(bus, node, settings.kmod_timeout_s),
                                    bus.subjects.eviction(node), self.metrics, lambda: self.state.evicting)
-        self.executor = Executor(node, bus.subjects, pods, self.reclaimer.outbox, self.reclaimer)
+        taints = DeviceTaints(node, pods) if settings.dra_taints else None  # type: ignore[arg-type]
+        self.executor = Executor(node, bus.subjects, pods, self.reclaimer.outbox, self.reclaimer, taints)
         self._stores: dict[str, Store] = {}
         self.mapping: PersistentMapping | None = None
         self._saved_health: dict[str, Health] = {}

@@ -61,6 +61,7 @@ class Node:
     cmd_socket: Path
     hook_socket: Path
     endpoints: dict[str, str] = field(default_factory=dict)
+    dra: bool = False  # a DRA node: the DRA driver instead of the device plugins
 
     @property
     def containerd(self) -> bool:
@@ -179,7 +180,13 @@ class Cluster:
         self.api_url = f"http://127.0.0.1:{port}"
         await wait_port(port, self._child("apiserver", argv))
 
-    async def _start_node(self, name: str, schedule: bool) -> Node:
+    async def add_node(self, dra: bool = False) -> Node:
+        """One more node (``dra``: a DRA node) and its services, while the cluster runs."""
+        node = await self._start_node(f"gpu-node-{len(self.nodes) + 1}", schedule=False, dra=dra)
+        await asyncio.gather(*await self._start_services(node))
+        return node
+
+    async def _start_node(self, name: str, schedule: bool, dra: bool = False) -> Node:
         kdir = self.run_dir / f"k{len(self.nodes) + 1}"
         (kdir / "hook").mkdir(parents=True)
         cmd, hook = kdir / "cmd.sock", kdir / "hook" / "hook.sock"
@@ -191,9 +198,10 @@ class Cluster:
         argv = [sys.executable, "-m", "gpushare_sim.node", "--name", name, "--api", str(self.kubeconfig),
                 "--dir", str(self.run_dir), "--gpus", str(self.settings.gpus), "--port", str(port),
                 "--exporter-port", str(free_port()), "--containerd", self.settings.containerd,
-                "--kmod-socket", str(hook), *(["--schedule"] if schedule else [])]  # fmt: skip
+                "--kmod-socket", str(hook), *(["--schedule"] if schedule else []),
+                *(["--dra"] if dra else [])]  # fmt: skip
         sim = self._child(f"node@{name}", argv, http=f"http://127.0.0.1:{port}")
-        node = Node(name, self.run_dir / name, kernel, sim, cmd, hook)
+        node = Node(name, self.run_dir / name, kernel, sim, cmd, hook, dra=dra)
         await wait_path(node.dir / "endpoints.json", sim, timeout=120)
         await sim.wait_ready()
         node.endpoints = json.loads((node.dir / "endpoints.json").read_text())

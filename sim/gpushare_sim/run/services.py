@@ -33,6 +33,9 @@ def node_services(cluster: Cluster, node: Node) -> list[tuple[str, str, dict[str
     namespace = ep.get("containerd_namespace", "") or "k8s.io"
     kill = {"GPUSHARE_SOLVER_CONTAINERD_ADDRESS": containerd, "GPUSHARE_SOLVER_CONTAINERD_NAMESPACE": namespace}
     sources = "containerd" if containerd else "cgroup"
+    if node.dra:
+        return dra_node_services(cluster, node, kill if containerd else {"GPUSHARE_SOLVER_DIRECT_KILL": "false"},
+                                 sources)
     return [
         ("kmod-bridge", "gpushare_kmod_bridge", {
             "GPUSHARE_KMOD_TRANSPORT": "sim", "GPUSHARE_KMOD_SIM_SOCKET": str(node.cmd_socket),
@@ -50,6 +53,31 @@ def node_services(cluster: Cluster, node: Node) -> list[tuple[str, str, dict[str
             "GPUSHARE_DETECTOR_SCRAPE_S": str(s.scrape_s),
             "GPUSHARE_DETECTOR_AWAY_WINDOW_S": str(s.away_window_s)}),
     ]  # fmt: skip
+
+
+def dra_node_services(cluster: Cluster, node: Node, kill: dict[str, str],
+                      sources: str) -> list[tuple[str, str, dict[str, str]]]:
+    """A DRA node: the DRA driver in place of the device plugins (it publishes the node's cards,
+    from the vendor plugin it reads, as its card inventory), the solver tainting owner-back spot
+    devices."""
+    services = {name: (module, env) for name, module, env in node_services(cluster, _plain(node))}
+    d = node.dir
+    services.pop("deviceplugin")
+    services["solver"][1]["GPUSHARE_SOLVER_DRA_TAINTS"] = "true"
+    services["dra-driver"] = ("gpushare_dra_driver", {
+        "GPUSHARE_DRA_REGISTRY_DIR": str(d / "plugins_registry"),
+        "GPUSHARE_DRA_PLUGIN_DIR": str(d / "plugins" / "gpushare.k8s.io"),
+        "GPUSHARE_DRA_CDI_DIR": str(d / "cdi"), "GPUSHARE_DRA_DEVICE_PLUGIN_DIR": str(d / "device-plugins"),
+        "GPUSHARE_DRA_RUNTIME_CONFIG": str(d / "runtime.json"), "GPUSHARE_DRA_HOST_ROOT": str(d),
+        "GPUSHARE_DRA_DEVICE_ROOT": str(d), "GPUSHARE_DRA_ISOLATION_DIR": str(d / "isolation"),
+        "GPUSHARE_DRA_CARD_MEMORY_MIB": "nvidia.com/gpu=16384"})
+    return [(name, module, env) for name, (module, env) in services.items()]
+
+
+def _plain(node: Node) -> Node:
+    from dataclasses import replace
+
+    return replace(node, dra=False)
 
 
 def shadow_controller(cluster: Cluster) -> dict[str, str]:

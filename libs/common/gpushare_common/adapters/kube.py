@@ -113,6 +113,17 @@ def _leases_path(namespace: str, name: str = "") -> str:
     return base + (f"/{_q(name)}" if name else "")
 
 
+RESOURCE_API = "/apis/resource.k8s.io/v1"
+TAINT_API = "/apis/resource.k8s.io/v1alpha3"  # DeviceTaintRule
+
+
+def resource_path(plural: str, namespace: str = "", name: str = "", sub: str = "",
+                  api: str = RESOURCE_API) -> str:
+    """``/apis/resource.k8s.io/v1[/namespaces/<ns>]/<plural>[/<name>[/<sub>]]``."""
+    base = f"{api}/namespaces/{_q(namespace)}/{plural}" if namespace else f"{api}/{plural}"
+    return base + (f"/{_q(name)}" if name else "") + (f"/{sub}" if sub else "")
+
+
 def _q(segment: str) -> str:
     return urllib.parse.quote(segment, safe="")
 
@@ -236,6 +247,42 @@ class Kube:
                 "spec": {"token": token, "audiences": audiences}}  # fmt: skip
         doc = await self._rest("review a token", "POST", "/apis/authentication.k8s.io/v1/tokenreviews", body)
         return dict((doc or {}).get("status") or {})
+
+    # --- resource.k8s.io: claims, slices, device taint rules -------------------------------
+
+    async def _list_objects(self, path: str, field_selector: str = "", label_selector: str = ""
+                            ) -> tuple[list[Obj], str]:
+        doc = await self._rest(f"list {path}", "GET", path, field_selector=field_selector,
+                               label_selector=label_selector)
+        return list(doc.get("items") or []), str(doc["metadata"].get("resourceVersion", ""))
+
+    async def _delete_object(self, path: str) -> None:
+        await self._rest(f"delete {path}", "DELETE", path, {"kind": "DeleteOptions", "apiVersion": "v1"})
+
+    async def get_resource_claim(self, namespace: str, name: str) -> Obj:
+        path = resource_path("resourceclaims", namespace, name)
+        return await self._rest(f"get {path}", "GET", path)  # type: ignore[no-any-return]
+
+    async def list_resource_slices(self, field_selector: str = "") -> list[Obj]:
+        items, _ = await self._list_objects(resource_path("resourceslices"), field_selector)
+        return items
+
+    async def create_resource_slice(self, body: Obj) -> Obj:
+        return await self._rest("create ResourceSlice", "POST", resource_path("resourceslices"), body)  # type: ignore[no-any-return]
+
+    async def replace_resource_slice(self, name: str, body: Obj) -> Obj:
+        return await self._rest(f"replace ResourceSlice {name}", "PUT",  # type: ignore[no-any-return]
+                                resource_path("resourceslices", name=name), body)
+
+    async def delete_resource_slice(self, name: str) -> None:
+        await self._delete_object(resource_path("resourceslices", name=name))
+
+    async def create_device_taint_rule(self, body: Obj) -> Obj:
+        return await self._rest("create DeviceTaintRule", "POST",  # type: ignore[no-any-return]
+                                resource_path("devicetaintrules", api=TAINT_API), body)
+
+    async def delete_device_taint_rule(self, name: str) -> None:
+        await self._delete_object(resource_path("devicetaintrules", name=name, api=TAINT_API))
 
     # --- watch ------------------------------------------------------------------
 
