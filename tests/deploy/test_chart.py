@@ -18,6 +18,7 @@ from tests.deploy import chart, tools
 from tests.deploy.chart import NAMESPACE, ROOT, RenderError, render
 
 KUBE_VERSIONS = ("1.30", "1.33")  # the chart's minimum (admission policies v1) and kubectl's
+DRA_VERSIONS = ("1.34", "1.37")  # resource.k8s.io/v1 (the dra switch) is 1.34's and later
 EXTERNAL = {"nats": {"enabled": False, "external": {"urls": ["nats://a.example:4222", "nats://b.example:4222"]},
                      "auth": {"existingSecret": "my-nats", "existingIssuerSecret": "my-issuer"}}}  # fmt: skip
 VALUE_SETS: dict[str, dict[str, Any]] = {
@@ -65,7 +66,8 @@ def rendered() -> dict[str, list[dict[str, Any]]]:
 @pytest.mark.parametrize("value_set", VALUE_SETS)
 def test_every_rendered_object_validates(rendered: dict[str, list[dict[str, Any]]], value_set: str) -> None:
     for doc in rendered[value_set]:
-        for version in KUBE_VERSIONS:
+        dra = doc["apiVersion"].startswith("resource.k8s.io/")
+        for version in DRA_VERSIONS if dra else KUBE_VERSIONS:
             kubernetes_validate.validate(doc, version, strict=True)
 
 
@@ -176,11 +178,15 @@ def test_console_switch(rendered: dict[str, list[dict[str, Any]]]) -> None:
     assert find(docs, "ClusterRoleBinding", "gpushare-console")["subjects"][0]["name"] == "gpushare-console"
 
 
-def test_device_plugins_switch_and_dra_renders_nothing_yet(rendered: dict[str, list[dict[str, Any]]]) -> None:
+def test_device_plugins_switch_and_dra_switch(rendered: dict[str, list[dict[str, Any]]]) -> None:
     docs = rendered["device plugins off, dra on"]
     assert not [d for d in docs if "deviceplugin" in d["metadata"]["name"]]
     defaults = {(d["kind"], d["metadata"]["name"]) for d in rendered["defaults"]}
-    assert {(d["kind"], d["metadata"]["name"]) for d in docs} <= defaults
+    added = {(d["kind"], d["metadata"]["name"]) for d in docs} - defaults
+    assert {name for kind, name in added if kind == "DeviceClass"} == {
+        "share.gpushare.k8s.io", "exclusive.gpushare.k8s.io", "spot.gpushare.k8s.io"}
+    assert ("DaemonSet", "gpushare-dra-driver") in added  # tests/dra/test_chart_dra.py has the rest
+    assert not [d for d in rendered["defaults"] if d["apiVersion"].startswith("resource.k8s.io/")]
 
 
 def test_images_come_from_the_registry(rendered: dict[str, list[dict[str, Any]]]) -> None:

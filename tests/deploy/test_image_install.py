@@ -14,7 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "compose" / "image-install.sh"
 UV = ROOT / ".bootstrap" / "bin" / "uv"
-SERVICES = ["detector", "solver", "deviceplugin", "kmod-bridge", "shadow-controller", "nats-auth"]
+SERVICES = ["detector", "solver", "deviceplugin", "kmod-bridge", "shadow-controller", "nats-auth", "console"]
 
 
 @pytest.mark.slow

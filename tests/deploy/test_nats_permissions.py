@@ -163,3 +163,37 @@ async def test_the_chart_callout_counts_its_grants(deployment: Deployment) -> No
         pass
     grants = deployment.status()["grants"]
     assert all(grants.get(role, 0) >= 1 for role in ROLES), grants
+
+
+async def test_the_dra_driver_publishes_its_cards_and_follows_the_spot_health(deployment: Deployment) -> None:
+    """The DRA driver's own role (a DRA node of the chart; compose runs none): it waits for the
+    stream, hears and reads the solver's desired spot health, and publishes its card inventory
+    to the stream; it may not write the health it reads."""
+    if "dra-driver" not in deployment.roles:
+        pytest.skip("compose runs no DRA driver")
+    async with buses(deployment) as bus:
+        driver = Bus(deployment.settings("dra-driver"), "dra-driver", node=NODE_A)
+        await asyncio.wait_for(driver.connect(), 15)
+        try:
+            await asyncio.wait_for(driver.wait_for_stream(), 10)
+            subjects, layout = driver.subjects, driver.layout
+            heard: asyncio.Queue[events.AnyEvent] = asyncio.Queue()
+            await driver.subscribe(subjects.health(NODE_A, "spot-gpu"), heard.put)
+            await driver.flush()
+            desired = events.DeviceHealth(node=NODE_A, resource="spot-gpu", devices={"spot-GPU-0": "Healthy"})
+            await bus["solver"].publish(subjects.health(NODE_A, "spot-gpu"), desired)
+            assert (await asyncio.wait_for(heard.get(), 10)).id == desired.id
+            written = await bus["solver"].store("health", layout.scope(NODE_A, "health"))
+            await written.put("spot-gpu", {"devices": {"spot-GPU-0": "Healthy"}})
+            read = await driver.store("health", layout.scope(NODE_A, "health"))
+            assert await read.get("spot-gpu", dict) == {"devices": {"spot-GPU-0": "Healthy"}}
+            with pytest.raises(Permanent, match="permission denied"):
+                await asyncio.wait_for(read.put("spot-gpu", {}), 10)
+            await written.delete("spot-gpu")
+            cards = events.CardInventory(node=NODE_A, vendor_resource="gpushare.k8s.io/nvidia.com/gpu",
+                                         devices=("GPU-0",))  # fmt: skip
+            seq = await driver.publish_reliably(subjects.event(NODE_A, "inventory"), cards, deadline_s=10)
+            (found,) = await bus["observer"].read_after(subjects.event(NODE_A, "inventory"), seq - 1, limit=1)
+            assert found.event().id == cards.id
+        finally:
+            await driver.drain()

@@ -36,6 +36,9 @@ IN_SYSTEM_NAMESPACE = {
 }
 API_PATH = re.compile(r"/(?:api/v1|apis/(?P<group>[^/]+)/[^/]+)(?:/namespaces/[^/]+)?/(?P<resource>[a-z]+)"
                       r"(?:/(?P<name>[^/]+)(?:/(?P<sub>[a-z]+))?)?")  # fmt: skip
+# Dynamic Resource Allocation calls are made on DRA nodes only; the chart grants them with its dra
+# switch (tests/dra/test_chart_dra.py compares those), never in k8s/base
+DRA_GROUP = "resource.k8s.io"
 ITEM_VERBS = {"GET": "get", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
 COLLECTION_VERBS = {"GET": "list", "POST": "create", "DELETE": "deletecollection"}
 
@@ -150,9 +153,12 @@ def called_methods(paths: Iterable[Path], names: Iterable[str]) -> dict[str, set
     return found
 
 
-def needed_grants(service_dir: Path, operations: dict[str, set[Grant]], service: str = "") -> set[Grant]:
+def needed_grants(service_dir: Path, operations: dict[str, set[Grant]], service: str = "",
+                  dra: bool = False) -> set[Grant]:
+    """The grants a service's calls need (with ``dra``, only its DRA ones; else the others)."""
     calls = called_methods(sorted(service_dir.rglob("*.py")), operations)
-    return {grant.scoped(service) for method in calls for grant in operations[method]}
+    return {grant.scoped(service) for method in calls for grant in operations[method]
+            if (grant.group == DRA_GROUP) == dra}
 
 
 # --- rbac.yaml: what each ServiceAccount is granted ----------------------------------

@@ -1,10 +1,15 @@
-"""The scenario kit's parsers and the narration, without a cluster."""
+"""The scenario kit's parsers, the narration and the event-stream follower, without a cluster."""
 
 from __future__ import annotations
 
+import asyncio
+import time
+from typing import Any, cast
+
+from gpushare_common.subjects import Subjects
 from gpushare_sim.run.narrate import Timeline
 from gpushare_sim.scenarios.badinput import _reason, failure_text
-from gpushare_sim.scenarios.kit import gpu_devices
+from gpushare_sim.scenarios.kit import Scenario, gpu_devices, recording
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -59,3 +64,42 @@ def test_timeline_summary_lists_outcomes_and_hops() -> None:
     assert "owner ioctl -> owner's call returns" in summary and "12.5 ms" in summary
     assert "skipped" in summary and "SKIPPED" in timeline.lines[-1]
     assert "FAILED" in summary and timeline.hops_of("spot") == {"owner ioctl -> owner's call returns": 0.0125}
+
+
+class _LosingBus:
+    """Reads that lose a cancellation, as a read through asyncio.wait_for on Python 3.11 does when
+    its reply came in the same turn as the cancel."""
+
+    subjects = Subjects()
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    async def last_seq(self) -> int:
+        return 0
+
+    async def read_after(self, subject: str, after_seq: int, limit: int = 1000) -> list[Any]:
+        self.reads += 1
+        try:
+            await asyncio.sleep(0.2)
+        except asyncio.CancelledError:
+            pass
+        return []
+
+
+class _EmptyKube:
+    async def list_pods(self, namespace: str, label_selector: str = "") -> tuple[list[Any], str]:
+        return [], "1"
+
+
+async def test_recording_stops_its_follower_even_when_a_read_loses_the_cancellation() -> None:
+    bus = _LosingBus()
+    s = Scenario("kit", cast(Any, None), Timeline(out=None), cast(Any, _EmptyKube()), cast(Any, bus))
+    started = time.monotonic()
+    async with recording(s):
+        while bus.reads < 2:  # the follower is inside a read when the recording ends
+            await asyncio.sleep(0.01)
+    assert time.monotonic() - started < 5
+    reads = bus.reads
+    await asyncio.sleep(0.5)
+    assert bus.reads == reads, "the follower reads on after the recording ended"

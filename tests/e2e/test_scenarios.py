@@ -48,3 +48,13 @@ async def test_faults_restarts_lose_and_repeat_no_eviction(e2e: E2E) -> None:
     hops = e2e.timeline.hops_of("faults")
     assert any(hop.startswith("kubelet restart -> all ") for hop in hops)
     assert e2e.cluster.child("nats-server").starts == 3
+
+
+async def test_dra_shares_spot_and_a_device_plugin_node_side_by_side(e2e: E2E) -> None:
+    detail = await e2e.run("dra")
+    assert "4 x 25 shares on" in detail and "tainted, then lent again" in detail
+    hops = e2e.timeline.hops_of("dra")
+    returned = hops["owner ioctl -> owner's call returns (kernel released it)"]
+    dead = hops["owner ioctl -> borrower's tasks dead (containerd kill)"]
+    assert returned >= dead - 0.05 and returned < 10
+    assert any(node.dra for node in e2e.cluster.nodes)

@@ -1,9 +1,9 @@
-"""The local cluster runner's API helpers: scenario namespaces, node-bound tokens."""
+"""The local cluster runner's API helpers: scenario namespaces, node-bound and unbound tokens."""
 
 from __future__ import annotations
 
 import pytest
-from gpushare_sim.run.kubeapi import ApiRefused, ensure_namespace, mint_node_token
+from gpushare_sim.run.kubeapi import ApiRefused, ensure_namespace, mint_node_token, mint_token
 from kubernetes import client
 
 from tests.support.kubeapi import KubeApi
@@ -24,6 +24,16 @@ def test_node_token_for_a_service(kube_api: KubeApi) -> None:
         mint_node_token(kube_api.kubeconfig, "gpu-node-9", "gpushare-solver")
     with pytest.raises(ApiRefused, match="less than 10 minutes"):
         mint_node_token(kube_api.kubeconfig, "gpu-node-1", "gpushare-solver", expiration_s=60)
+
+
+def test_unbound_token_for_a_service_that_acts_for_no_node(kube_api: KubeApi) -> None:
+    minted = mint_token(kube_api.kubeconfig, "gpushare-console", audiences=["gpushare"])
+    assert minted.node == "" and minted.service_account == "gpushare-console"
+    review = client.AuthenticationV1Api(kube_api.client).create_token_review(
+        {"spec": {"token": minted.token, "audiences": ["gpushare"]}})  # fmt: skip
+    assert review.status.authenticated
+    assert review.status.user.username == "system:serviceaccount:gpushare-system:gpushare-console"
+    assert "authentication.kubernetes.io/node-name" not in (review.status.user.extra or {})
 
 
 def test_ensure_namespace_is_idempotent(kube_api: KubeApi) -> None:

@@ -6,16 +6,16 @@ first in every key (``<node>.<kind>.<name>``), so a permission can name one
 node's part of a bucket, and the number of streams and raft groups does not
 grow with the number of nodes:
 
-=====================  ===========================  =====================  ==============
+=====================  ===========================  =====================  ========================
 bucket                 keys                         written by             read by
-=====================  ===========================  =====================  ==============
+=====================  ===========================  =====================  ========================
 ``<kv>-solver``        ``<node>.mapping.<owner>``,  solver                 solver
                        ``<node>.plan.<trigger>``,
                        ``<node>.journal.state``
-``<kv>-health``        ``<node>.health.<resource>`` solver                 deviceplugin
+``<kv>-health``        ``<node>.health.<resource>`` solver                 deviceplugin, dra-driver
 ``<kv>-detector``      ``<node>.fact.<pod>``        detector               detector
 ``<kv>-kmod``          ``<node>.watch.<pidns>``     kmod-bridge            kmod-bridge
-=====================  ===========================  =====================  ==============
+=====================  ===========================  =====================  ========================
 
 :func:`permissions` turns this table into the NATS permissions of one role on
 one node: a service may publish only its own node's subjects of its own
@@ -31,8 +31,8 @@ from typing import Literal
 
 from .subjects import EVENT_KINDS, node_token
 
-Role = Literal["detector", "solver", "deviceplugin", "kmod-bridge", "observer", "installer"]
-NODE_ROLES: tuple[Role, ...] = ("detector", "solver", "deviceplugin", "kmod-bridge")
+Role = Literal["detector", "solver", "deviceplugin", "kmod-bridge", "dra-driver", "observer", "installer"]
+NODE_ROLES: tuple[Role, ...] = ("detector", "solver", "deviceplugin", "kmod-bridge", "dra-driver")
 ROLES: tuple[Role, ...] = (*NODE_ROLES, "observer", "installer")
 
 SOLVER, HEALTH, DETECTOR, KMOD = "solver", "health", "detector", "kmod"
@@ -40,19 +40,21 @@ BUCKETS = (SOLVER, HEALTH, DETECTOR, KMOD)
 _WRITES: dict[str, tuple[str, ...]] = {"solver": (SOLVER, HEALTH), "detector": (DETECTOR,),
                                        "kmod-bridge": (KMOD,)}
 _READS: dict[str, tuple[str, ...]] = {"solver": (SOLVER, HEALTH), "detector": (DETECTOR,),
-                                      "kmod-bridge": (KMOD,), "deviceplugin": (HEALTH,)}
+                                      "kmod-bridge": (KMOD,), "deviceplugin": (HEALTH,), "dra-driver": (HEALTH,)}
 # node channels each role publishes (request for kmod.cmd), and subscribes to
 _PUBLISHES: dict[str, tuple[str, ...]] = {
     "detector": (*(f"event.{k}" for k in EVENT_KINDS if k != "ownerback"), "capacity.*", "kmod.cmd"),
     "solver": ("health.*", "eviction", "kmod.cmd"),
     "kmod-bridge": ("event.ownerback",),
     "deviceplugin": (),
+    "dra-driver": ("event.inventory",),  # its cards, beside the detector's inventory
 }
 _SUBSCRIBES: dict[str, tuple[str, ...]] = {
     "detector": ("event.ownerback",),
     "solver": ("capacity.*",),
     "kmod-bridge": ("kmod.cmd",),
     "deviceplugin": ("health.*", "capacity.*", "event.spot"),
+    "dra-driver": ("health.spot-gpu",),  # the solver's desired health of the spot devices
 }
 
 

@@ -20,6 +20,8 @@ if TYPE_CHECKING:  # the store needs nats-py, which cluster services without NAT
     from .bus.kv import Store
 
 IDLE_SPACE = "idle-space"
+# the other owner kinds: a ShadowPod, a pod holding real cards, a dev machine whose owner is away
+SHADOW, RESERVED, SPOT_OWNER = "shadow", "reserved", "spot-owner"
 
 
 class MappingError(ValueError):

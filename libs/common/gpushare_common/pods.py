@@ -97,6 +97,7 @@ class Pod(msgspec.Struct, frozen=True, kw_only=True):
     priority: int = 0
     kind: PodKind = PodKind.ORDINARY
     lendable: bool = False  # a reserved pod whose owner lends its idle cards
+    lendable_label: bool = False  # carries the lendable label or annotation (whatever it holds)
     forged_shadow: bool = False  # the ShadowPod label on a pod that is not one
     containers: dict[str, tuple[str, ...]] = {}  # container -> resources it requests
     container_ids: dict[str, str] = {}  # container -> runtime id (containerd://...) from its status
@@ -107,6 +108,7 @@ class Pod(msgspec.Struct, frozen=True, kw_only=True):
     isolation: str = ""  # gpushare.k8s.io/isolation: a ShadowPod's profile, a SharePod's opt-out
     conditions: dict[str, str] = {}  # condition type -> its status (True, False, Unknown)
     restarts: dict[str, int] = {}  # container -> restartCount from its status
+    claims: dict[str, tuple[str, ...]] = {}  # container -> the pod's resource claims it uses (DRA)
 
     @property
     def key(self) -> str:
@@ -177,6 +179,22 @@ def _containers(key: str, spec: Mapping[str, Any]) -> dict[str, tuple[str, ...]]
             raise PodError(key, "every container needs a name")
         result[container["name"]] = _requests(key, container)
     return result
+
+
+def _claims(key: str, spec: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
+    """Containers that use the pod's resource claims (``resources.claims[].name``)."""
+    found: dict[str, tuple[str, ...]] = {}
+    for container in spec.get("containers") or []:
+        resources = container.get("resources") if isinstance(container, Mapping) else None
+        claims = resources.get("claims") if isinstance(resources, Mapping) else None
+        if claims is None:
+            continue
+        if not isinstance(claims, list) or not all(isinstance(c, Mapping) and isinstance(c.get("name"), str)
+                                                   for c in claims):
+            raise PodError(key, "resources.claims must be a list of {name}")
+        if claims:
+            found[str(container["name"])] = tuple(sorted({str(c["name"]) for c in claims}))
+    return found
 
 
 def _quantity(value: Any) -> int:
@@ -309,8 +327,8 @@ def read_pod(doc: Mapping[str, Any], rules: PodRules) -> Pod:
     priority = spec.get("priority") or 0
     if not isinstance(priority, int) or isinstance(priority, bool):
         raise PodError(key, f"spec.priority must be an integer, not {priority!r}")
-    lendable = kind is PodKind.RESERVED and rules.lendable_value in (
-        labels.get(rules.lendable_key), annotations.get(rules.lendable_key))  # fmt: skip
+    marked = rules.lendable_value in (labels.get(rules.lendable_key), annotations.get(rules.lendable_key))
+    lendable = kind is PodKind.RESERVED and marked
     share, share_devices = share_spec(key, annotations) if kind is PodKind.SHADOW else None, 0
     if kind is PodKind.SHARE:
         share, share_devices = _share_request(spec, rules)
@@ -318,10 +336,12 @@ def read_pod(doc: Mapping[str, Any], rules: PodRules) -> Pod:
         namespace=namespace, name=name, uid=str(meta.get("uid") or ""), node=str(spec.get("nodeName") or ""),
         phase=str(status.get("phase") or ""), terminating=bool(meta.get("deletionTimestamp")),
         created=str(meta.get("creationTimestamp") or ""), priority=priority, kind=kind, lendable=lendable,
+        lendable_label=marked,
         forged_shadow=forged, containers=containers, container_ids=_container_ids(status),
         share=share, share_devices=share_devices,
         device_owner=annotations.get(ids.ANN_DEVICE_OWNER, "") if kind is PodKind.SHARE else "",
         using=using_of(status.get("conditions")) if kind is PodKind.SHADOW else {},
         isolation=annotations.get(ids.ANN_ISOLATION, "") if kind in (PodKind.SHADOW, PodKind.SHARE) else "",
         conditions=_conditions(status), restarts=_restarts(status),
+        claims=_claims(key, spec),
     )  # fmt: skip

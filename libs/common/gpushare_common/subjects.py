@@ -95,6 +95,10 @@ class Subjects:
     def all(self) -> str:
         return f"{self.prefix}.>"
 
+    def every_node_capacity(self) -> str:
+        """Spare vCPU/vMem of every node (the console's observer role reads them all)."""
+        return f"{self.prefix}.*.capacity.>"
+
     def parse(self, subject: str) -> SubjectInfo:
         head = self.prefix + "."
         if not subject.startswith(head):

@@ -76,10 +76,23 @@ def _samples(text: str, source: str) -> list[tuple[str, Mapping[str, str], float
         raise ScrapeError(source, f"not Prometheus text: {err}") from None
 
 
+PodKey = tuple[str, str, str, str]  # device, namespace, pod, container
+
+
 def device_metrics(mapping: VendorMapping, text: str, source: str = "exporter"
                    ) -> tuple[dict[str, DeviceMetrics], Counter[str]]:
     """Per-device metrics and a count of skipped samples by reason."""
+    devices, _, problems = scrape_metrics(mapping, text, source)
+    return devices, problems
+
+
+def scrape_metrics(mapping: VendorMapping, text: str, source: str = "exporter"
+                   ) -> tuple[dict[str, DeviceMetrics], dict[PodKey, DeviceMetrics], Counter[str]]:
+    """Per-device metrics, per-pod metrics (the samples whose labels name a pod, as the mapping's
+    ``labels.pod`` says: one entry per device, namespace, pod and container) and a count of skipped
+    samples by reason."""
     devices: dict[str, DeviceMetrics] = {}
+    pods: dict[PodKey, DeviceMetrics] = {}
     problems: Counter[str] = Counter()
     labels = mapping.labels
     for name, sample_labels, value in _samples(text, source):
@@ -96,7 +109,10 @@ def device_metrics(mapping: VendorMapping, text: str, source: str = "exporter"
         if found is None:
             found = devices[device] = _new_device(device, sample_labels, labels)
         found.set(metric, rank, value * scale)
-    for found in devices.values():
+        mine = _new_device(device, sample_labels, labels)
+        if mine.pod:
+            pods.setdefault((device, mine.namespace, mine.pod, mine.container), mine).set(metric, rank, value * scale)
+    for found in (*devices.values(), *pods.values()):
         if found.memory_total is None and found.memory_used is not None and found.memory_free is not None:
             found.memory_total = found.memory_used + found.memory_free
-    return devices, problems
+    return devices, pods, problems

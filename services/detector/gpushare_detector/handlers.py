@@ -9,9 +9,10 @@ JetStream drops the duplicate and the solver's handlers see nothing new.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import msgspec
+from gpushare_common import dra, ids
 from gpushare_common import events as ev
 from gpushare_common.pods import Pod as PodView
 from gpushare_common.pods import PodKind, PodRules
@@ -72,10 +73,12 @@ def _shadow(view: PodView, rules: PodRules, node: str, devices: DevicesOf) -> li
     return [event]
 
 
-def _per_container(view: PodView, devices: DevicesOf, wanted: object
+def _per_container(view: PodView, devices: DevicesOf, wanted: Callable[[str], bool]
                    ) -> Iterable[tuple[str, str, tuple[str, ...]]]:
-    """(container, resource, device ids) for each requested resource the kubelet allocated."""
-    for container, resources in view.requesting(wanted).items():
+    """(container, resource, device ids) for each requested resource the kubelet allocated (for
+    a container using DRA claims: each resource its claims' devices stand for)."""
+    claimed = {c: tuple(r for r in devices.get(c, {}) if wanted(r)) for c in view.claims}
+    for container, resources in {**view.requesting(wanted), **claimed}.items():
         for resource in resources:
             allocated = devices.get(container, {}).get(resource, ())
             if allocated:
@@ -113,8 +116,43 @@ _BUILDERS = {
 }
 
 
+def dra_devices(rules: PodRules, devices: DevicesOf) -> dict[str, dict[str, tuple[str, ...]]]:
+    """Per container, the CDI devices of gpushare's DRA claims read as the resources they stand
+    for: a card of an ``exclusive`` claim is a card of the first vendor resource (its holder is
+    a reserved pod, a lendable dev machine an owner), a ``spot`` claim's card its spot device
+    (its holder a borrower); ``share`` claims hold no card of their own."""
+    found: dict[str, dict[str, tuple[str, ...]]] = {}
+    for container, resources in devices.items():
+        held = {r: ids for r, ids in resources.items() if r != dra.CDI_KIND}
+        for name in resources.get(dra.CDI_KIND, ()):
+            try:
+                device = dra.parse_cdi_device(name)
+            except dra.DraNameError:
+                continue
+            if device.role == dra.ROLE_SPOT:
+                held[rules.spot_resource] = (*held.get(rules.spot_resource, ()), ids.spot_device_id(device.card))
+            elif device.role == dra.ROLE_EXCLUSIVE and rules.vendor_resources:
+                vendor = rules.vendor_resources[0]
+                held[vendor] = (*held.get(vendor, ()), device.card)
+        found[container] = {r: tuple(sorted(set(v))) for r, v in held.items()}
+    return found
+
+
+def _dra_kind(view: PodView, rules: PodRules, devices: DevicesOf) -> PodKind:
+    """What a pod of claims is, from what its claims hold."""
+    held = {r for c in view.claims for r in devices.get(c, {})}
+    if rules.spot_resource in held:
+        return PodKind.SPOT
+    return PodKind.RESERVED if held & set(rules.vendor_resources) else view.kind
+
+
 def pod_facts(view: PodView, rules: PodRules, node: str, devices: DevicesOf) -> Facts:
     """The events that describe ``view`` now (empty when it finished or holds nothing)."""
+    if view.claims:
+        devices = dra_devices(rules, devices)
+        if view.kind is PodKind.ORDINARY:
+            view = msgspec.structs.replace(view, kind=(kind := _dra_kind(view, rules, devices)),
+                                           lendable=kind is PodKind.RESERVED and view.lendable_label)
     builder = _BUILDERS.get(view.kind)
     if builder is None or view.finished:
         return {}

@@ -105,7 +105,7 @@ class PodTracker:
         return [e for facts in self.published.values() for e in facts.values()]
 
     def needs_devices(self, view: PodView) -> bool:
-        return view.kind in NEEDS_DEVICES and not view.finished
+        return (view.kind in NEEDS_DEVICES or bool(view.claims)) and not view.finished
 
     def reserved_containers(self) -> set[str]:
         """``ns/pod/container`` of every container holding real cards of a reserved pod."""

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from gpushare_common.logging import get_logger
 
 from .adapters.exporter import ExporterError
-from .gpumetrics import DeviceMetrics, ScrapeError, device_metrics
+from .gpumetrics import DeviceMetrics, PodKey, ScrapeError, scrape_metrics
 from .metrics import DetectorMetrics
 from .vendors import VendorMapping
 
@@ -22,6 +22,7 @@ class ScrapeResult:
     ok: bool
     devices: dict[str, DeviceMetrics] = field(default_factory=dict)
     error: str = ""
+    pods: dict[PodKey, DeviceMetrics] = field(default_factory=dict)  # what the exporter labels by pod
     skipped: dict[str, int] = field(default_factory=dict)
 
 
@@ -36,18 +37,19 @@ class Scraper:
         self.clock = clock
         self.metrics = metrics
         self.last: ScrapeResult | None = None
+        metrics.follow_gpus(self.fresh)
 
     async def scrape(self) -> ScrapeResult:
         now = self.clock()
         try:
             text = await self.fetch(self.url, self.timeout_s)
-            devices, skipped = device_metrics(self.mapping, text, self.url)
+            devices, pods, skipped = scrape_metrics(self.mapping, text, self.url)
         except (ScrapeError, ExporterError) as err:
             outcome = "unparseable" if isinstance(err, ScrapeError) else "unreachable"
             result = ScrapeResult(now, False, error=f"{outcome}: {err}")
         else:
             outcome = "ok"
-            result = ScrapeResult(now, True, devices, skipped=dict(skipped))
+            result = ScrapeResult(now, True, devices, skipped=dict(skipped), pods=pods)
             for reason, count in skipped.items():
                 self.metrics.errors.labels("exporter", reason).inc(count)
         self.metrics.scrapes.labels(outcome).inc()
@@ -57,6 +59,11 @@ class Scraper:
             log.info("exporter scrape recovered", url=self.url)
         self.last = result
         return result
+
+    def fresh(self) -> ScrapeResult | None:
+        """The last scrape when it succeeded and is not older than ``max_age_s`` (else None)."""
+        last = self.last
+        return last if last is not None and last.ok and self.clock() - last.at <= self.max_age_s else None
 
     def utilisation(self, devices: tuple[str, ...]) -> float | None:
         """Highest utilisation of ``devices``; None if any is unknown or the last scrape is bad or old."""

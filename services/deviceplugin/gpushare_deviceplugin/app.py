@@ -21,14 +21,17 @@ import time
 from typing import Any
 
 from gpushare_common import events
+from gpushare_common.adapters.vendorplugin import VendorCard, watch_vendor
 from gpushare_common.bus import BusError, Permanent
 from gpushare_common.logging import get_logger
 from gpushare_common.pods import PodRules
 from gpushare_common.service import Skeleton
 from gpushare_common.settings import CommonSettings
+from gpushare_common.topology import CardTopology, card_topology
+from gpushare_common.vendors import VendorResource
 from prometheus_client import CollectorRegistry
 
-from .adapters.vendor import watch_vendor
+from .devices import HEALTHY, UNHEALTHY
 from .handlers.base import Signer
 from .handlers.share import shadow_view
 from .plugins.manager import PluginSet
@@ -45,8 +48,10 @@ class Service:
     """All plugins of one node, wired to NATS, the vendor plugins and the API server."""
 
     def __init__(self, common: CommonSettings, settings: DevicePluginSettings, key: bytes,
-                 registry: CollectorRegistry | None = None, stop: asyncio.Event | None = None) -> None:
+                 registry: CollectorRegistry | None = None, vendors: dict[str, VendorResource] | None = None,
+                 stop: asyncio.Event | None = None) -> None:
         self.common = common
+        self.vendors = vendors or {}
         self.settings = settings
         self.node = common.node.require()
         self.skeleton = Skeleton(SERVICE, common.http, "nats", "kubelet", stop=stop, registry=registry)
@@ -132,8 +137,20 @@ class Service:
         spot = self.plugins.spot
         async for cards in watch_vendor(vendor, self.settings.path(socket), self.stopping,
                                         self.settings.backoff_min_s, self.settings.backoff_max_s):
-            if spot is not None:
-                spot.set_vendor_cards(vendor, cards)
+            if spot is None:
+                continue
+            for card in (cards or {}).values():
+                spot.set_topology(card.id, self._topology(vendor, card))
+            spot.set_vendor_cards(vendor, None if cards is None else
+                                  {i: HEALTHY if c.healthy else UNHEALTHY for i, c in cards.items()})
+
+    def _topology(self, vendor: str, card: VendorCard) -> CardTopology:
+        """Where a card sits: sysfs through the vendor table, else the vendor plugin's NUMA node."""
+        entry = self.vendors.get(vendor)
+        where = card_topology(entry, card.id, self.settings.host_root) if entry else CardTopology()
+        if where.numa_node is None and card.numa_nodes:
+            return CardTopology(where.pci_bus_id, card.numa_nodes[0], where.pcie_root)
+        return where
 
     async def _feed_shadows(self) -> None:
         # the Kubernetes client is heavy: load it only when used, and off the event loop
@@ -172,8 +189,8 @@ def freeze_heap() -> bool:
 
 
 async def run(common: CommonSettings, settings: DevicePluginSettings, key: bytes,
-              stop: asyncio.Event) -> int:
-    service = Service(common, settings, key, stop=stop)
+              stop: asyncio.Event, vendors: dict[str, VendorResource] | None = None) -> int:
+    service = Service(common, settings, key, vendors=vendors, stop=stop)
     async with service.skeleton as svc:
         service.start_plugins()
         await svc.serve(service.status)

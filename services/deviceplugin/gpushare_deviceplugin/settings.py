@@ -40,6 +40,11 @@ class DevicePluginSettings:
     # nvidia.com/gpu=81920, and the share kinds whose SharePods may opt out of their caps
     card_memory_mib: dict[str, str] = field(default_factory=dict)
     isolation_opt_out: tuple[str, ...] = ()
+    # topology of the cards (spot-gpu's NUMA nodes, GetPreferredAllocation): the vendor table of
+    # the runtime's file says where PCI addresses are; host_root is where the host's /sys and
+    # /proc are seen
+    runtime_config: str = "/etc/gpushare/runtime.json"
+    host_root: str = ""
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:

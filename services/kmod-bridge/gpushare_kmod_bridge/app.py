@@ -86,6 +86,7 @@ class Service:
                              self._enqueue, WatchSet(), self.resolver, self.metrics,
                              filter_config(settings))
         self.resolver.on_refresh.append(self.bridge.prune)
+        self.metrics.follow_gpu_calls(self.bridge.gpu_calls)
         link_settings = LinkSettings(settings.reply_timeout_s, settings.heartbeat_s,
                                      settings.backoff_min_s, settings.backoff_max_s)
         self.link = KernelLink(transport or build_transport(settings), link_settings, self.metrics,

@@ -259,6 +259,13 @@ class Bridge:
         owner = self.resolver.snapshot.owners.get(pidns)
         return handlers.owner_of(entry, owner)[0]
 
+    def gpu_calls(self) -> list[tuple[str, str, int]]:
+        """(pod, container, GPU calls) per pid namespace of the kernel's last statistics."""
+        stats = self.link.last_stats if self.link is not None else None
+        records = stats.stats if stats is not None else ()
+        return [(*handlers.owner_of(self.watchset.get(r.pidns), self.resolver.snapshot.owners.get(r.pidns)), r.hits)
+                for r in records]  # fmt: skip
+
     def _count_watched(self) -> None:
         for mode, count in self.watchset.counts().items():
             self.metrics.watched.labels(mode).set(count)

@@ -4,9 +4,9 @@
   secret the auth callout signs with, for a configuration that says
   ``auth_callout { issuer: $AUTH_ISSUER }`` (a Kubernetes init container
   writes it beside the server's configuration).
-- ``static-users --node NODE``: an ``authorization`` block with one user per role,
-  each allowed exactly ``Layout.permissions(role, NODE)``, passwords from
-  ``$<ROLE>_PASSWORD`` (one node without the callout: docker compose).
+- ``static-users --node NODE``: an ``authorization`` block with one user per role
+  compose runs, each allowed exactly ``Layout.permissions(role, NODE)``, passwords
+  from ``$<ROLE>_PASSWORD`` (one node without the callout: docker compose).
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from gpushare_common.layout import NODE_ROLES, Layout
 
 from .issuer import load_issuer
 
-STATIC_ROLES = (*NODE_ROLES, "observer", "installer")
+# compose runs the device plugins, never the DRA driver (Kubernetes only): no user for that role
+STATIC_ROLES = (*(r for r in NODE_ROLES if r != "dra-driver"), "observer", "installer")
 
 
 def password_variable(role: str) -> str:

@@ -26,6 +26,8 @@ from .actions import (
 )
 from .ports import Obj, Outbox, PodApi
 from .reclaim import Reclaimer
+from .spot import OWNER_BACK
+from .taints import DeviceTaints
 
 log = get_logger("solver.executor")
 SavePlan = Callable[[Plan], Awaitable[None]]
@@ -44,12 +46,14 @@ def using_condition(users: dict[str, str]) -> Obj:
 
 class Executor:
     def __init__(self, node: str, subjects: Subjects, pods: PodApi, outbox: Outbox,
-                 reclaimer: Reclaimer) -> None:
+                 reclaimer: Reclaimer, taints: DeviceTaints | None = None) -> None:
         self.node = node
         self.subjects = subjects
         self.pods = pods
         self.outbox = outbox
         self.reclaimer = reclaimer
+        self.taints = taints
+        self._spot = reclaimer.settings.spot_resource
 
     async def run(self, plan: Plan, save: SavePlan) -> None:
         for index in range(plan.done, len(plan.actions)):
@@ -58,16 +62,29 @@ class Executor:
                 progress = plan.progress.setdefault(index, ReclaimProgress())
                 await self.reclaimer.run(action, progress, plan.trigger_id, plan.received,
                                          lambda: save(plan))
+                await self._taint_after(plan, action)
                 plan.done = index + 1
                 await save(plan)
             else:
                 await self.apply(action)
                 plan.done = index + 1
 
+    async def _taint_after(self, plan: Plan, action: Reclaim) -> None:
+        """On a DRA node, once an owner-back's borrowers are dead and the owner released: taint
+        the spot devices the plan withdrew (safe to repeat)."""
+        if self.taints is None or action.reason != OWNER_BACK:
+            return
+        withdrawn = [d for a in plan.actions if isinstance(a, SetHealth) and a.resource == self._spot
+                     for d, h in a.devices.items() if h == "Unhealthy"]
+        await self.taints.taint(withdrawn, action.owner)
+
     async def apply(self, action: Action) -> None:
         match action:
             case SetHealth():
                 await self._publish_health(action.resource, action.devices, False, action.reason)
+                lent = [d for d, h in action.devices.items() if h == "Healthy"]
+                if self.taints is not None and lent and action.resource == self._spot:
+                    await self.taints.untaint(lent)
             case DeviceList():
                 healthy: dict[str, Health] = dict.fromkeys(action.devices, "Healthy")
                 await self._publish_health(action.resource, healthy, True, action.reason)

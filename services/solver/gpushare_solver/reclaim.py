@@ -44,6 +44,7 @@ from .actions import Reclaim, ReclaimProgress
 from .metrics import SolverMetrics
 from .ports import ContainerdError, Obj, Outbox, PodApi, TaskApi
 from .settings import SolverSettings
+from .spot import OWNER_BACK
 from .state import Victim
 
 log = get_logger("solver.reclaim")
@@ -121,6 +122,9 @@ class Reclaimer:
         for pod, (outcome, delete_ms, error) in zip(pods, outcomes, strict=True):
             await self._record(action, progress, trigger_id, received, pod, (outcome, delete_ms, error))
             self.victims().pop(pod, None)
+        if action.reason == OWNER_BACK:
+            self.metrics.owner_back_done(received, progress.dead_at, progress.released_at,
+                                         time.time() if pods else 0.0)
 
     async def learn(self, pod: str) -> None:
         """Remember a borrower's containers ahead of time, so a reclaim can kill at once."""

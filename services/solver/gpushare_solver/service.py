@@ -26,6 +26,7 @@ from typing import Any
 import msgspec
 from gpushare_common.adapters.kube import KubeError
 from gpushare_common.bus import Bus, Store
+from gpushare_common.cardmap import card_map
 from gpushare_common.events import (
     AnyEvent,
     CardInventory,
@@ -53,6 +54,7 @@ from .reclaim import Reclaimer
 from .reconcile import reconcile
 from .settings import SolverSettings
 from .state import HandlerError, SolverState
+from .taints import DeviceTaints
 
 log = get_logger("solver")
 _PERSISTED_SEEN = 256
@@ -76,7 +78,8 @@ class Solver:
         self.plans: dict[str, Plan] = {}
         self.reclaimer = Reclaimer(node, settings, pods, tasks, BusOutbox(bus, node, settings.kmod_timeout_s),
                                    bus.subjects.eviction(node), self.metrics, lambda: self.state.evicting)
-        self.executor = Executor(node, bus.subjects, pods, self.reclaimer.outbox, self.reclaimer)
+        taints = DeviceTaints(node, pods) if settings.dra_taints else None  # type: ignore[arg-type]
+        self.executor = Executor(node, bus.subjects, pods, self.reclaimer.outbox, self.reclaimer, taints)
         self._stores: dict[str, Store] = {}
         self.mapping: PersistentMapping | None = None
         self._saved_health: dict[str, Health] = {}
@@ -159,6 +162,12 @@ class Solver:
             actions = self._rebuild(pods) if self.rebuild_needed else []
             actions += reconcile(self.state, self.node, present)
             await self._run(f"reconcile-{uuid.uuid4().hex}", "reconcile", actions, time.time())
+            self._cards_changed()
+
+    def _cards_changed(self) -> None:
+        """The sharing and lending map, for the metrics (``gpushare_card_*``)."""
+        self.metrics.cards.update(card_map(self.state.cache, self.state.inventory, self.state.shadow_cards,
+                                           self.state.health))
 
     def _rebuild(self, pods: list[Obj]) -> list[Any]:
         """An empty bucket: what the pods tell; the rest comes with the detector's republication,
@@ -204,6 +213,7 @@ class Solver:
             self.seen.add(event.id)
             await self._run(event.id, tag, actions, received)
             self.metrics.events.labels(tag, "applied").inc()
+            self._cards_changed()
             if isinstance(event, SpotEvent) and event.state == "using" and not actions:
                 await self._learn(event.pod)
             elif isinstance(event, SpotEvent) and event.state == "cleared":
@@ -291,6 +301,7 @@ class Solver:
             for pod, uid in pods.items():
                 self.state.take_out(pod, uid=uid)
             await self._run(trigger_id, reason, [Reclaim(reason=reason, pods=tuple(pods))], time.time())
+            self._cards_changed()
 
     # --- /status --------------------------------------------------------------
 

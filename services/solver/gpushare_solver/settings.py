@@ -34,3 +34,5 @@ class SolverSettings:
     # long: who holds each card comes with the detector's republication (at most the stream's
     # duplicate window plus one resync)
     rebuild_holdoff_s: float = 200.0
+    # a DRA node: after an owner-back, taint the card's spot device NoExecute until it is lent again
+    dra_taints: bool = False

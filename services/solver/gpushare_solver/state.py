@@ -16,10 +16,9 @@ from dataclasses import dataclass, field
 import msgspec
 from gpushare_common.events import Health
 from gpushare_common.mapping import IDLE_SPACE, MappingCache
-
-SHADOW = "shadow"
-RESERVED = "reserved"
-SPOT_OWNER = "spot-owner"
+from gpushare_common.mapping import RESERVED as RESERVED  # the owner kinds, re-exported for the handlers
+from gpushare_common.mapping import SHADOW as SHADOW
+from gpushare_common.mapping import SPOT_OWNER as SPOT_OWNER
 
 
 class Victim(msgspec.Struct, frozen=True, kw_only=True):

@@ -9,6 +9,12 @@ container it appears as ``/dev/nvidia<i>``.
 The CDI spec ``<node dir>/cdi/nvidia.com-gpu.json`` (kind ``nvidia.com/gpu``)
 names every card by its device ID, so ``nvidia.com/gpu=GPU-<node>-<i>``
 resolves to its device node.
+
+Topology, as NVIDIA's driver and the kernel lay it out, under the node directory (a DRA
+driver's or device plugin's host root): ``proc/driver/nvidia/gpus/<bdf>/information`` with
+the card's UUID and minor, ``sys/devices/pci<dom>:<bus>/.../<bdf>/numa_node`` and the link
+``sys/bus/pci/devices/<bdf>``. Two cards per PCIe root complex and NUMA node: cards 0 and 1
+under ``pci0000:00`` on NUMA node 0, cards 2 and 3 under ``pci0000:80`` on node 1, and so on.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ VENDOR_RESOURCE = "nvidia.com/gpu"
 NULL_MAJOR = 1
 NULL_MINOR = 3
 CDI_VERSION = "0.5.0"
+CARDS_PER_ROOT = 2
 
 
 class CardError(Exception):
@@ -38,6 +45,20 @@ class FakeCard:
     @property
     def container_path(self) -> str:
         return f"/dev/{device_name(self.index)}"
+
+    @property
+    def numa_node(self) -> int:
+        return self.index // CARDS_PER_ROOT
+
+    @property
+    def pcie_root(self) -> str:
+        return f"pci0000:{(self.numa_node * 0x80) % 0x100:02x}" if self.numa_node < 2 else \
+            f"pci{self.numa_node:04x}:00"
+
+    @property
+    def pci_bus_id(self) -> str:
+        domain = self.pcie_root[3:7]
+        return f"{domain}:{0x3b + self.index:02x}:00.0"
 
 
 def device_name(index: int) -> str:
@@ -70,8 +91,25 @@ def make_cards(node_dir: Path, node: str, count: int) -> list[FakeCard]:
     cards = [FakeCard(i, card_device_id(node, i), dev_dir / device_name(i)) for i in range(count)]
     for card in cards:
         _make_node(card.host_path)
+        write_topology(node_dir, card)
     write_cdi_spec(node_dir / "cdi", cards)
     return cards
+
+
+def write_topology(root: Path, card: FakeCard) -> None:
+    """The card's NVIDIA information file and sysfs PCI device under ``root`` (idempotent)."""
+    info = root / "proc" / "driver" / "nvidia" / "gpus" / card.pci_bus_id / "information"
+    info.parent.mkdir(parents=True, exist_ok=True)
+    info.write_text(f"Model: \t\t Fake GPU\nGPU UUID: \t {card.device_id}\nDevice Minor: \t {card.index}\n"
+                    f"Bus Location: \t {card.pci_bus_id}\n")
+    bridge = f"{card.pcie_root[3:]}:01.0"
+    device = root / "sys" / "devices" / card.pcie_root / bridge / card.pci_bus_id
+    device.mkdir(parents=True, exist_ok=True)
+    (device / "numa_node").write_text(f"{card.numa_node}\n")
+    link = root / "sys" / "bus" / "pci" / "devices" / card.pci_bus_id
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if not link.is_symlink():
+        os.symlink(os.path.relpath(device, link.parent), link)
 
 
 def _make_node(path: Path) -> None:

@@ -4,7 +4,8 @@ Per card: ``DCGM_FI_DEV_GPU_UTIL``, ``DCGM_FI_DEV_FB_USED``,
 ``DCGM_FI_DEV_FB_FREE`` (MiB) and ``DCGM_FI_DEV_POWER_USAGE`` (W), labelled
 like dcgm-exporter: ``gpu``, ``UUID``, ``device``, ``modelName``,
 ``Hostname``, and ``container``/``namespace``/``pod`` of the container the
-kubelet gave the card to (from the pod-resources API; empty when free).
+kubelet gave the card to (from the pod-resources API, device plugins' devices first, then
+gpushare's DRA claims; empty when free).
 
 Utilisation comes from the workload program's reports
 (``<node dir>/util/<namespace>/<pod>/<container>/nvidia<i>.json``): a card's
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+from gpushare_common import dra
 from gpushare_common.adapters.kubeletapi import podresources_v1_pb2 as pr
 from gpushare_common.adapters.kubeletapi import podresources_v1_pb2_grpc as pr_grpc
 
@@ -90,7 +92,22 @@ async def card_owners(socket: Path) -> dict[str, Owner]:
                 if devices.resource_name == VENDOR_RESOURCE:
                     for device_id in devices.device_ids:
                         owners[device_id] = (pod.namespace, pod.name, container.name)
+            for card in _claimed_cards(container):
+                owners.setdefault(card, (pod.namespace, pod.name, container.name))
     return owners
+
+
+def _claimed_cards(container: pr.ContainerResources) -> list[str]:
+    """Cards a container holds through gpushare's DRA claims (their CDI devices)."""
+    found = []
+    for claim in container.dynamic_resources:
+        for resource in claim.claim_resources:
+            for cdi in resource.cdi_devices:
+                try:
+                    found.append(dra.parse_cdi_device(cdi.name).card)
+                except dra.DraNameError:
+                    continue
+    return found
 
 
 def _labels(node: str, card: FakeCard, owner: Owner | None) -> str:

@@ -83,6 +83,7 @@ class VendorPlugin:
         resource: str = VENDOR_RESOURCE,
         socket_name: str = "nvidia-gpu.sock",  # the NVIDIA plugin's own socket name
         watch_interval: float = 0.2,
+        register: bool = True,  # False: discovery only (a DRA node), never registered with the kubelet
     ) -> None:
         self.cards = {card.device_id: card for card in cards}
         self.resource = resource
@@ -97,9 +98,12 @@ class VendorPlugin:
         self._watch_interval = watch_interval
         self._registered_with: tuple[int, int] | None = None
         self.registrations = 0
+        self.register_with_kubelet = register
 
     def devices(self) -> list[dp.Device]:
-        return [dp.Device(ID=i, health=h) for i, h in sorted(self._health.items())]
+        """Every card with its health and, as NVIDIA's plugin reports it, its NUMA node."""
+        return [dp.Device(ID=i, health=h, topology=dp.TopologyInfo(nodes=[dp.NUMANode(ID=self.cards[i].numa_node)]))
+                for i, h in sorted(self._health.items())]
 
     async def start(self) -> None:
         self.plugin_dir.mkdir(parents=True, exist_ok=True)
@@ -111,9 +115,10 @@ class VendorPlugin:
         await server.start()
         self._server = server
         await self._dial_self()
-        with contextlib.suppress(OSError, grpc.RpcError):
-            await self.register()
-        self._watcher = asyncio.create_task(self._watch_kubelet(), name="fakegpu-kubelet-watch")
+        if self.register_with_kubelet:
+            with contextlib.suppress(OSError, grpc.RpcError):
+                await self.register()
+            self._watcher = asyncio.create_task(self._watch_kubelet(), name="fakegpu-kubelet-watch")
         log.info("vendor plugin started resource=%s socket=%s", self.resource, self.socket_path)
 
     async def stop(self) -> None:

@@ -17,19 +17,23 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
+from gpushare_common import ids
+
 from gpushare_sim.fakegpu.cards import FakeCard, make_cards
 from gpushare_sim.fakegpu.exporter import Exporter
 from gpushare_sim.fakegpu.plugin import VendorPlugin
 from gpushare_sim.node.adapters.backend import signing_key
 from gpushare_sim.node.adapters.deviceplugins import DevicePluginManager
+from gpushare_sim.node.adapters.dra import DraPlugins
 from gpushare_sim.node.adapters.kube import KubeError
 from gpushare_sim.node.adapters.podresources import PodResourcesServer
 from gpushare_sim.node.adapters.runners import Runner
+from gpushare_sim.node.claims import ClaimPreparer
 from gpushare_sim.node.devices import DeviceTable
 from gpushare_sim.node.events import EventRecorder
 from gpushare_sim.node.kubelet import Kubelet, PodApi
 from gpushare_sim.node.model import PodDef, PodError, parse_pod
-from gpushare_sim.node.settings import SIM_NODE_LABEL, NodeSimSettings
+from gpushare_sim.node.settings import DRA_NODE_LABEL, SIM_NODE_LABEL, NodeSimSettings
 from gpushare_sim.node.spec import SpecContext
 
 log = logging.getLogger("gpushare_sim.node.app")
@@ -44,6 +48,7 @@ class NodeApi(PodApi, Protocol):
     async def patch_node_status(self, name: str, status: dict[str, Any]) -> None: ...
     async def list_node_pods(self, node: str) -> list[dict[str, Any]]: ...
     def watch_node_pods(self, node: str, stop: asyncio.Event) -> AsyncIterator[list[dict[str, Any]]]: ...
+    async def get_resource_claim(self, namespace: str, name: str) -> dict[str, Any]: ...
 
 
 def node_status(
@@ -96,7 +101,9 @@ class NodeSim:
         self.kubelet = Kubelet(self.table, self.plugins, runner, api or _NoApi(),
                                SpecContext(settings.node_dir, settings.host_ip, _kmod(settings)),
                                self.events)  # fmt: skip
-        self.pod_resources = PodResourcesServer(settings.pod_resources_socket, self.table, self.kubelet.pods)
+        self.dra = DraPlugins(settings.registry_dir) if settings.dra else None
+        self.pod_resources = PodResourcesServer(settings.pod_resources_socket, self.table, self.kubelet.pods,
+                                                self._claims_of)
         self.exporter: Exporter | None = None
         self.bad_pods: set[str] = set()
         self.syncs = 0
@@ -107,6 +114,9 @@ class NodeSim:
     async def start(self, stack: AsyncExitStack) -> None:
         settings = self.settings
         self.signing_key = await asyncio.to_thread(signing_key, settings.node_dir)
+        if self.dra is not None and self.api is not None:
+            key = await asyncio.to_thread(ids.load_key, str(self.signing_key))
+            self.kubelet.claims = ClaimPreparer(self.dra, self.api, key, settings.name)
         await self.plugins.start()
         stack.push_async_callback(self.plugins.stop)
         await self.pod_resources.start()
@@ -116,14 +126,14 @@ class NodeSim:
         stack.push_async_callback(self.kubelet.close)
         self.cards = await asyncio.to_thread(make_cards, settings.node_dir, settings.name,
                                              settings.gpus)  # fmt: skip
-        self.vendor = VendorPlugin(self.cards, settings.plugin_dir)
+        self.vendor = VendorPlugin(self.cards, settings.plugin_dir, register=not settings.dra)
         await self.vendor.start()
         stack.push_async_callback(self.vendor.stop)
         self.exporter = Exporter(settings.name, settings.node_dir, self.cards,
                                  settings.gpu_memory_mib, settings.pod_resources_socket)  # fmt: skip
         if self.api is not None:
             labels = {"kubernetes.io/hostname": settings.name, SIM_NODE_LABEL: "true",
-                      **settings.labels}  # fmt: skip
+                      **({DRA_NODE_LABEL: "true"} if settings.dra else {}), **settings.labels}  # fmt: skip
             await self.api.ensure_node(settings.name, labels)
 
     async def restart_kubelet(self) -> None:
@@ -174,6 +184,14 @@ class NodeSim:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.changed.wait(), NODE_STATUS_RESEND_S)
 
+    async def retry_unprepare(self) -> None:
+        if self.kubelet.claims is not None:
+            await self.kubelet.claims.retry()
+
+    def _claims_of(self, uid: str, container: str) -> list[tuple[str, str, list[str]]]:
+        claims = self.kubelet.claims
+        return claims.dynamic(uid, container) if claims is not None else []
+
     def endpoints(self) -> dict[str, str]:
         """Where to reach this node's kubelet stand-in, exporter and containers."""
         return {
@@ -183,6 +201,7 @@ class NodeSim:
             "signing_key": str(self.signing_key or ""),
             "cdi_dir": str(self.settings.node_dir / "cdi"),
             "gpu_memory_mib": str(self.settings.gpu_memory_mib),  # each fake card's
+            **({"plugins_registry": str(self.settings.registry_dir)} if self.dra is not None else {}),
             **{f"containerd_{k}": v for k, v in self.kubelet.runner.describe().items()},
         }
 
@@ -198,6 +217,7 @@ class NodeSim:
             "node": self.settings.name,
             "runner": self.kubelet.runner.kind,
             "plugins": self.plugins.registered(),
+            "dra_drivers": self.dra.registered() if self.dra is not None else [],
             "kubelet_restarts": self.plugins.restarts,
             "devices": self.table.snapshot(),
             "node_status": node_status(self.settings, self.table),

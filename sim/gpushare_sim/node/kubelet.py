@@ -25,6 +25,7 @@ from gpushare_sim.node.adapters.deviceplugins import (
 )
 from gpushare_sim.node.adapters.kube import KubeError
 from gpushare_sim.node.adapters.runners import Runner, RunnerError
+from gpushare_sim.node.claims import ClaimAdmissionError, ClaimPreparer
 from gpushare_sim.node.devices import ContainerKey, DeviceConflict, DeviceTable
 from gpushare_sim.node.events import NORMAL, WARNING, EventRecorder, Involved
 from gpushare_sim.node.model import ContainerDef, PodDef
@@ -82,6 +83,7 @@ class Kubelet:
         api: PodApi,
         context: SpecContext,
         events: EventRecorder | None = None,
+        claims: ClaimPreparer | None = None,
     ) -> None:
         self.events = events or EventRecorder(None, "kubelet")
         self.table = table
@@ -89,6 +91,7 @@ class Kubelet:
         self.runner = runner
         self.api = api
         self.context = context
+        self.claims = claims  # DRA: the pods' resource claims (None: a node without DRA)
         self.workers: dict[str, PodWorker] = {}
         self._admit_lock = asyncio.Lock()
         self._killers: set[asyncio.Task[None]] = set()
@@ -130,6 +133,8 @@ class Kubelet:
             log.warning("pod admission failed pod=%s: %s", pod.key, err)
             self.events.record(Involved.pod(pod), WARNING, "UnexpectedAdmissionError", str(err))
             self.table.release_pod(uid)
+            if self.claims is not None:
+                await self.claims.release_pod(uid)
             failure = admission_failure("UnexpectedAdmissionError", str(err))
             await self._safely(self.api.write_pod_status(pod.namespace, pod.name, failure), pod.key)
             return
@@ -156,7 +161,21 @@ class Kubelet:
                 for resource, count in sorted(device_requests(container).items()):
                     allocation.merge(await self._allocate(key, resource, count))
                 allocations[container.name] = allocation
+            for name, annotations in (await self._prepare_claims(uid, pod)).items():
+                allocations[name].annotations.update(annotations)
         return allocations
+
+    async def _prepare_claims(self, uid: str, pod: PodDef) -> dict[str, dict[str, str]]:
+        """NodePrepareResources for the pod's claims: per container, the annotations that give it
+        its claims' CDI devices."""
+        if not pod.claims:
+            return {}
+        if self.claims is None:
+            raise AdmissionError(f"pod {pod.key} has resource claims and this node runs no DRA plugins")
+        try:
+            return await self.claims.prepare_pod(uid, pod)
+        except ClaimAdmissionError as err:
+            raise AdmissionError(str(err)) from err
 
     async def _allocate(self, key: ContainerKey, resource: str, count: int) -> Any:
         free = self.table.free(resource)
@@ -271,6 +290,8 @@ class Kubelet:
                 await worker.task
         await asyncio.gather(*(self.runner.remove(i) for i in worker.ids.values()))
         self.table.release_pod(uid)
+        if self.claims is not None:
+            await self.claims.release_pod(uid)
         self.workers.pop(uid, None)
         if confirm:
             await self._safely(self.api.confirm_pod_deletion(worker.pod.namespace, worker.pod.name), uid)

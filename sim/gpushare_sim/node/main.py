@@ -49,6 +49,9 @@ def parse_args(argv: list[str] | None = None) -> NodeSimSettings:
     p.add_argument("--memory", default="64Gi")
     p.add_argument("--label", action="append", default=[], help="extra node label K=V")
     p.add_argument("--schedule", action="store_true", help="also run the simple scheduler")
+    p.add_argument("--dra", action="store_true",
+                   help="a DRA node: DRA drivers register in <dir>/<node>/plugins_registry; the vendor "
+                        "plugin serves discovery only")
     a = p.parse_args(argv)
     if a.gpus < 0:
         p.error("--gpus must be >= 0")
@@ -58,7 +61,7 @@ def parse_args(argv: list[str] | None = None) -> NodeSimSettings:
         http_host=a.host, http_port=a.port, exporter_port=a.exporter_port,
         containerd=a.containerd, containerd_namespace=a.namespace,
         runtime_binary=a.runtime, kmod_socket=a.kmod_socket, cpu=a.cpu,
-        memory=a.memory, labels=labels, schedule=a.schedule,
+        memory=a.memory, labels=labels, schedule=a.schedule, dra=a.dra,
     )  # fmt: skip
 
 
@@ -131,6 +134,8 @@ async def run(settings: NodeSimSettings, stop: asyncio.Event) -> int:
                 scheduler_events.start()
                 stack.push_async_callback(scheduler_events.close)
                 tasks.spawn("scheduler", Scheduler(api, events=scheduler_events).run(stop))
+        if sim.dra is not None:
+            tasks.spawn("dra-plugins", sim.dra.run(stop, sim.retry_unprepare))
         stack.push_async_callback(tasks.cancel_all)
         asyncio.get_running_loop().add_signal_handler(
             signal.SIGHUP, lambda: tasks.spawn("kubelet-restart", sim.restart_kubelet(), False)

@@ -79,6 +79,15 @@ class ContainerDef:
     args: list[str]
     env: dict[str, str]
     resources: dict[str, Decimal]
+    claims: tuple[tuple[str, str], ...] = ()  # (the pod's claim entry, its request or "")
+
+
+@dataclass(frozen=True, slots=True)
+class PodClaim:
+    """One of the pod's resource claims: its entry name and the ResourceClaim's (None: not made yet)."""
+
+    name: str
+    claim: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +103,7 @@ class PodDef:
     deleting: bool = False
     phase: str = "Pending"
     restart_policy: str = "Always"
+    claims: tuple[PodClaim, ...] = ()
 
     @property
     def key(self) -> str:
@@ -143,7 +153,27 @@ def _container(value: Any, where: str) -> ContainerDef:
         if isinstance(e, dict) and isinstance(e.get("name"), str)
     }
     resources = _resources(value.get("resources"), f"{where}.resources")
-    return ContainerDef(value["name"], str(value.get("image") or ""), args, env, resources)
+    return ContainerDef(value["name"], str(value.get("image") or ""), args, env, resources,
+                        _container_claims(value.get("resources"), f"{where}.resources.claims"))
+
+
+def _container_claims(resources: Any, where: str) -> tuple[tuple[str, str], ...]:
+    claims = resources.get("claims") if isinstance(resources, dict) else None
+    if claims is None:
+        return ()
+    if not isinstance(claims, list) or not all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in claims):
+        raise PodError(where, claims, "expected a list of {name, request?}")
+    return tuple((c["name"], str(c.get("request") or "")) for c in claims)
+
+
+def _pod_claims(spec: dict[str, Any], status: dict[str, Any], where: str) -> tuple[PodClaim, ...]:
+    entries = spec.get("resourceClaims") or []
+    named = isinstance(entries, list) and all(isinstance(e, dict) and isinstance(e.get("name"), str) for e in entries)
+    if not named:
+        raise PodError(f"{where} spec.resourceClaims", entries, "expected a list of {name, ...}")
+    made = {s.get("name"): s.get("resourceClaimName") for s in status.get("resourceClaimStatuses") or []
+            if isinstance(s, dict)}
+    return tuple(PodClaim(e["name"], e.get("resourceClaimName") or made.get(e["name"]) or None) for e in entries)
 
 
 def parse_pod(obj: Any) -> PodDef:
@@ -171,6 +201,7 @@ def parse_pod(obj: Any) -> PodDef:
         deleting=bool(meta.get("deletionTimestamp")),
         phase=str(status.get("phase") or "Pending"),
         restart_policy=_restart_policy(spec.get("restartPolicy"), where),
+        claims=_pod_claims(spec, status, where),
     )
 
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 SIM_NODE_LABEL = "gpushare.k8s.io/sim-node"
+DRA_NODE_LABEL = "gpushare.k8s.io/dra"
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +34,9 @@ class NodeSimSettings:
     host_ip: str = "127.0.0.1"
     labels: dict[str, str] = field(default_factory=dict)
     schedule: bool = False  # also run the simple scheduler in this process
+    # a DRA node: DRA drivers register in plugins_registry; the vendor plugin serves discovery
+    # only (it does not register, so the kubelet hands out no vendor cards besides DRA)
+    dra: bool = False
 
     @property
     def node_dir(self) -> Path:
@@ -41,6 +45,10 @@ class NodeSimSettings:
     @property
     def plugin_dir(self) -> Path:
         return self.node_dir / "device-plugins"
+
+    @property
+    def registry_dir(self) -> Path:
+        return self.node_dir / "plugins_registry"
 
     @property
     def pod_resources_socket(self) -> Path:

@@ -46,7 +46,7 @@ from gpushare_sim import natsd
 from gpushare_sim.run.narrate import Timeline
 from gpushare_sim.run.natsauth import NatsAuth
 from gpushare_sim.run.procs import Child, ChildError, free_port, wait_path, wait_port
-from gpushare_sim.run.services import ServiceSettings, node_services, shadow_controller
+from gpushare_sim.run.services import ServiceSettings, console, node_services, shadow_controller
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +61,7 @@ class ClusterSettings:
     log_level: str = "INFO"
     nats_servers: int = 1  # 3: a NATS cluster (routes on loopback), stream and buckets at 3 replicas
     nats_auth: bool = True  # the auth callout and per-node tokens (False: an open server, for debugging)
+    console: bool = True  # the cluster view in the browser (services/console)
 
 
 @dataclass
@@ -72,6 +73,7 @@ class Node:
     cmd_socket: Path
     hook_socket: Path
     endpoints: dict[str, str] = field(default_factory=dict)
+    dra: bool = False  # a DRA node: the DRA driver instead of the device plugins
 
     @property
     def containerd(self) -> bool:
@@ -158,6 +160,8 @@ class Cluster:
         waits: list[Awaitable[None]] = [self._start_shadow_controller()]
         for node in self.nodes:
             waits += await self._start_services(node)
+        if self.settings.console:
+            waits.append(self._start_console())
         await asyncio.gather(*waits)
         if self.auth is not None:
             self._rotation = asyncio.ensure_future(self.auth.rotate(self.kubeconfig))
@@ -193,7 +197,13 @@ class Cluster:
         self.api_url = f"http://127.0.0.1:{port}"
         await wait_port(port, self._child("apiserver", argv))
 
-    async def _start_node(self, name: str, schedule: bool) -> Node:
+    async def add_node(self, dra: bool = False) -> Node:
+        """One more node (``dra``: a DRA node) and its services, while the cluster runs."""
+        node = await self._start_node(f"gpu-node-{len(self.nodes) + 1}", schedule=False, dra=dra)
+        await asyncio.gather(*await self._start_services(node))
+        return node
+
+    async def _start_node(self, name: str, schedule: bool, dra: bool = False) -> Node:
         kdir = self.run_dir / f"k{len(self.nodes) + 1}"
         (kdir / "hook").mkdir(parents=True)
         cmd, hook = kdir / "cmd.sock", kdir / "hook" / "hook.sock"
@@ -205,9 +215,10 @@ class Cluster:
         argv = [sys.executable, "-m", "gpushare_sim.node", "--name", name, "--api", str(self.kubeconfig),
                 "--dir", str(self.run_dir), "--gpus", str(self.settings.gpus), "--port", str(port),
                 "--exporter-port", str(free_port()), "--containerd", self.settings.containerd,
-                "--kmod-socket", str(hook), *(["--schedule"] if schedule else [])]  # fmt: skip
+                "--kmod-socket", str(hook), *(["--schedule"] if schedule else []),
+                *(["--dra"] if dra else [])]  # fmt: skip
         sim = self._child(f"node@{name}", argv, http=f"http://127.0.0.1:{port}")
-        node = Node(name, self.run_dir / name, kernel, sim, cmd, hook)
+        node = Node(name, self.run_dir / name, kernel, sim, cmd, hook, dra=dra)
         await wait_path(node.dir / "endpoints.json", sim, timeout=120)
         await sim.wait_ready()
         node.endpoints = json.loads((node.dir / "endpoints.json").read_text())
@@ -253,6 +264,27 @@ class Cluster:
                             env, f"http://127.0.0.1:{port}")  # fmt: skip
         idle = self.settings.services.idle_timeout_s
         await self._ready(child, f"shadow-controller ready (ShadowPod idle timeout {idle}s)", "/healthz")
+
+    async def _start_console(self) -> None:
+        """The cluster view, read-only: the observer's NATS role (a token bound to no node, with the
+        callout), the API's pods and nodes."""
+        port = free_port()
+        token: dict[str, str] = {}
+        if self.auth is not None:
+            path = await asyncio.to_thread(self.auth.mint, self.kubeconfig, "console")
+            token = {"GPUSHARE_NATS_TOKEN_FILE": str(path)}
+        env = self.env(GPUSHARE_HTTP_HOST="127.0.0.1", GPUSHARE_HTTP_PORT=str(port), GPUSHARE_NATS_URL=self.nats_url,
+                       GPUSHARE_NATS_STREAM_REPLICAS=str(self.nats_replicas),
+                       GPUSHARE_KUBE_KUBECONFIG=str(self.kubeconfig), **console(self), **token)  # fmt: skip
+        child = self._child("console", [sys.executable, "-m", "gpushare_console"], env, f"http://127.0.0.1:{port}")
+        await child.wait_ready("/readyz", timeout=120)
+        self.timeline.step(f"console ready: open {self.console_url} in a browser")
+
+    @property
+    def console_url(self) -> str:
+        """The cluster view's page ("" without a console)."""
+        child = self.children.get("console")
+        return f"{child.http}/" if child is not None else ""
 
     # --- use --------------------------------------------------------------
 

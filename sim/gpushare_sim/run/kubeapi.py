@@ -73,16 +73,32 @@ def mint_node_token(
     expiration_s: int = 3600,
 ) -> NodeToken:
     """A token of `namespace/service_account` bound to Node `node` (blocking: call it in a thread)."""
+    return mint_token(kubeconfig, service_account, node=node, namespace=namespace, audiences=audiences,
+                      expiration_s=expiration_s)  # fmt: skip
+
+
+def mint_token(
+    kubeconfig: Path,
+    service_account: str,
+    *,
+    node: str = "",
+    namespace: str = SERVICES_NAMESPACE,
+    audiences: Sequence[str] = (),
+    expiration_s: int = 3600,
+) -> NodeToken:
+    """A token of `namespace/service_account`, bound to Node `node` when one is given (a service that
+    acts for no node, such as the console, gets an unbound one). Blocking: call it in a thread."""
     api = config.new_client_from_config(config_file=str(kubeconfig))
     try:
         core: Any = client.CoreV1Api(api)  # raw answers (_preload_content=False)
         _ensure_account(core, namespace, service_account)
-        try:
-            uid = json.loads(core.read_node(node, _preload_content=False).data)["metadata"]["uid"]
-        except ApiException as error:
-            raise _refused(f"read node {node}", error) from None
-        spec: dict[str, Any] = {"expirationSeconds": expiration_s,
-                                "boundObjectRef": {"apiVersion": "v1", "kind": "Node", "name": node, "uid": uid}}
+        spec: dict[str, Any] = {"expirationSeconds": expiration_s}
+        if node:
+            try:
+                uid = json.loads(core.read_node(node, _preload_content=False).data)["metadata"]["uid"]
+            except ApiException as error:
+                raise _refused(f"read node {node}", error) from None
+            spec["boundObjectRef"] = {"apiVersion": "v1", "kind": "Node", "name": node, "uid": uid}
         if audiences:
             spec["audiences"] = list(audiences)
         body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}

@@ -58,6 +58,8 @@ async def run(args: argparse.Namespace, timeline: Timeline) -> int:
         if args.keep:
             timeline.step("--keep: everything stays up; Ctrl-C stops it.")
             timeline.step(f"  kubectl --kubeconfig {cluster.kubeconfig} get pods -A   (API {cluster.api_url})")
+            if cluster.console_url:
+                timeline.step(f"  console (the cluster view): {cluster.console_url}")
             timeline.step("Status endpoints:")
             for name, url in cluster.status_endpoints().items():
                 timeline.step(f"  {name:28} {url}")

@@ -3,7 +3,8 @@
 nats-server knows two static users, the callout's ``auth`` and the ``installer``;
 every node service presents a service-account token, minted through the API
 emulator for ``gpushare-system/gpushare-<service>`` with audience
-``gpushare-nats`` and bound to its Node, written to a file in the run directory
+``gpushare-nats`` and bound to its Node (the console's, as the observer, to no
+node), written to a file in the run directory
 (``GPUSHARE_NATS_TOKEN_FILE``) and minted again before it expires, as the kubelet
 rotates a projected token. The callout (``gpushare-nats-auth``) checks each token
 with a TokenReview and grants only that role's permissions on that node, so
@@ -24,7 +25,7 @@ from gpushare_common.settings import KUBE_PREFIX, NATS_PREFIX, KubeSettings, Nat
 from gpushare_nats_auth import settings as nats_auth
 
 from gpushare_sim import natsd
-from gpushare_sim.run.kubeapi import SERVICES_NAMESPACE, mint_node_token
+from gpushare_sim.run.kubeapi import SERVICES_NAMESPACE, mint_token
 
 AUDIENCE = "gpushare-nats"
 TOKEN_LIFETIME_S = 3600
@@ -71,11 +72,12 @@ class NatsAuth:
                          audience=AUDIENCE),
                 **env_of(KubeSettings, KUBE_PREFIX, kubeconfig=str(kubeconfig))}  # fmt: skip
 
-    def mint(self, kubeconfig: Path, service: str, node: str) -> Path:
-        """Write (again) the token of ``service`` on ``node``; its file. Blocking: call it in a thread."""
-        token = mint_node_token(kubeconfig, node, f"gpushare-{service}", namespace=SERVICES_NAMESPACE,
-                                audiences=[AUDIENCE], expiration_s=TOKEN_LIFETIME_S)  # fmt: skip
-        path = self.directory / "tokens" / f"{service}@{node}"
+    def mint(self, kubeconfig: Path, service: str, node: str = "") -> Path:
+        """Write (again) the token of ``service`` on ``node`` (``""``: bound to no node, for a service
+        that acts for none); its file. Blocking: call it in a thread."""
+        token = mint_token(kubeconfig, f"gpushare-{service}", node=node, namespace=SERVICES_NAMESPACE,
+                           audiences=[AUDIENCE], expiration_s=TOKEN_LIFETIME_S)  # fmt: skip
+        path = self.directory / "tokens" / (f"{service}@{node}" if node else service)
         path.parent.mkdir(parents=True, exist_ok=True)
         fresh = path.with_suffix(".new")
         fresh.write_text(token.token)

@@ -17,8 +17,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpushare_common.settings import env_of
+from gpushare_console import settings as console_settings
 from gpushare_detector import settings as detector
 from gpushare_deviceplugin import settings as deviceplugin
+from gpushare_dra_driver import settings as dra_driver
 from gpushare_kmod_bridge import settings as kmod_bridge
 from gpushare_shadow_controller import settings as shadow
 from gpushare_solver import settings as solver
@@ -50,6 +52,8 @@ def node_services(cluster: Cluster, node: Node) -> list[tuple[str, str, dict[str
     namespace = ep.get("containerd_namespace", "") or "k8s.io"
     kill = env_of(solver.SolverSettings, solver.PREFIX, containerd_address=containerd, containerd_namespace=namespace) \
         if containerd else env_of(solver.SolverSettings, solver.PREFIX, direct_kill=False)
+    if node.dra:
+        return dra_node_services(cluster, node)
     return [
         ("kmod-bridge", "gpushare_kmod_bridge", env_of(
             kmod_bridge.KmodBridgeSettings, kmod_bridge.PREFIX, transport="sim", sim_socket=str(node.cmd_socket),
@@ -66,8 +70,36 @@ def node_services(cluster: Cluster, node: Node) -> list[tuple[str, str, dict[str
     ]  # fmt: skip
 
 
+def dra_node_services(cluster: Cluster, node: Node) -> list[tuple[str, str, dict[str, str]]]:
+    """A DRA node: the DRA driver in place of the device plugins (it publishes the node's cards,
+    from the vendor plugin it reads, as its card inventory), the solver tainting owner-back spot
+    devices."""
+    services = {name: (module, env) for name, module, env in node_services(cluster, _plain(node))}
+    d = node.dir
+    services.pop("deviceplugin")
+    services["solver"][1].update(env_of(solver.SolverSettings, solver.PREFIX, dra_taints=True))
+    services["dra-driver"] = ("gpushare_dra_driver", env_of(
+        dra_driver.DraSettings, dra_driver.PREFIX, registry_dir=str(d / "plugins_registry"),
+        plugin_dir=str(d / "plugins" / "gpushare.k8s.io"), cdi_dir=str(d / "cdi"),
+        device_plugin_dir=str(d / "device-plugins"), runtime_config=str(d / "runtime.json"), host_root=str(d),
+        device_root=str(d), isolation_dir=str(d / "isolation"),
+        card_memory_mib={VENDOR_RESOURCE: str(node.endpoints["gpu_memory_mib"])}))  # fmt: skip
+    return [(name, module, env) for name, (module, env) in services.items()]
+
+
+def _plain(node: Node) -> Node:
+    from dataclasses import replace
+
+    return replace(node, dra=False)
+
+
 def shadow_controller(cluster: Cluster) -> dict[str, str]:
     s = cluster.settings.services
     return env_of(shadow.ShadowSettings, shadow.PREFIX, idle_timeout_s=s.idle_timeout_s,
                   resync_s=s.shadow_resync_s, lease_duration_s=3, renew_every_s=1, identity="sim-run",
                   isolation_profiles={r: vendor.PROFILE for r in s.capped_resources})
+
+
+def console(cluster: Cluster) -> dict[str, str]:
+    """The console's settings: the stream read every 0.1 s, lost watches seen within 3 s."""
+    return env_of(console_settings.ConsoleSettings, console_settings.PREFIX, poll_s=0.1, heartbeat_s=1.0)

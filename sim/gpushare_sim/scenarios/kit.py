@@ -237,21 +237,26 @@ async def recording(s: Scenario) -> AsyncIterator[Scenario]:
     """Collect eviction records and owner-back events into ``s`` from the event stream (what the
     stream stored, so a NATS restart loses nothing of it); empty the namespace after."""
     start = await retry(s.bus.last_seq, (Transient,), "read the event stream", deadline_s=30)
-    follower = asyncio.ensure_future(_follow(s, start))
+    stop = asyncio.Event()
+    follower = asyncio.ensure_future(_follow(s, start, stop))
     try:
         yield s
     finally:
+        # the event as well as the cancellation: a cancellation can be lost inside a read (on
+        # Python 3.11 asyncio.wait_for returns the reply that came in the same turn, as nats-py's
+        # request waits with it), and the follower would then read on forever
+        stop.set()
         follower.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await follower
         await clean_namespace(s)
 
 
-async def _follow(s: Scenario, after: int, every_s: float = 0.05) -> None:
+async def _follow(s: Scenario, after: int, stop: asyncio.Event, every_s: float = 0.05) -> None:
     records = f"{s.bus.subjects.prefix}.*.eviction"
     backs = f"{s.bus.subjects.prefix}.*.event.ownerback"
     cursors = {records: after, backs: after}
-    while True:
+    while not stop.is_set():
         for subject, seq in cursors.items():
             try:
                 found = await s.bus.read_after(subject, seq)

@@ -148,3 +148,10 @@ readinessProbe:
 {{- define "gpushare.fileBlock" -}}
 {{ regexReplaceAll "(?m)^(.+)$" ((index . 0).Files.Get (index . 1)) "    ${1}" }}
 {{- end -}}
+
+{{/* A map as a key=value,... setting (keys sorted). */}}
+{{- define "gpushare.pairs" -}}
+{{- $pairs := list -}}
+{{- range $key, $value := . }}{{ $pairs = append $pairs (printf "%s=%v" $key $value) }}{{ end -}}
+{{ join "," $pairs }}
+{{- end -}}

@@ -19,7 +19,7 @@ import contextlib
 import functools
 import threading
 import urllib.parse
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -112,6 +112,17 @@ def _pods_path(namespace: str | None, name: str = "", sub: str = "") -> str:
 def _leases_path(namespace: str, name: str = "") -> str:
     base = f"/apis/coordination.k8s.io/v1/namespaces/{_q(namespace)}/leases"
     return base + (f"/{_q(name)}" if name else "")
+
+
+RESOURCE_API = "/apis/resource.k8s.io/v1"
+TAINT_API = "/apis/resource.k8s.io/v1alpha3"  # DeviceTaintRule
+
+
+def resource_path(plural: str, namespace: str = "", name: str = "", sub: str = "",
+                  api: str = RESOURCE_API) -> str:
+    """``/apis/resource.k8s.io/v1[/namespaces/<ns>]/<plural>[/<name>[/<sub>]]``."""
+    base = f"{api}/namespaces/{_q(namespace)}/{plural}" if namespace else f"{api}/{plural}"
+    return base + (f"/{_q(name)}" if name else "") + (f"/{sub}" if sub else "")
 
 
 def _q(segment: str) -> str:
@@ -238,6 +249,42 @@ class Kube:
         doc = await self._rest("review a token", "POST", "/apis/authentication.k8s.io/v1/tokenreviews", body)
         return dict((doc or {}).get("status") or {})
 
+    # --- resource.k8s.io: claims, slices, device taint rules -------------------------------
+
+    async def _list_objects(self, path: str, field_selector: str = "", label_selector: str = ""
+                            ) -> tuple[list[Obj], str]:
+        doc = await self._rest(f"list {path}", "GET", path, field_selector=field_selector,
+                               label_selector=label_selector)
+        return list(doc.get("items") or []), str(doc["metadata"].get("resourceVersion", ""))
+
+    async def _delete_object(self, path: str) -> None:
+        await self._rest(f"delete {path}", "DELETE", path, {"kind": "DeleteOptions", "apiVersion": "v1"})
+
+    async def get_resource_claim(self, namespace: str, name: str) -> Obj:
+        path = resource_path("resourceclaims", namespace, name)
+        return await self._rest(f"get {path}", "GET", path)  # type: ignore[no-any-return]
+
+    async def list_resource_slices(self, field_selector: str = "") -> list[Obj]:
+        items, _ = await self._list_objects(resource_path("resourceslices"), field_selector)
+        return items
+
+    async def create_resource_slice(self, body: Obj) -> Obj:
+        return await self._rest("create ResourceSlice", "POST", resource_path("resourceslices"), body)  # type: ignore[no-any-return]
+
+    async def replace_resource_slice(self, name: str, body: Obj) -> Obj:
+        return await self._rest(f"replace ResourceSlice {name}", "PUT",  # type: ignore[no-any-return]
+                                resource_path("resourceslices", name=name), body)
+
+    async def delete_resource_slice(self, name: str) -> None:
+        await self._delete_object(resource_path("resourceslices", name=name))
+
+    async def create_device_taint_rule(self, body: Obj) -> Obj:
+        return await self._rest("create DeviceTaintRule", "POST",  # type: ignore[no-any-return]
+                                resource_path("devicetaintrules", api=TAINT_API), body)
+
+    async def delete_device_taint_rule(self, name: str) -> None:
+        await self._delete_object(resource_path("devicetaintrules", name=name, api=TAINT_API))
+
     # --- watch ------------------------------------------------------------------
 
     async def watch_pods(
@@ -249,25 +296,35 @@ class Kube:
         resource_version: str = "",
     ) -> AsyncIterator[PodChange]:
         """List then watch until ``stop`` (or resume from ``resource_version``); see the module doc."""
+        async def listing() -> tuple[list[Obj], str]:
+            return await self.list_pods(namespace, field_selector, label_selector)
+
+        async for change in self._watch(stop, "pods", _pods_path(namespace), listing, field_selector,
+                                        label_selector, resource_version):  # fmt: skip
+            yield change
+
+    async def _watch(self, stop: asyncio.Event, what: str, path: str,
+                     listing: Callable[[], Awaitable[tuple[list[Obj], str]]], field_selector: str = "",
+                     label_selector: str = "", resource_version: str = "") -> AsyncIterator[PodChange]:  # fmt: skip
         backoff = Backoff(0.2, 10.0, jitter=0.0)
         version = resource_version
         while not stop.is_set():
             try:
                 if not version:
-                    pods, version = await self.list_pods(namespace, field_selector, label_selector)
-                    yield PodChange("SYNC", pods=pods)
-                changes = self._stream(stop, namespace, field_selector, label_selector, version)
+                    items, version = await listing()
+                    yield PodChange("SYNC", pods=items)
+                changes = self._stream(stop, path, what, field_selector, label_selector, version)
                 async for kind, obj in changes:
                     version = str(obj.get("metadata", {}).get("resourceVersion") or version)
                     if kind in ("ADDED", "MODIFIED", "DELETED"):
                         yield PodChange(kind, pod=obj)
                 backoff.reset()
             except Gone:
-                log.info("watch expired, re-listing", namespace=namespace or "*", selector=field_selector)
+                log.info("watch expired, re-listing", what=what, path=path, selector=field_selector)
                 version = ""
             except KubeError as err:
                 delay = backoff.next()
-                log.warning("watch failed, backing off", error=str(err), retry_in_s=delay)
+                log.warning("watch failed, backing off", what=what, error=str(err), retry_in_s=delay)
                 await wait_for_stop(stop, delay)
 
     async def watch_pod_sets(
@@ -285,8 +342,22 @@ class Kube:
                 pods[_obj_key(change.pod)] = change.pod
             yield list(pods.values())
 
+    # --- nodes (list and watch) --------------------------------------------------
+
+    async def list_nodes(self, label_selector: str = "") -> tuple[list[Obj], str]:
+        doc = await self._rest("list nodes", "GET", "/api/v1/nodes", label_selector=label_selector)
+        return list(doc.get("items") or []), str(doc["metadata"].get("resourceVersion", ""))
+
+    async def watch_nodes(self, stop: asyncio.Event, label_selector: str = "") -> AsyncIterator[PodChange]:
+        """The nodes as :meth:`watch_pods` gives pods: a ``SYNC`` (in ``pods``), then each change."""
+        async def listing() -> tuple[list[Obj], str]:
+            return await self.list_nodes(label_selector)
+
+        async for change in self._watch(stop, "nodes", "/api/v1/nodes", listing, "", label_selector):
+            yield change
+
     async def _stream(
-        self, stop: asyncio.Event, namespace: str | None, field_selector: str, label_selector: str,
+        self, stop: asyncio.Event, path: str, resource: str, field_selector: str, label_selector: str,
         version: str,
     ) -> AsyncIterator[tuple[str, Obj]]:
         loop = asyncio.get_running_loop()
@@ -298,7 +369,7 @@ class Kube:
             "label_selector": label_selector, "_preload_content": False,
         }
         fn: Callable[..., Any] = self._request
-        args: tuple[Any, ...] = ("GET", _pods_path(namespace))
+        args: tuple[Any, ...] = ("GET", path)
 
         def reader() -> None:
             try:
@@ -324,7 +395,7 @@ class Kube:
                 if what == "end":
                     return
                 if what == "error":
-                    raise _translate(payload, "watch pods")
+                    raise _translate(payload, f"watch {resource}")
                 event = msgspec.json.decode(payload)
                 if event.get("type") == "ERROR":
                     status = event.get("object", {})

@@ -5,12 +5,14 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 
 from .connection import Bus as _Connection
 from .connection import Handler, RawHandler, Responder, Subscription
 from .errors import BusError, NotFound, Permanent, Transient
 from .jetstream import AckPolicy, StreamMessage, consume, ensure_layout, last_seq, read_after, wait_for_stream
 from .kv import Store, escape_key, unescape_key
+from .watch import KeyChanges, watch_bucket
 
 
 class Bus(_Connection):
@@ -44,6 +46,11 @@ class Bus(_Connection):
 
     async def read_after(self, subject: str, after_seq: int, limit: int = 1000) -> list[StreamMessage]:
         return await read_after(self, subject, after_seq, limit)
+
+    def watch_bucket(self, bucket: str, keys: str, stop: asyncio.Event,
+                     heartbeat_s: float = 2.0) -> AsyncIterator[KeyChanges]:  # fmt: skip
+        """Every key of ``bucket`` matching ``keys``, then each change (:mod:`.watch`)."""
+        return watch_bucket(self, bucket, keys, stop, heartbeat_s)
 
 
 __all__ = ["AckPolicy", "Bus", "BusError", "Handler", "NotFound", "Permanent", "RawHandler", "Responder", "Store",

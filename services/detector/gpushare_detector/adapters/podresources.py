@@ -8,6 +8,7 @@ Errors are :class:`PodResourcesError`; no gRPC exception escapes.
 from __future__ import annotations
 
 import grpc
+from gpushare_common import dra
 from gpushare_common.adapters.kubeletapi import podresources_v1_pb2 as pr  # type: ignore[attr-defined]
 from gpushare_common.adapters.kubeletapi import podresources_v1_pb2_grpc as pr_grpc  # type: ignore[attr-defined]
 
@@ -32,6 +33,10 @@ def _pod_devices(pod: pr.PodResources) -> dict[str, ContainerDevices]:
         for group in container.devices:
             merged = devices.get(group.resource_name, ()) + tuple(group.device_ids)
             devices[group.resource_name] = tuple(sorted(set(merged)))
+        cdi = [c.name for d in container.dynamic_resources for r in d.claim_resources for c in r.cdi_devices
+               if dra.is_ours(c.name)]
+        if cdi:  # claims of gpushare's DRA driver, read back by the handlers
+            devices[dra.CDI_KIND] = tuple(sorted(set(cdi)))
         containers[container.name] = devices
     return containers
 

@@ -57,10 +57,20 @@ class PluginHandlers(Protocol):
 
     def watch_opened(self, delta: int) -> None: ...
 
+    def numa_of(self, device_id: str) -> int | None: ...
 
-def list_response(board: DeviceBoard) -> pb.ListAndWatchResponse:
+
+def _device(device_id: str, health: str, numa: int | None) -> pb.Device:
+    if numa is None:
+        return pb.Device(ID=device_id, health=health)
+    return pb.Device(ID=device_id, health=health, topology=pb.TopologyInfo(nodes=[pb.NUMANode(ID=numa)]))
+
+
+def list_response(board: DeviceBoard, numa: Callable[[str], int | None] = lambda _: None
+                  ) -> pb.ListAndWatchResponse:
+    """The full device list; a device whose NUMA node is known carries it (TopologyInfo)."""
     return pb.ListAndWatchResponse(
-        devices=[pb.Device(ID=i, health=h) for i, h in sorted(board.devices().items())]
+        devices=[_device(i, h, numa(i)) for i, h in sorted(board.devices().items())]
     )
 
 
@@ -80,7 +90,7 @@ class _Servicer(pbg.DevicePluginServicer):  # type: ignore[misc]
         try:
             while not self._closing.is_set():
                 version = board.version
-                yield list_response(board)
+                yield list_response(board, self._plugin.numa_of)
                 await board.wait_newer(version, self._plugin.resend_s)
         finally:
             self._plugin.watch_opened(-1)

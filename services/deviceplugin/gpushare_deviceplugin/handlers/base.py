@@ -94,6 +94,10 @@ class PluginLogic:
         """Default preference: must-include first, then IDs in sorted order."""
         return [*request.must_include, *candidates[: request.size - len(request.must_include)]]
 
+    def numa_of(self, device_id: str) -> int | None:
+        """The device's NUMA node for the kubelet's TopologyInfo (None: no affinity known)."""
+        return None
+
     def status(self) -> dict[str, Any]:
         healthy, unhealthy = self.board.counts()
         return {"kind": self.kind, "healthy": healthy, "unhealthy": unhealthy}

@@ -6,10 +6,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpushare_common import ids
+from gpushare_common.topology import CardTopology
 
 from ..devices import HEALTHY, UNHEALTHY, Health
 from ..errors import invalid, not_found
 from .base import Annotations, PluginLogic, PreferredRequest, Signer
+from .topology import prefer_together
 
 
 class SpotLogic(PluginLogic):
@@ -27,6 +29,7 @@ class SpotLogic(PluginLogic):
         self._signer = signer
         self.cards: dict[str, tuple[str, Health]] = {}  # real id -> (vendor resource, health)
         self.borrowers: dict[str, frozenset[str]] = {}  # borrower pod -> spot device IDs
+        self.topology: dict[str, CardTopology] = {}  # real id -> where the card sits
 
     def set_vendor_cards(self, vendor: str, cards: Mapping[str, Health] | None) -> None:
         """The vendor plugin's full list; ``None`` when its plugin is absent."""
@@ -40,6 +43,19 @@ class SpotLogic(PluginLogic):
                 continue
             self.cards[real_id] = (vendor, HEALTHY if health == HEALTHY else UNHEALTHY)
         self.refresh()
+
+    def set_topology(self, real_id: str, topology: CardTopology) -> None:
+        self.topology[real_id] = topology
+
+    def numa_of(self, device_id: str) -> int | None:
+        real = device_id.removeprefix(ids.SPOT_PREFIX)
+        return self.topology[real].numa_node if real in self.topology else None
+
+    def _group(self, device_id: str) -> str:
+        where = self.topology.get(device_id.removeprefix(ids.SPOT_PREFIX))
+        if where is None:
+            return ""
+        return where.pcie_root or ("" if where.numa_node is None else f"numa{where.numa_node}")
 
     def set_borrowed(self, borrower: str, devices: tuple[str, ...]) -> None:
         if devices:
@@ -73,18 +89,20 @@ class SpotLogic(PluginLogic):
         return self._signer.annotations(ids.KIND_IDS, ids.format_devices_ids(per_vendor))
 
     def _choose(self, candidates: list[str], request: PreferredRequest) -> list[str]:
-        """Idle cards nobody borrows first, then cards already lent, then the rest."""
+        """Cards under one PCIe root (else NUMA node) first when several are asked for, then
+        idle cards nobody borrows, then cards already lent, then the rest."""
         for device_id in candidates:
             self._check_format(device_id)
         borrowed = self.borrowed()
 
-        def rank(device_id: str) -> tuple[int, str]:
+        def rank(device_id: str) -> int:
             if self.board.health(device_id) != HEALTHY:
-                return 2, device_id
-            return (1 if device_id in borrowed else 0), device_id
+                return 2
+            return 1 if device_id in borrowed else 0
 
-        ordered = sorted(candidates, key=rank)
-        return [*request.must_include, *ordered[: request.size - len(request.must_include)]]
+        need = request.size - len(request.must_include)
+        chosen = prefer_together(candidates, need, self._group, rank, request.must_include)
+        return [*request.must_include, *chosen]
 
     def _check_format(self, device_id: str) -> None:
         try:

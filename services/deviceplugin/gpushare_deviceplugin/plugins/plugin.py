@@ -88,6 +88,9 @@ class DevicePlugin:
     def devices(self) -> dict[str, str]:
         return dict(self.board.devices())
 
+    def numa_of(self, device_id: str) -> int | None:
+        return self.logic.numa_of(device_id)
+
     # --- lifecycle ------------------------------------------------------------
 
     async def start(self, kubelet_socket: str | None = None) -> None:

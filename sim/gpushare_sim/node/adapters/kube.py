@@ -14,8 +14,10 @@ import urllib.parse
 from collections.abc import AsyncIterator
 from typing import Any
 
-from gpushare_common.adapters.kube import Conflict, Kube, KubeError, NotFound, load_api_client
+from gpushare_common.adapters.kube import TAINT_API, Conflict, Kube, KubeError, NotFound, load_api_client, resource_path
 from gpushare_common.settings import KubeSettings
+
+from gpushare_sim.dra.scheduling import DraObjects
 
 __all__ = ["Conflict", "KubeError", "NotFound", "SimKube"]
 
@@ -68,14 +70,53 @@ class SimKube(Kube):
         pods, _ = await self.list_pods(field_selector=f"spec.nodeName={node}")
         return [p for p in pods if (p.get("spec") or {}).get("nodeName") == node]
 
-    async def list_nodes(self) -> list[Obj]:
-        doc = await self._call("list nodes", self.core.list_node)
-        return list((doc or {}).get("items") or [])
-
     async def watch_node_pods(self, node: str, stop: asyncio.Event) -> AsyncIterator[list[Obj]]:
         """The full set of pods bound to ``node``, again after every change (list + watch)."""
         async for pods in self.watch_pod_sets(stop, field_selector=f"spec.nodeName={node}"):
             yield [p for p in pods if (p.get("spec") or {}).get("nodeName") == node]
+
+    # --- any object (the sim's controllers and the scenarios; the services use typed calls) ---
+
+    async def list_objects(self, path: str, field_selector: str = "", label_selector: str = ""
+                           ) -> tuple[list[Obj], str]:
+        return await self._list_objects(path, field_selector, label_selector)
+
+    async def get_object(self, path: str) -> Obj:
+        return await self._rest(f"get {path}", "GET", path)  # type: ignore[no-any-return]
+
+    async def create_object(self, path: str, body: Obj) -> Obj:
+        return await self._rest(f"create in {path}", "POST", path, body)  # type: ignore[no-any-return]
+
+    async def patch_object(self, path: str, patch: Obj) -> Obj:
+        return await self._rest(f"patch {path}", "PATCH", path, patch, MERGE)  # type: ignore[no-any-return]
+
+    async def delete_object(self, path: str) -> None:
+        await self._delete_object(path)
+
+    # --- Dynamic Resource Allocation: the scheduler's and the kubelet's calls ------------
+
+    async def list_dra(self) -> DraObjects:
+        """Every claim, template, class, slice and taint rule (one pass of the scheduler)."""
+        found = {plural: (await self.list_objects(resource_path(plural)))[0] for plural in
+                 ("resourceclaims", "resourceclaimtemplates", "deviceclasses", "resourceslices")}
+        try:
+            rules, _ = await self.list_objects(resource_path("devicetaintrules", api=TAINT_API))
+        except NotFound:
+            rules = []
+        return DraObjects(claims=found["resourceclaims"], templates=found["resourceclaimtemplates"],
+                          classes=found["deviceclasses"], slices=found["resourceslices"], rules=rules)
+
+    async def create_claim(self, namespace: str, body: Obj) -> Obj:
+        return await self.create_object(resource_path("resourceclaims", namespace), body)
+
+    async def patch_claim_status(self, namespace: str, name: str, status: Obj) -> None:
+        await self.patch_object(resource_path("resourceclaims", namespace, name, "status"), {"status": status})
+
+    async def delete_claim(self, namespace: str, name: str) -> None:
+        try:
+            await self.delete_object(resource_path("resourceclaims", namespace, name))
+        except NotFound:
+            pass
 
     # --- the scheduler's write -----------------------------------------------------
 

@@ -1,23 +1,49 @@
-"""Client of a vendor device plugin (e.g. nvidia.com/gpu): its own ListAndWatch stream."""
+"""Client of a vendor device plugin (e.g. ``nvidia.com/gpu``): its own ListAndWatch stream.
+
+The vendor's plugin knows the node's real cards, their health and, where it fills the
+kubelet's ``TopologyInfo``, their NUMA nodes. gpushare's spot plugin and DRA driver read it
+as a client on its unix socket, the way the kubelet does. No gRPC exception escapes.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import os
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
-from gpushare_common.adapters.kubeletapi import deviceplugin_v1beta1_pb2 as pb
-from gpushare_common.adapters.kubeletapi import deviceplugin_v1beta1_pb2_grpc as _pbg
-from gpushare_common.logging import get_logger
-from gpushare_common.retry import Backoff, wait_for_stop
 
-from ..devices import HEALTHY, UNHEALTHY, Health
+from ..logging import get_logger
+from ..retry import Backoff, wait_for_stop
+from .kubeletapi import deviceplugin_v1beta1_pb2 as pb
+from .kubeletapi import deviceplugin_v1beta1_pb2_grpc as _pbg
 
 pbg: Any = _pbg  # generated stubs carry no types
-log = get_logger("deviceplugin.vendor")
-VendorCards = dict[str, Health] | None  # None: the vendor plugin is absent
+log = get_logger("vendorplugin")
+HEALTHY = "Healthy"
+
+
+@dataclass(frozen=True, slots=True)
+class VendorCard:
+    """One card as the vendor's plugin lists it."""
+
+    id: str
+    healthy: bool
+    numa_nodes: tuple[int, ...] = ()
+
+
+VendorCards = dict[str, VendorCard] | None  # None: the vendor plugin is absent
+
+
+def cards_of(response: Any) -> dict[str, VendorCard]:
+    """A ListAndWatch response as cards by ID."""
+    return {
+        d.ID: VendorCard(d.ID, d.health == HEALTHY,
+                         tuple(sorted(n.ID for n in d.topology.nodes)) if d.HasField("topology") else ())
+        for d in response.devices
+    }
 
 
 async def watch_vendor(resource: str, socket_path: str, stop: asyncio.Event,
@@ -45,7 +71,7 @@ async def watch_vendor(resource: str, socket_path: str, stop: asyncio.Event,
         await wait_for_stop(stop, backoff.next())
 
 
-async def _stream(socket_path: str, stop: asyncio.Event) -> AsyncIterator[dict[str, Health]]:
+async def _stream(socket_path: str, stop: asyncio.Event) -> AsyncIterator[dict[str, VendorCard]]:
     try:
         async with grpc.aio.insecure_channel(f"unix://{socket_path}") as channel:
             call = pbg.DevicePluginStub(channel).ListAndWatch(pb.Empty())
@@ -53,8 +79,7 @@ async def _stream(socket_path: str, stop: asyncio.Event) -> AsyncIterator[dict[s
             stopper.add_done_callback(lambda _: call.cancel())
             try:
                 async for response in call:
-                    yield {d.ID: HEALTHY if d.health == HEALTHY else UNHEALTHY
-                           for d in response.devices}
+                    yield cards_of(response)
             finally:
                 stopper.cancel()
     except grpc.aio.AioRpcError as err:
@@ -62,4 +87,3 @@ async def _stream(socket_path: str, stop: asyncio.Event) -> AsyncIterator[dict[s
     except asyncio.CancelledError:
         if not stop.is_set():
             raise
-

@@ -1,0 +1,1 @@
+"""gpushare console: the cluster view in the browser (fleet, nodes, evictions), read-only."""

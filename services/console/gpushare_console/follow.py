@@ -1,0 +1,100 @@
+"""The console's followers: each keeps one part of :class:`~.state.ClusterState` current.
+
+- the Kubernetes API: pods and nodes, list + watch (the adapter resumes and re-lists);
+- the solver's bucket and the health bucket: key-value watches (every key, then each change);
+- the event stream: eviction records and owner-back events by direct gets from the start of
+  what the stream holds, then every ``poll_s`` (the newest ``keep`` are kept);
+- SpareCapacity events (a core subscription) for the size of one vcpu/vmem device.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from gpushare_common.adapters.kube import Kube
+from gpushare_common.bus import Bus, BusError
+from gpushare_common.events import AnyEvent, EventDecodeError, EvictionRecord, OwnerBackEvent, SpareCapacity
+from gpushare_common.http import Health
+from gpushare_common.logging import get_logger
+from gpushare_common.retry import wait_for_stop
+
+from .metrics import ConsoleMetrics
+from .settings import ConsoleSettings
+from .state import ClusterState
+
+log = get_logger("console.follow")
+_BATCH = 500
+
+
+class Followers:
+    def __init__(self, state: ClusterState, settings: ConsoleSettings, health: Health,
+                 metrics: ConsoleMetrics) -> None:  # fmt: skip
+        self.state = state
+        self.settings = settings
+        self.health = health
+        self.metrics = metrics
+        self.cursors: dict[str, int] = {}
+
+    def _ready(self) -> None:
+        synced = self.state.synced
+        self.health.set("kube", {"nodes", "pods"} <= synced, "listed" if {"nodes", "pods"} <= synced else "")
+        self.health.set("state", {"solver", "health"} <= synced, "")
+
+    async def pods(self, kube: Kube, stop: asyncio.Event) -> None:
+        async for change in kube.watch_pods(stop):
+            self.state.pods_changed(change.kind, change.pod, change.pods)
+            self.metrics.updates.labels("pods").inc()
+            self._ready()
+
+    async def nodes(self, kube: Kube, stop: asyncio.Event) -> None:
+        async for change in kube.watch_nodes(stop):
+            self.state.nodes_changed(change.kind, change.pod, change.pods)
+            self.metrics.updates.labels("nodes").inc()
+            self._ready()
+
+    async def solver(self, bus: Bus, stop: asyncio.Event) -> None:
+        async for batch in bus.watch_bucket("solver", ">", stop, self.settings.heartbeat_s):
+            self.state.solver_changed(batch)
+            self.metrics.updates.labels("solver").inc()
+            self._ready()
+
+    async def health_bucket(self, bus: Bus, stop: asyncio.Event) -> None:
+        async for batch in bus.watch_bucket("health", ">", stop, self.settings.heartbeat_s):
+            self.state.health_changed(batch)
+            self.metrics.updates.labels("health").inc()
+            self._ready()
+
+    async def stream(self, bus: Bus, stop: asyncio.Event) -> None:
+        """Eviction records and owner-backs, read from the start of the stream, then as they come."""
+        prefix = bus.subjects.prefix
+        self.cursors = dict.fromkeys((f"{prefix}.*.eviction", f"{prefix}.*.event.ownerback"), 0)
+        while not stop.is_set():
+            try:
+                fresh = [await self._read(bus, subject) for subject in self.cursors]
+            except BusError as err:
+                self.metrics.stream_errors.inc()
+                log.info("event stream unreadable for now", error=str(err))
+                await wait_for_stop(stop, 1.0)
+                continue
+            if any(fresh):
+                self.state.changes.bump()
+            if max(fresh) < _BATCH:
+                await wait_for_stop(stop, self.settings.poll_s)
+
+    async def _read(self, bus: Bus, subject: str) -> int:
+        found = await bus.read_after(subject, self.cursors[subject], _BATCH)
+        for message in found:
+            self.cursors[subject] = message.seq
+            with contextlib.suppress(EventDecodeError):
+                event = message.event()
+                if isinstance(event, OwnerBackEvent | EvictionRecord):
+                    self.state.timeline.add(event)
+                    self.metrics.updates.labels("stream").inc()
+                    continue
+            self.metrics.skipped.labels("stream").inc()
+        return len(found)
+
+    async def capacity(self, event: AnyEvent) -> None:
+        if isinstance(event, SpareCapacity):
+            self.state.capacity_seen(event)

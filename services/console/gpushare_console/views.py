@@ -1,0 +1,111 @@
+"""The JSON behind each page, built from :class:`~.state.ClusterState` (pure functions).
+
+- fleet: every node with its cards (held / shared by N / lent / idle / unhealthy) at a glance;
+- node: each card with its holder, ShadowPod and SharePods, borrower; the node's pods; the
+  spare CPU and memory sold again (``gpushare/vcpu``, ``gpushare/vmem``);
+- evictions: the timeline (:mod:`.timeline`).
+
+A card the node reports as not allocatable (vendor capacity above allocatable) that no state
+names is shown as an unnamed unhealthy card.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from gpushare_common.cardmap import CARD_STATES, CardUse
+from gpushare_common.pods import Pod
+
+from .settings import ConsoleSettings
+from .state import ClusterState, NodeInfo, SolverView
+
+Obj = dict[str, Any]
+
+
+def _count(value: str) -> int:
+    try:
+        return max(0, int(value))
+    except ValueError:
+        return 0
+
+
+def _cards(state: ClusterState, settings: ConsoleSettings, name: str) -> list[CardUse]:
+    cards = state.solver.get(name, SolverView()).cards()
+    info = state.nodes.get(name)
+    if info is None:
+        return cards
+    missing = sum(_count(info.capacity.get(r, "0")) - _count(info.allocatable.get(r, "0"))
+                  for r in settings.vendor_resources)  # fmt: skip
+    missing -= sum(1 for c in cards if c.state == "unhealthy")
+    return cards + [CardUse(card="", state="unhealthy") for _ in range(max(0, missing))]
+
+
+def card_cell(card: CardUse) -> Obj:
+    label = {"shared": f"shared by {len(card.sharers)}", "lent": "lent"}.get(card.state, card.state)
+    return {"card": card.card, "state": card.state, "label": label, "holder": card.holder,
+            "holder_kind": card.holder_kind, "sharers": list(card.sharers), "share_devices": card.share_devices,
+            "borrower": card.borrower, "spot_health": card.spot_health}  # fmt: skip
+
+
+def spare(state: ClusterState, settings: ConsoleSettings, info: NodeInfo | None, name: str) -> Obj:
+    """Spare CPU (millicores) and memory (bytes) the node sells again, from its allocatable devices."""
+    domain = settings.domain
+    vcpu = _count(info.allocatable.get(f"{domain}/vcpu", "0")) if info else 0
+    vmem = _count(info.allocatable.get(f"{domain}/vmem", "0")) if info else 0
+    cpu_unit = state.units.get((name, "vcpu"), settings.vcpu_millicores)
+    mem_unit = state.units.get((name, "vmem"), settings.vmem_bytes)
+    return {"vcpu_devices": vcpu, "vcpu_millicores": vcpu * cpu_unit,
+            "vmem_devices": vmem, "vmem_bytes": vmem * mem_unit}  # fmt: skip
+
+
+def node_names(state: ClusterState) -> list[str]:
+    return sorted(set(state.nodes) | {n for n, v in state.solver.items() if v.owners or v.facts.inventory})
+
+
+def fleet(state: ClusterState, settings: ConsoleSettings) -> Obj:
+    nodes, totals = [], Counter[str]()
+    for name in node_names(state):
+        info = state.nodes.get(name)
+        cards = _cards(state, settings, name)
+        counts = Counter(c.state for c in cards)
+        totals.update(counts)
+        nodes.append({"name": name, "ready": bool(info and info.ready), "known": info is not None,
+                      "cards": [card_cell(c) for c in cards], "counts": {s: counts[s] for s in CARD_STATES},
+                      "spare": spare(state, settings, info, name)})  # fmt: skip
+    return {"version": state.changes.version, "nodes": nodes, "totals": {s: totals[s] for s in CARD_STATES},
+            "pods": len(state.pods), "synced": sorted(state.synced)}  # fmt: skip
+
+
+def pod_row(pod: Pod | None, key: str = "") -> Obj:
+    if pod is None:
+        return {"key": key, "known": False}
+    return {"key": pod.key, "known": True, "kind": str(pod.kind), "phase": pod.phase,
+            "terminating": pod.terminating, "lendable": pod.lendable,
+            "share": pod.share.resource if pod.share else "", "device_owner": pod.device_owner,
+            "containers": sorted(pod.containers), "created": pod.created}  # fmt: skip
+
+
+def card_detail(card: CardUse, pods: dict[str, Pod]) -> Obj:
+    return {**card_cell(card),
+            "holder_pod": pod_row(pods.get(card.holder), card.holder) if card.holder else None,
+            "sharer_pods": [pod_row(pods.get(p), p) for p in card.sharers],
+            "borrower_pod": pod_row(pods.get(card.borrower), card.borrower) if card.borrower else None}  # fmt: skip
+
+
+def node(state: ClusterState, settings: ConsoleSettings, name: str) -> Obj | None:
+    info = state.nodes.get(name)
+    if info is None and name not in state.solver:
+        return None
+    pods = sorted((p for p in state.pods.values() if p.node == name), key=lambda p: (str(p.kind), p.key))
+    return {
+        "version": state.changes.version, "name": name, "ready": bool(info and info.ready),
+        "unschedulable": bool(info and info.unschedulable),
+        "capacity": info.capacity if info else {}, "allocatable": info.allocatable if info else {},
+        "cards": [card_detail(c, state.pods) for c in _cards(state, settings, name)],
+        "pods": [pod_row(p) for p in pods], "spare": spare(state, settings, info, name),
+    }  # fmt: skip
+
+
+def evictions(state: ClusterState) -> Obj:
+    return {"version": state.changes.version, "entries": state.timeline.entries()}

@@ -1,0 +1,1 @@
+"""gpushare's Dynamic Resource Allocation driver (``gpushare.k8s.io``)."""

@@ -1,0 +1,299 @@
+"""Lifecycle of the DRA driver: serve the kubelet, follow the cards, publish the slice, drain.
+
+Order: the prepared-claims state is read and the CDI directory reconciled with it; the DRA
+and registration sockets serve (so the kubelet can unprepare what was prepared before a
+restart, even before anything else is up); the vendor plugins are followed and the slice
+published on every change; NATS brings the solver's desired spot health (and takes the
+node's card inventory).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import time
+from typing import Any
+
+from gpushare_common import dra, events
+from gpushare_common.adapters.vendorplugin import watch_vendor
+from gpushare_common.bus import Bus, BusError, Permanent
+from gpushare_common.http import Health, build_app, serve
+from gpushare_common.logging import get_logger
+from gpushare_common.settings import CommonSettings
+from gpushare_common.tasks import Tasks, wait_first
+from gpushare_common.topology import CardTopology, card_topology
+from gpushare_common.vendors import VendorResource
+from prometheus_client import CollectorRegistry
+
+from .adapters import kubelet
+from .adapters.files import NodeFiles
+from .claims import ClaimRef
+from .inventory import Inventory
+from .metrics import DriverMetrics
+from .prepare import ClaimSource, Node, Preparer
+from .settings import DraSettings
+from .slices import build_slice, lendable_cards
+from .state import PreparedClaim
+
+SERVICE = "dra-driver"
+KUBE_ADAPTER = f"{__package__}.adapters.kube"
+SPOT_TOKEN = "spot-gpu"
+log = get_logger(SERVICE)
+
+
+class Versioned:
+    """A version bumped on every change, and a wait for the next one."""
+
+    def __init__(self) -> None:
+        self.version = 0
+        self._changed = asyncio.Event()
+
+    def bump(self) -> None:
+        self.version += 1
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    async def wait_newer(self, version: int, within_s: float) -> None:
+        if self.version == version:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), within_s)
+
+
+class Service:
+    """The driver of one node (the ``kubelet.Driver`` the gRPC servicers call)."""
+
+    def __init__(self, common: CommonSettings, settings: DraSettings, vendors: dict[str, VendorResource],
+                 registry: CollectorRegistry | None = None) -> None:
+        self.common, self.settings, self.vendors = common, settings, vendors
+        self.node = self.pool = common.node.require()
+        self.name, self.endpoint = settings.driver, settings.dra_socket
+        self.registry = registry or CollectorRegistry()
+        self.metrics = DriverMetrics(self.registry)
+        self.health = Health("kubelet", "slice", "nats")
+        self.bus = Bus(common.nats, SERVICE, self.registry, self.node)
+        self.bus.on_state.append(lambda up: self.health.set("nats", up, "" if up else "disconnected"))
+        self.stopping = asyncio.Event()
+        self.tasks = Tasks(SERVICE, self.stopping)
+        self.files = NodeFiles(settings.cdi_dir, settings.state_file)
+        self.inventory = Inventory(self.node, self._topology, settings.card_memory(), settings.card_model,
+                                   settings.driver)
+        self.spot_health: dict[str, str] = {}
+        self._health_ts = 0.0
+        self.cards_changed, self.board = asyncio.Event(), Versioned()
+        self.claims: ClaimSource | None = None
+        self.slices: Any = None
+        self.generation = 0
+        self.published: dict[str, Any] | None = None
+        self.registered = ""
+        self.preparer = Preparer(
+            Node(settings.driver, self.pool, settings.shares, vendors, settings.device_root,
+                 settings.host_root, settings.isolation_dir, self.inventory.devices),
+            self, self.files, self.files.load_state())
+        self.sockets = [kubelet.dra_server(settings.dra_socket, self, self.stopping, settings.resync_s),
+                        kubelet.registration_server(settings.registration_socket, self)]
+
+    def _topology(self, vendor: str, card: str) -> CardTopology:
+        entry = self.vendors.get(vendor)
+        return card_topology(entry, card, self.settings.host_root) if entry else CardTopology()
+
+    # --- the kubelet (kubelet.Driver) -------------------------------------------------
+
+    async def get_claim(self, namespace: str, name: str) -> dict[str, Any]:
+        assert self.claims is not None, "claims are read only once the API client is up"
+        return await self.claims.get_claim(namespace, name)
+
+    async def prepare(self, refs: list[ClaimRef]) -> dict[str, PreparedClaim | str]:
+        started, shared = time.perf_counter(), self.shared_cards()
+        results = await self.preparer.prepare(refs)
+        self.metrics.observe("prepare", results.values(), time.perf_counter() - started)
+        if self.shared_cards() != shared:
+            self.cards_changed.set()
+        return results
+
+    async def unprepare(self, refs: list[ClaimRef]) -> dict[str, str]:
+        started, shared = time.perf_counter(), self.shared_cards()
+        results = await self.preparer.unprepare(refs)
+        self.metrics.observe("unprepare", results.values(), time.perf_counter() - started)
+        if self.shared_cards() != shared:
+            self.cards_changed.set()
+        return results
+
+    def shared_cards(self) -> set[str]:
+        """Cards with shares prepared here: not lent to spot claims while they are shared."""
+        return {card for claim in self.preparer.state.claims.values()
+                for card, role in zip(claim.cards, claim.roles, strict=False) if role == dra.ROLE_SHARE}
+
+    def device_health(self) -> tuple[int, list[tuple[str, str, bool]]]:
+        return self.board.version, [(self.pool, c.name, c.healthy) for c in self.inventory.cards]
+
+    async def health_changed(self, version: int, within_s: float) -> None:
+        await self.board.wait_newer(version, within_s)
+
+    def registration(self, registered: bool, error: str) -> None:
+        self.registered = "" if registered else (error or "refused")
+        log.info("kubelet registration", node=self.node, registered=registered, error=error or None)
+        self.health.set("kubelet", registered, error)
+
+    # --- start ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        leaks, rewritten = self.preparer.recover()
+        log.info("prepared claims restored", node=self.node, claims=len(self.preparer.state.claims),
+                 leaks_removed=len(leaks), specs_rewritten=len(rewritten))
+        for server in self.sockets:
+            await server.start()
+        await kubelet.dial(self.settings.registration_socket)
+        self.tasks.spawn("sockets", self._keep_sockets())
+        for vendor, socket in self.settings.vendor_sockets.items():
+            self.tasks.spawn(f"vendor {vendor}", self._follow_vendor(vendor, socket))
+        self.tasks.spawn("kubernetes", self._kube())
+        self.tasks.spawn("nats", self._nats(), critical=False)
+
+    async def _kube(self) -> None:
+        adapter: Any = await asyncio.to_thread(importlib.import_module, KUBE_ADAPTER)
+        kube = await asyncio.to_thread(adapter.connect, self.common.kube)
+        self.claims, self.slices = adapter.Claims(kube), adapter.Slices(kube, self.node, self.settings.driver)
+        await self._publish_loop(adapter.PublishError)
+
+    async def _keep_sockets(self) -> None:
+        """Serve again a socket that vanished (a kubelet that wiped its directories)."""
+        while True:
+            await asyncio.sleep(self.settings.poll_s)
+            for server in self.sockets:
+                if server.lost():
+                    log.warning("socket vanished; serving it again", node=self.node, socket=server.path)
+                    await server.start()
+
+    async def _follow_vendor(self, vendor: str, socket: str) -> None:
+        async for cards in watch_vendor(vendor, self.settings.vendor_socket(socket), self.stopping,
+                                        self.settings.backoff_min_s, self.settings.backoff_max_s):
+            if self.inventory.update(vendor, cards):
+                self.cards_changed.set()
+                self.board.bump()
+                log.info("cards changed", node=self.node, vendor=vendor,
+                         cards=",".join(c.id for c in self.inventory.cards if c.vendor == vendor))
+            await self._publish_inventory()
+
+    # --- the slice --------------------------------------------------------------------
+
+    def desired_slice(self) -> dict[str, Any]:
+        lendable = lendable_cards(self.inventory.cards, self.spot_health) - self.shared_cards() \
+            if self.settings.spot else set()
+        return build_slice(self.node, self.settings.driver, self.inventory.cards, self.settings.shares,
+                           lendable, self.generation)
+
+    async def _publish_loop(self, failure: type[Exception]) -> None:
+        delay = self.settings.backoff_min_s
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.cards_changed.wait(), self.settings.resync_s)
+            self.cards_changed.clear()
+            try:
+                await self.publish_slice(force=self.published is None)
+                delay = self.settings.backoff_min_s
+            except failure as err:
+                self.health.set("slice", False, str(err))
+                log.warning("slice not published; retrying", node=self.node, error=str(err), retry_in_s=delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.settings.backoff_max_s)
+                self.cards_changed.set()
+
+    async def publish_slice(self, force: bool = False) -> bool:
+        """Write the slice when its devices changed; True when it did."""
+        body = self.desired_slice()
+        devices = body["spec"]["devices"]
+        if not force and self.published is not None and devices == self.published:
+            return False
+        self.generation += 1
+        body["spec"]["pool"]["generation"] = self.generation
+        started = time.perf_counter()
+        await self.slices.publish(body)
+        self.published = devices
+        self.metrics.slices.inc()
+        self.metrics.publish_seconds.observe(time.perf_counter() - started)
+        self.health.set("slice", True)
+        log.info("slice published", node=self.node, generation=self.generation, devices=len(devices))
+        return True
+
+    # --- NATS: desired spot health in, inventory out -----------------------------------
+
+    async def _nats(self) -> None:
+        await self.bus.connect(self.stopping)
+        await self.bus.wait_for_stream(self.stopping)
+        await self.bus.subscribe(self.bus.subjects.health(self.node, SPOT_TOKEN), self._on_event)
+        await self._load_health()
+        await self._publish_inventory(resend=True)
+        while True:  # the bucket again after every reconnect, and every resync_s as a safety net
+            seen = self.bus.reconnects
+            deadline = time.monotonic() + self.settings.resync_s
+            while self.bus.reconnects == seen and time.monotonic() < deadline:
+                await asyncio.sleep(0.2)
+            with contextlib.suppress(BusError):
+                await self._load_health()
+                await self._publish_inventory(resend=True)
+
+    async def _load_health(self) -> None:
+        store = await self.bus.store("health", self.bus.layout.scope(self.node, "health"))
+        try:
+            saved = await store.get(SPOT_TOKEN, events.DeviceHealth)
+        except Permanent as err:
+            log.warning("undecodable desired health skipped", node=self.node, reason=err.reason)
+            return
+        if saved is not None:
+            await self._on_event(saved)
+
+    async def _on_event(self, event: events.AnyEvent) -> None:
+        if not isinstance(event, events.DeviceHealth) or event.resource != SPOT_TOKEN:
+            return
+        if event.ts < self._health_ts:
+            return
+        self._health_ts = event.ts
+        self.spot_health = dict(event.devices) if event.full else {**self.spot_health, **event.devices}
+        self.cards_changed.set()
+
+    async def _publish_inventory(self, resend: bool = False) -> None:
+        if not self.settings.publish_inventory or not self.bus.is_connected:
+            return
+        changed = self.inventory.events()
+        for event in self.inventory.current() if resend else changed:
+            try:
+                await self.bus.publish_reliably(self.bus.subjects.event(self.node, "inventory"), event,
+                                                self.stopping, deadline_s=5)
+            except BusError as err:
+                log.warning("card inventory not published", node=self.node, error=str(err))
+
+    # --- stop and views ---------------------------------------------------------------
+
+    async def stop(self) -> None:
+        self.stopping.set()
+        await self.tasks.cancel_all()
+        for server in self.sockets:
+            await server.stop()
+        await self.bus.drain()
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "node": self.node, "driver": self.settings.driver,
+            "registration": {"socket": self.settings.registration_socket,
+                             "registered": self.health.report()["components"]["kubelet"]["ready"],
+                             "error": self.registered},
+            "cards": [{"id": c.id, "device": c.name, "vendor": c.vendor, "index": c.index, "healthy": c.healthy,
+                       "pcie_root": c.topology.pcie_root, "numa_node": c.numa_node} for c in self.inventory.cards],
+            "lendable": sorted(lendable_cards(self.inventory.cards, self.spot_health)),
+            "slice_generation": self.generation,
+            "prepared": self.preparer.status(),
+            "shares_per_card": self.settings.shares, "device_classes": list(dra.DEVICE_CLASSES),
+        }
+
+
+async def run(common: CommonSettings, settings: DraSettings, vendors: dict[str, VendorResource],
+              stop: asyncio.Event) -> int:
+    service = Service(common, settings, vendors)
+    app = build_app(SERVICE, service.health, service.registry, service.status)
+    async with contextlib.AsyncExitStack() as stack:
+        stack.push_async_callback(service.stop)
+        await service.start()
+        await stack.enter_async_context(serve(app, common.http))
+        await wait_first(stop, service.tasks)
+    return 1 if service.tasks.failure is not None else 0

@@ -1,0 +1,194 @@
+"""NodePrepareResources and NodeUnprepareResources: idempotent, persisted, all or nothing.
+
+Prepare, per claim: a claim already prepared answers what it answered before (nothing is
+written twice); otherwise the claim is read from the API, its allocation checked
+(:mod:`.claims`), its CDI spec built and checked (:mod:`.cdi`), the spec file written, then
+the claim recorded in the state file; a claim that fails at any step writes nothing and gets
+its error. Unprepare removes the spec file, then the record; an unknown claim is already
+unprepared. At start, :meth:`Preparer.recover` removes spec files of this driver that no
+record names (a crash between the two writes) and rewrites recorded ones that went missing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import msgspec
+from gpushare_common import dra, isolation
+from gpushare_common.logging import get_logger
+from gpushare_common.vendors import VendorResource
+
+from . import cdi
+from .cards import Card
+from .claims import Allocated, ClaimError, ClaimRef, allocated
+from .state import PreparedClaim, PreparedDevice, PreparedState
+
+log = get_logger("dra.prepare")
+Obj = dict[str, Any]
+
+
+class ClaimSource(Protocol):
+    async def get_claim(self, namespace: str, name: str) -> Obj: ...
+
+
+class ClaimUnreadable(Exception):
+    """The claim could not be read (gone, or the API failed): the message says which."""
+
+
+class Files(Protocol):
+    def write_spec(self, name: str, doc: Obj) -> None: ...
+    def remove_spec(self, name: str) -> None: ...
+    def spec_names(self) -> list[str]: ...
+    def exists(self, path: str) -> bool: ...
+    def make_dirs(self, paths: Sequence[str]) -> None: ...
+    def save_state(self, data: bytes) -> None: ...
+
+
+class RequestError(ValueError):
+    """A malformed request (not one claim's problem): the whole call is refused."""
+
+
+@dataclass
+class Node:
+    """What prepare needs to know of the node: its pool, cards, vendor table and settings."""
+
+    driver: str
+    pool: str
+    shares: int
+    vendors: Mapping[str, VendorResource]
+    device_root: str  # prefix of device nodes' host paths in the CDI specs
+    host_root: str  # where this process sees the host's /dev
+    isolation_dir: str
+    cards: Callable[[], Mapping[str, tuple[Card, bool]]]
+
+
+def check_refs(refs: Sequence[ClaimRef]) -> None:
+    seen: set[str] = set()
+    for index, ref in enumerate(refs):
+        for field in ("namespace", "name", "uid"):
+            if not getattr(ref, field):
+                raise RequestError(f"claims[{index}].{field} is empty (required)")
+        if ref.uid in seen:
+            raise RequestError(f"claims[{index}]: claim UID {ref.uid} appears twice")
+        seen.add(ref.uid)
+
+
+class Preparer:
+    def __init__(self, node: Node, claims: ClaimSource, files: Files, state: PreparedState) -> None:
+        self.node = node
+        self.claims = claims
+        self.files = files
+        self.state = state
+        self._lock = asyncio.Lock()
+
+    # --- prepare -------------------------------------------------------------------------
+
+    async def prepare(self, refs: Sequence[ClaimRef]) -> dict[str, PreparedClaim | str]:
+        """Per claim UID: what was prepared, or why not (a string)."""
+        check_refs(refs)
+        async with self._lock:
+            return {ref.uid: await self._prepare_one(ref) for ref in refs}
+
+    async def _prepare_one(self, ref: ClaimRef) -> PreparedClaim | str:
+        known = self.state.claims.get(ref.uid)
+        if known is not None:
+            return known
+        try:
+            claim = await self.claims.get_claim(ref.namespace, ref.name)
+            devices = allocated(claim, ref, self.node.driver, self.node.pool, self.node.cards(),
+                                self.node.shares)
+            prepared = self._build(ref, devices)
+        except (ClaimUnreadable, ClaimError, cdi.CdiSpecError, isolation.IsolationError, dra.DraNameError) as err:
+            log.warning("claim not prepared", claim=ref.key, uid=ref.uid, error=str(err))
+            return str(err)
+        self._write(prepared)
+        log.info("claim prepared", claim=ref.key, uid=ref.uid,
+                 devices=",".join(d.device for d in prepared.devices))
+        return prepared
+
+    def _build(self, ref: ClaimRef, devices: list[Allocated]) -> PreparedClaim:
+        host = self.node.host_root.rstrip("/")
+        spec = cdi.claim_spec(ref.uid, devices, self.node.vendors, self.node.device_root,
+                              lambda path: self.files.exists(host + path), self._caps)
+        cdi.check_spec(spec)
+        by_device: dict[str, list[Allocated]] = {}
+        for item in devices:
+            by_device.setdefault(item.device, []).append(item)
+        prepared = tuple(
+            PreparedDevice(requests=tuple(sorted({i.request for i in items if i.request})), pool=self.node.pool,
+                           device=name,
+                           cdi_ids=(dra.cdi_device(items[0].role, ref.uid, items[0].card.id).qualified,))
+            for name, items in by_device.items())
+        return PreparedClaim(namespace=ref.namespace, name=ref.name, uid=ref.uid,
+                             file=cdi.spec_file_name(ref.uid), devices=prepared, spec=spec,
+                             roles=tuple(i.role for i in devices), cards=tuple(i.card.id for i in devices))
+
+    def _caps(self, item: Allocated) -> isolation.ShareEdits | None:
+        """A share's caps where its vendor offers them (N = capacity, k = its shares)."""
+        vendor = self.node.vendors.get(item.card.vendor)
+        if item.role != dra.ROLE_SHARE or vendor is None:
+            return None
+        profile = vendor.isolation
+        doc = isolation.NVIDIA_MPS if profile == "nvidia-mps" else profile
+        found = isolation.parse_isolation(f"vendor table {item.card.vendor}", "isolation", doc)
+        if found.soft:
+            return None
+        values: dict[str, int | str | None] = {
+            "n": self.node.shares, "k": item.shares, "card_memory_mib": item.card.memory_mib,
+            "percent": max(100 * item.shares // self.node.shares, 1),
+            "shadow_dir": f"{self.node.isolation_dir.rstrip('/')}/{self.node.pool}_{item.card.name}"}
+        edits = isolation.compute(found, values, f"share of {item.card.id}")
+        self.files.make_dirs([m["source"] for m in edits.mounts])
+        return edits
+
+    def _write(self, prepared: PreparedClaim) -> None:
+        self.files.write_spec(prepared.file, prepared.spec)
+        self.state.claims[prepared.uid] = prepared
+        self._save()
+
+    # --- unprepare -----------------------------------------------------------------------
+
+    async def unprepare(self, refs: Sequence[ClaimRef]) -> dict[str, str]:
+        """Per claim UID: "" when it is unprepared (or never was), else why not."""
+        check_refs(refs)
+        async with self._lock:
+            results = {ref.uid: self._unprepare_one(ref) for ref in refs}
+            self._save()
+            return results
+
+    def _unprepare_one(self, ref: ClaimRef) -> str:
+        known = self.state.claims.get(ref.uid)
+        if known is None:
+            return ""
+        try:
+            self.files.remove_spec(known.file)
+        except OSError as err:
+            return f"claim {ref.key}: cannot remove {known.file}: {err}"
+        del self.state.claims[ref.uid]
+        log.info("claim unprepared", claim=ref.key, uid=ref.uid)
+        return ""
+
+    # --- start ---------------------------------------------------------------------------
+
+    def recover(self) -> tuple[list[str], list[str]]:
+        """(spec files removed as leaks, spec files rewritten) after a restart."""
+        recorded = {c.file: c for c in self.state.claims.values()}
+        present = set(self.files.spec_names())
+        leaks = sorted(present - set(recorded))
+        for name in leaks:
+            self.files.remove_spec(name)
+        missing = sorted(set(recorded) - present)
+        for name in missing:
+            self.files.write_spec(name, recorded[name].spec)
+        return leaks, missing
+
+    def _save(self) -> None:
+        self.files.save_state(msgspec.json.encode(self.state))
+
+    def status(self) -> dict[str, Any]:
+        return {uid: {"claim": f"{c.namespace}/{c.name}", "devices": [d.device for d in c.devices],
+                      "roles": list(c.roles), "file": c.file}
+                for uid, c in sorted(self.state.claims.items())}

@@ -1,0 +1,159 @@
+"""The kubelet's DRA plugin side: the plugin watcher and the client of each driver.
+
+The watcher follows ``<node dir>/plugins_registry``: for every socket that appears (or is
+created again) it calls ``Registration.GetInfo``; a ``DRAPlugin`` that offers
+``v1.DRAPlugin`` on an endpoint that exists is registered under its driver name and told
+so (``NotifyRegistrationStatus``); anything else is told why not. A socket that goes away
+takes its driver with it. ``prepare``/``unprepare`` call the driver's
+``NodePrepareResources``/``NodeUnprepareResources`` over its own socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+from gpushare_common.adapters.kubeletapi import dra_v1_pb2 as pb
+from gpushare_common.adapters.kubeletapi import dra_v1_pb2_grpc as pb_grpc
+from gpushare_common.adapters.kubeletapi import pluginregistration_v1_pb2 as rpb
+from gpushare_common.adapters.kubeletapi import pluginregistration_v1_pb2_grpc as rpb_grpc
+
+from gpushare_sim.fakegpu.plugin import socket_identity
+
+log = logging.getLogger("gpushare_sim.node.dra")
+PLUGIN_TYPE = "DRAPlugin"
+SERVICE = "v1.DRAPlugin"
+RPC_TIMEOUT = 10.0
+
+
+class DraError(Exception):
+    """A driver is missing or failed a call."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimKey:
+    namespace: str
+    name: str
+    uid: str
+
+
+@dataclass
+class _Driver:
+    name: str
+    endpoint: str
+    registration: Path
+    identity: tuple[int, int] | None
+    channel: grpc.aio.Channel
+    stub: Any
+
+    async def close(self) -> None:
+        await self.channel.close()
+
+
+def check_info(info: Any) -> str:
+    """Why a plugin's GetInfo answer cannot be registered ("" when it can)."""
+    if info.type != PLUGIN_TYPE:
+        return f"plugin type {info.type!r} is not {PLUGIN_TYPE}"
+    if SERVICE not in info.supported_versions:
+        return f"supported versions {list(info.supported_versions)} do not include {SERVICE}"
+    if not info.name or "/" in info.name:
+        return f"driver name {info.name!r} is not a DNS subdomain"
+    if not info.endpoint.startswith("/") or not Path(info.endpoint).exists():
+        return f"endpoint {info.endpoint!r} is not an existing socket"
+    return ""
+
+
+class DraPlugins:
+    def __init__(self, registry_dir: Path, poll_s: float = 0.2) -> None:
+        self.registry_dir = registry_dir
+        self.poll_s = poll_s
+        self.drivers: dict[str, _Driver] = {}
+        self.refused: dict[str, str] = {}  # socket -> why
+
+    def registered(self) -> list[str]:
+        return sorted(self.drivers)
+
+    async def run(self, stop: asyncio.Event, after_scan: Callable[[], Awaitable[None]] | None = None) -> None:
+        self.registry_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            while not stop.is_set():
+                await self.scan()
+                if after_scan is not None:
+                    await after_scan()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), self.poll_s)
+        finally:
+            await self.close()
+
+    async def scan(self) -> None:
+        sockets = {p: socket_identity(p) for p in self.registry_dir.glob("*.sock") if not p.name.startswith(".")}
+        for name, driver in list(self.drivers.items()):
+            if sockets.get(driver.registration) != driver.identity:
+                log.info("DRA plugin socket gone driver=%s", name)
+                await self.drivers.pop(name).close()
+        known = {d.registration for d in self.drivers.values()}
+        for path, identity in sockets.items():
+            if path not in known and self.refused.get(str(path)) != str(identity):
+                await self.register(path, identity)
+
+    async def register(self, path: Path, identity: tuple[int, int] | None) -> None:
+        try:
+            async with grpc.aio.insecure_channel(f"unix://{path}") as channel:
+                stub = rpb_grpc.RegistrationStub(channel)
+                info = await stub.GetInfo(rpb.InfoRequest(), timeout=RPC_TIMEOUT)
+                problem = check_info(info)
+                await stub.NotifyRegistrationStatus(
+                    rpb.RegistrationStatus(plugin_registered=not problem, error=problem), timeout=RPC_TIMEOUT)
+        except grpc.RpcError as err:
+            log.warning("DRA plugin registration failed socket=%s: %s", path, err.code())
+            return
+        if problem:
+            log.warning("DRA plugin refused socket=%s: %s", path, problem)
+            self.refused[str(path)] = str(identity)
+            return
+        old = self.drivers.pop(info.name, None)
+        if old is not None:
+            await old.close()
+        channel = grpc.aio.insecure_channel(f"unix://{info.endpoint}")
+        self.drivers[info.name] = _Driver(info.name, info.endpoint, path, identity, channel,
+                                          pb_grpc.DRAPluginStub(channel))
+        log.info("DRA plugin registered driver=%s endpoint=%s", info.name, info.endpoint)
+
+    def _driver(self, name: str) -> _Driver:
+        driver = self.drivers.get(name)
+        if driver is None:
+            raise DraError(f"DRA driver {name} is not registered with this kubelet")
+        return driver
+
+    async def prepare(self, name: str, claims: list[ClaimKey]) -> dict[str, Any]:
+        """Per claim UID: the driver's NodePrepareResourceResponse."""
+        request = pb.NodePrepareResourcesRequest(
+            claims=[pb.Claim(namespace=c.namespace, name=c.name, uid=c.uid) for c in claims])
+        try:
+            reply = await self._driver(name).stub.NodePrepareResources(request, timeout=RPC_TIMEOUT)
+        except grpc.RpcError as err:
+            raise DraError(f"NodePrepareResources of {name}: {err.code().name}: {err.details()}") from None
+        missing = [c.uid for c in claims if c.uid not in reply.claims]
+        if missing:
+            raise DraError(f"NodePrepareResources of {name}: no answer for claims {missing}")
+        return dict(reply.claims)
+
+    async def unprepare(self, name: str, claims: list[ClaimKey]) -> dict[str, str]:
+        request = pb.NodeUnprepareResourcesRequest(
+            claims=[pb.Claim(namespace=c.namespace, name=c.name, uid=c.uid) for c in claims])
+        try:
+            reply = await self._driver(name).stub.NodeUnprepareResources(request, timeout=RPC_TIMEOUT)
+        except grpc.RpcError as err:
+            raise DraError(f"NodeUnprepareResources of {name}: {err.code().name}: {err.details()}") from None
+        return {uid: r.error for uid, r in reply.claims.items()}
+
+    async def close(self) -> None:
+        for driver in self.drivers.values():
+            await driver.close()
+        self.drivers.clear()

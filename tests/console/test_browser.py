@@ -1,0 +1,106 @@
+"""The console in a real headless Chromium against a running local cluster.
+
+Each page is loaded, what it shows is read from the DOM and compared with the cluster (the
+kubelet stand-in's device table, the API's pods, the eviction records on the stream), a change
+must reach an open page within 1 s, and each page is saved as a screenshot in the test's own
+directory (the path is printed; ``pytest -s`` shows it).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from gpushare_common import events
+from gpushare_sim.scenarios.kit import container, pod_body, wait_until
+from gpushare_sim.scenarios.spot import owner_back
+
+from tests.console.scene import Scene, cards_in_page, expected_cards
+
+pytestmark = [pytest.mark.slow, pytest.mark.containerd, pytest.mark.asyncio(loop_scope="module")]
+LIVE_S = 1.0
+
+
+async def _cards_match(scene: Scene, selector: str) -> list[dict[str, str]]:
+    """Wait until the page's cards equal the cluster's (the solver takes a moment); the cards."""
+    expression = cards_in_page(selector)
+    expected: list[dict[str, str]] = []
+
+    async def same() -> bool:
+        nonlocal expected
+        expected = await expected_cards(scene.s, scene.node)
+        shown = await scene.page(expression, 10, "cards")
+        return bool(shown == expected)
+
+    try:
+        await wait_until(same, 30, "the page's cards to match the cluster", scene.s.cluster, interval=0.2)
+    except TimeoutError:
+        shown = scene.browser.evaluate(expression)
+        pytest.fail(f"cards shown:\n{json.dumps(shown, indent=1)}\nexpected:\n{json.dumps(expected, indent=1)}")
+    return expected
+
+
+async def test_fleet_shows_every_card_as_the_cluster_has_it(scene: Scene, tmp_path: Path) -> None:
+    await scene.open("/", "fleet")
+    cards = await _cards_match(scene, f'.node-row[data-node="{scene.node}"] .card')
+    assert sorted(c["state"] for c in cards) == ["held", "lent", "shared", "shared", "unhealthy"]
+    counts = await scene.page("document.getElementById('totals').textContent", 5, "the totals")
+    assert "1 held · 2 shared · 1 lent · 0 idle · 1 unhealthy" in counts
+    await scene.shot(tmp_path, "fleet")
+
+
+async def test_node_page_shows_cards_sharers_borrowers_and_pods(scene: Scene, tmp_path: Path) -> None:
+    await scene.open(f"/node/{scene.node}", "node")
+    cards = await _cards_match(scene, ".card-panel")
+    listed = await scene.page("[...document.querySelectorAll('li.sharer')].map(e => e.dataset.pod).sort()", 5,
+                              "the SharePods")  # fmt: skip
+    assert listed == sorted(p for c in cards for p in c["sharers"].split(",") if p)
+    assert len(listed) == 3
+    borrower = await scene.page("document.querySelector('li.borrower')?.dataset.pod", 5, "the borrower")
+    assert borrower == f"{scene.s.namespace}/borrower"
+    pods, _ = await scene.s.kube.list_pods(field_selector=f"spec.nodeName={scene.node}")
+    on_node = sorted(f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in pods)
+    shown = await scene.page("[...document.querySelectorAll('tr.pod')].map(e => e.dataset.pod).sort()", 5, "pods")
+    assert shown == on_node
+    await scene.shot(tmp_path, "node")
+
+
+async def test_a_change_reaches_the_open_page_within_a_second(scene: Scene, tmp_path: Path) -> None:
+    await scene.open(f"/node/{scene.node}", "node")
+    await scene.page("document.getElementById('live').dataset.state === 'live'", 10, "the live stream")
+    body = pod_body("arrives-live", [container("main", ["sleep", "3600"])])
+    body["spec"]["nodeName"] = scene.node
+    started = time.monotonic()
+    await scene.s.create(body)
+    await scene.page(f"!!document.querySelector('tr.pod[data-pod=\"{scene.s.namespace}/arrives-live\"]')",
+                     5, "the new pod")  # fmt: skip
+    elapsed = time.monotonic() - started
+    print(f"pod created -> shown on the open node page: {elapsed * 1000:.0f} ms")
+    assert elapsed < LIVE_S, f"the new pod took {elapsed:.2f}s to appear (more than {LIVE_S}s)"
+    await scene.shot(tmp_path, "node-live")
+
+
+async def test_evictions_show_the_owner_back_with_its_hops(scene: Scene, tmp_path: Path) -> None:
+    await scene.open("/evictions", "evictions")
+    trial = await owner_back(scene.s, scene.report_dir, "borrower")
+    record = next(r for r in scene.s.evictions if r.pod == f"{scene.s.namespace}/borrower")
+    entry = f'article.entry[data-trigger="{record.trigger_id}"]'
+    row = await scene.page(f"(e => e && [e.dataset.reason, e.dataset.outcome])(document.querySelector("
+                           f"'{entry} tr.eviction[data-pod=\"{record.pod}\"]'))", 10, "the eviction")  # fmt: skip
+    assert row == ["owner-back", "evicted"]
+    hops = await scene.page(f"Object.fromEntries([...document.querySelectorAll('{entry} g.hop')]"
+                            ".map(g => [g.dataset.hop, Number(g.dataset.ms)]))", 5, "the hops")  # fmt: skip
+    assert hops["evicted"] - hops["handled"] == pytest.approx(record.total_ms, abs=0.01)
+    assert hops["released"] - hops["handled"] == pytest.approx(record.released_ms, abs=0.01)
+    assert hops["tasks_dead"] - hops["handled"] == pytest.approx(record.tasks_dead_ms, abs=0.01)
+    notice = _owner_back_of(scene, record.trigger_id)
+    assert notice is not None, "the eviction's trigger should be the kernel's owner-back event"
+    assert hops["notice"] == 0 and hops["published"] == pytest.approx(notice.notice_to_publish_ms, abs=0.01)
+    assert trial.owner_returned > 0
+    await scene.shot(tmp_path, "evictions")
+
+
+def _owner_back_of(scene: Scene, trigger: str) -> events.OwnerBackEvent | None:
+    return next((e for e in scene.s.owner_backs if e.id == trigger), None)

@@ -1,0 +1,50 @@
+"""The chart's console (k8s/chart/gpushare, ``console.enabled``) matches the console: every
+variable it sets is one of the console's settings, its probes are routes the console serves,
+and its RBAC grants exactly the reads the console makes (list and watch pods and nodes)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+from gpushare_common.settings import HttpSettings, KubeSettings, LogSettings, NatsSettings
+from gpushare_console.settings import ConsoleSettings
+
+from tests.deploy.chart import render
+
+TOPICS = {"GPUSHARE_CONSOLE_": ConsoleSettings, "GPUSHARE_NATS_": NatsSettings, "GPUSHARE_HTTP_": HttpSettings,
+          "GPUSHARE_LOG_": LogSettings, "GPUSHARE_KUBE_": KubeSettings}
+
+
+@pytest.fixture(scope="module")
+def console() -> dict[str, Any]:
+    docs = render({"console": {"enabled": True, "keep": 200}})
+    return {d["kind"]: d for d in docs if d["metadata"]["name"] == "gpushare-console"}
+
+
+def _variables(prefix: str) -> set[str]:
+    return {prefix + f.name.upper() for f in dataclasses.fields(TOPICS[prefix])}  # type: ignore[arg-type]
+
+
+def test_every_variable_the_chart_sets_is_a_console_setting(console: dict[str, Any]) -> None:
+    (container,) = console["Deployment"]["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    known = set().union(*(_variables(prefix) for prefix in TOPICS))
+    assert set(env) <= known, f"not settings of the console: {sorted(set(env) - known)}"
+    assert env["GPUSHARE_CONSOLE_KEEP"] == "200" and env["GPUSHARE_HTTP_PORT"] == "8080"
+    assert env["GPUSHARE_KUBE_SYSTEM_NAMESPACE"] == "gpushare-system"
+    assert env["GPUSHARE_CONSOLE_VENDOR_RESOURCES"] == "nvidia.com/gpu"
+    ConsoleSettings(keep=int(env["GPUSHARE_CONSOLE_KEEP"])).check()
+
+
+def test_probes_are_routes_the_console_serves(console: dict[str, Any]) -> None:
+    (container,) = console["Deployment"]["spec"]["template"]["spec"]["containers"]
+    paths = {container[p]["httpGet"]["path"] for p in ("livenessProbe", "readinessProbe")}
+    assert paths <= {"/healthz", "/readyz"}
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+
+
+def test_rbac_grants_only_the_reads_the_console_makes(console: dict[str, Any]) -> None:
+    (rule,) = console["ClusterRole"]["rules"]
+    assert sorted(rule["resources"]) == ["nodes", "pods"] and sorted(rule["verbs"]) == ["get", "list", "watch"]

@@ -1,0 +1,160 @@
+"""The console's state and views, fed directly (no servers): Kubernetes objects, bucket changes,
+stream events in; the fleet, node and eviction views out."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import msgspec
+import pytest
+from gpushare_common.bus.watch import KeyChange, KeyChanges
+from gpushare_common.cardmap import CardFacts
+from gpushare_common.events import DeviceHealth, EvictionRecord, OwnerBackEvent, SpareCapacity
+from gpushare_common.mapping import RESERVED, SHADOW, DeviceStatus, OwnerEntry
+from gpushare_common.pods import PodRules
+from gpushare_common.settings import SettingsError
+from gpushare_console import views
+from gpushare_console.settings import ConsoleSettings
+from gpushare_console.state import ClusterState, read_node
+from gpushare_console.timeline import Timeline
+from hypothesis import given
+from hypothesis import strategies as st
+
+SETTINGS = ConsoleSettings()
+
+
+def _node(name: str = "n1", gpus: str = "3", allocatable: str = "2", ready: str = "True") -> dict[str, Any]:
+    allocatable_ = {"nvidia.com/gpu": allocatable, "gpushare/vcpu": "4", "gpushare/vmem": "2"}
+    return {"metadata": {"name": name}, "spec": {},
+            "status": {"conditions": [{"type": "Ready", "status": ready}], "capacity": {"nvidia.com/gpu": gpus},
+                       "allocatable": allocatable_}}
+
+
+def _pod(name: str, node: str = "n1", limits: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"metadata": {"namespace": "ml", "name": name}, "spec": {"nodeName": node, "containers": [
+        {"name": "main", "resources": {"limits": limits or {"nvidia.com/gpu": "1"}}}]}, "status": {"phase": "Running"}}
+
+
+def _put(key: str, value: Any) -> KeyChange:
+    return KeyChange(key, msgspec.json.encode(value))
+
+
+def _state() -> ClusterState:
+    state = ClusterState(PodRules(), keep=10)
+    state.nodes_changed("SYNC", None, [_node()])
+    state.pods_changed("SYNC", None, [_pod("busy"), _pod("share-1", limits={"gpushare/share-gpu-2": "1"})])
+    shadow = OwnerEntry(owner="gpushare-system/s", kind=SHADOW, devices={
+        "gpushare-system/s-0": DeviceStatus(id="gpushare-system/s-0", sharing_pod="ml/share-1")})
+    state.solver_changed(KeyChanges(True, (
+        _put("n1.mapping.ml/busy", OwnerEntry(owner="ml/busy", kind=RESERVED,
+                                              devices={"GPU-0": DeviceStatus(id="GPU-0")})),
+        _put("n1.mapping.gpushare-system/s", shadow),
+        _put("n1.journal.state", CardFacts(inventory={"nvidia.com/gpu": ["GPU-0", "GPU-1"]},
+                                           shadow_cards={"gpushare-system/s": ["GPU-1"]})),
+    )))
+    state.health_changed(KeyChanges(True, (_put("n1.health.spot-gpu", DeviceHealth(
+        node="n1", resource="spot-gpu", devices={"spot-GPU-0": "Unhealthy"})),)))
+    return state
+
+
+def test_the_fleet_shows_each_card_and_an_unnamed_card_the_node_cannot_allocate() -> None:
+    doc = views.fleet(_state(), SETTINGS)
+    (node,) = doc["nodes"]
+    assert [(c["card"], c["state"], c["label"]) for c in node["cards"]] == [
+        ("GPU-0", "held", "held"), ("GPU-1", "shared", "shared by 1"), ("", "unhealthy", "unhealthy")]
+    assert node["ready"] and doc["totals"] == {"held": 1, "shared": 1, "lent": 0, "idle": 0, "unhealthy": 1}
+    assert node["spare"] == {"vcpu_devices": 4, "vcpu_millicores": 400, "vmem_devices": 2,
+                             "vmem_bytes": 2 * 256 << 20}
+
+
+def test_the_node_view_names_the_pods_of_each_card_and_the_spare_units_follow_capacity_events() -> None:
+    state = _state()
+    state.capacity_seen(SpareCapacity(node="n1", resource="vcpu", devices=4, unit=250))
+    doc = views.node(state, SETTINGS, "n1")
+    assert doc is not None
+    shared = doc["cards"][1]
+    assert shared["holder_pod"] == {"key": "gpushare-system/s", "known": False}
+    assert [p["key"] for p in shared["sharer_pods"]] == ["ml/share-1"]
+    assert shared["sharer_pods"][0]["kind"] == "share"
+    assert sorted(p["key"] for p in doc["pods"]) == ["ml/busy", "ml/share-1"]
+    assert doc["spare"]["vcpu_millicores"] == 1000
+    assert views.node(state, SETTINGS, "nowhere") is None
+
+
+def test_deletes_resets_and_bad_values_change_the_state_as_they_should() -> None:
+    state, skipped = _state(), []
+    state.on_problem = skipped.append
+    before = state.changes.version
+    state.solver_changed(KeyChanges(False, (KeyChange("n1.mapping.ml/busy", None),
+                                            KeyChange("n1.mapping.ml/bad", b"{not json"),
+                                            KeyChange("n1.mapping.=FF=FE", b"{}"),
+                                            KeyChange("nodot", b"{}"))))
+    assert "ml/busy" not in state.solver["n1"].owners and skipped == ["solver"] * 3
+    assert state.changes.version == before + 1
+    state.solver_changed(KeyChanges(True, ()))
+    assert state.solver["n1"].owners == {} and state.solver["n1"].facts == CardFacts()
+    state.pods_changed("DELETED", _pod("busy"), [])
+    state.pods_changed("ADDED", {"metadata": {"namespace": "ml"}}, [])
+    assert list(state.pods) == ["ml/share-1"] and state.problems["pods"] == 1
+    state.nodes_changed("DELETED", _node(), [])
+    assert state.nodes == {}
+
+
+def test_the_timeline_groups_records_by_their_owner_back_and_times_each_hop() -> None:
+    timeline = Timeline(keep=10)
+    back = OwnerBackEvent(node="n1", pidns=7, pid=70, kernel_ts_ns=1, pod="ml/dev", notice_to_publish_ms=0.8,
+                          ts=1000.0)
+    timeline.add(back)
+    for pod in ("ml/a", "ml/b"):
+        timeline.add(EvictionRecord(node="n1", pod=pod, reason="owner-back", owner="ml/dev", trigger_id=back.id,
+                                    ts=1000.050, total_ms=40.0, tasks_dead_ms=15.0, released_ms=16.0))
+    timeline.add(EvictionRecord(node="n1", pod="ml/c", reason="pressure", ts=2000.0, total_ms=5.0))
+    newest, first = timeline.entries()
+    assert newest["reason"] == "pressure" and newest["hops"] == []
+    assert first["trigger"] == back.id and [e["pod"] for e in first["evictions"]] == ["ml/a", "ml/b"]
+    hops = {h["hop"]: h["at_ms"] for h in first["hops"]}
+    assert hops == pytest.approx({"notice": 0.0, "published": 0.8, "handled": 10.8, "tasks_dead": 25.8,
+                                  "released": 26.8, "evicted": 50.8})
+
+
+@given(st.integers(min_value=1, max_value=5), st.integers(min_value=0, max_value=20))
+def test_the_timeline_keeps_the_newest(keep: int, count: int) -> None:
+    timeline = Timeline(keep)
+    records = [EvictionRecord(node="n", pod=f"p/{i}", reason="pressure", ts=float(i)) for i in range(count)]
+    for record in records:
+        timeline.add(record)
+    assert list(timeline.records.values()) == records[-keep:] if count else timeline.records == {}
+
+
+@given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+                    max_leaves=12))
+def test_any_node_object_reads_or_fails_with_a_value_error(doc: Any) -> None:
+    for candidate in (doc, {"metadata": {"name": "n"}, "status": doc}, {"metadata": {"name": "n"}, "spec": doc}):
+        try:
+            read_node(candidate if isinstance(candidate, dict) else {"metadata": candidate})
+        except ValueError:
+            pass
+
+
+def test_a_node_object_reads_its_readiness_and_resources() -> None:
+    node = read_node(_node(ready="False"))
+    assert not node.ready and node.capacity["nvidia.com/gpu"] == "3"
+    with pytest.raises(ValueError, match=r"metadata\.name"):
+        read_node({"metadata": {}})
+
+
+async def test_a_waiter_wakes_at_the_next_version() -> None:
+    state = ClusterState(PodRules(), keep=1)
+    waiting = asyncio.ensure_future(state.changes.wait(state.changes.version, 5))
+    await asyncio.sleep(0)
+    state.changes.bump()
+    assert await asyncio.wait_for(waiting, 1) == 1
+    assert await state.changes.wait(0, 0.01) == 1
+
+
+@pytest.mark.parametrize("field", ["KEEP", "POLL_S", "HEARTBEAT_S"])
+def test_settings_out_of_range_name_the_variable(field: str) -> None:
+    with pytest.raises(SettingsError, match=f"GPUSHARE_CONSOLE_{field}"):
+        ConsoleSettings(**{field.lower(): 0}).check()

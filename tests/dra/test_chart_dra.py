@@ -1,0 +1,83 @@
+"""The chart's dra switch: the driver's DaemonSet, its RBAC (exactly the driver's and the
+solver's DRA calls), gpushare's DeviceClasses (as gpushare_common.dra defines them), and a node
+left to either the device plugins or the driver."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+from gpushare_common import dra
+from gpushare_dra_driver.settings import DraSettings
+
+from tests.deploy.chart import render
+from tests.deploy.test_chart import env_of, find
+from tests.deploy.test_rbac import adapter_operations, compare, granted, needed_grants, package_dir
+
+ON = {"dra": {"enabled": True, "cardMemoryMiB": {"nvidia.com/gpu": 81920}}}
+
+
+@pytest.fixture(scope="module")
+def docs() -> list[dict[str, Any]]:
+    return render(ON)
+
+
+def test_device_classes_are_gpushare_common_s(docs: list[dict[str, Any]]) -> None:
+    for name in dra.DEVICE_CLASSES:
+        assert find(docs, "DeviceClass", name) == dra.device_class(name)
+
+
+@pytest.mark.parametrize("service, account", [("dra-driver", "gpushare-dra-driver"), ("solver", "gpushare-solver")])
+def test_dra_rbac_grants_exactly_the_dra_calls(docs: list[dict[str, Any]], service: str, account: str) -> None:
+    operations = adapter_operations()
+    needed = needed_grants(package_dir(service), operations, service, dra=True)
+    assert needed, f"{service} makes DRA calls"
+    dra_docs = [d for d in docs if "dra" in d["metadata"]["name"] or d["kind"] == "ServiceAccount"]
+    missing, unused = compare({g for g in granted(dra_docs).get(account, set())}, needed)
+    assert (missing, unused) == ([], []), f"{account}: missing {missing}, unused {unused}"
+    assert not needed_grants(package_dir("dra-driver"), operations), "the driver makes no other API call"
+
+
+def test_the_driver_runs_on_dra_nodes_and_the_device_plugins_leave_them(docs: list[dict[str, Any]]) -> None:
+    driver = find(docs, "DaemonSet", "gpushare-dra-driver")["spec"]["template"]["spec"]
+    plugin = find(docs, "DaemonSet", "gpushare-deviceplugin")["spec"]["template"]["spec"]
+    term = "requiredDuringSchedulingIgnoredDuringExecution"
+    assert driver["affinity"]["nodeAffinity"][term]["nodeSelectorTerms"][0]["matchExpressions"] == [
+        {"key": "gpushare.k8s.io/dra", "operator": "In", "values": ["true"]}]
+    assert plugin["affinity"]["nodeAffinity"][term]["nodeSelectorTerms"][0]["matchExpressions"] == [
+        {"key": "gpushare.k8s.io/dra", "operator": "NotIn", "values": ["true"]}]
+    assert "affinity" not in find(render(), "DaemonSet", "gpushare-deviceplugin")["spec"]["template"]["spec"]
+
+
+def test_the_drivers_settings_and_paths_are_its_own(docs: list[dict[str, Any]]) -> None:
+    spec = find(docs, "DaemonSet", "gpushare-dra-driver")["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    env = env_of(container)
+    fields = {f"GPUSHARE_DRA_{f.name.upper()}" for f in dataclasses.fields(DraSettings)}
+    assert {k for k in env if k.startswith("GPUSHARE_DRA_")} <= fields
+    assert env["GPUSHARE_DRA_CARD_MEMORY_MIB"] == "nvidia.com/gpu=81920"
+    mounts = {m["mountPath"] for m in container["volumeMounts"]}
+    defaults = DraSettings()
+    assert {defaults.registry_dir, defaults.plugin_dir, defaults.cdi_dir, defaults.device_plugin_dir,
+            defaults.isolation_dir} <= mounts
+    solver = env_of(find(docs, "DaemonSet", "gpushare-solver")["spec"]["template"]["spec"]["containers"][0])
+    assert solver["GPUSHARE_SOLVER_DRA_TAINTS"] == "true"
+    assert "GPUSHARE_SOLVER_DRA_TAINTS" not in env_of(
+        find(render(), "DaemonSet", "gpushare-solver")["spec"]["template"]["spec"]["containers"][0])
+
+
+def test_the_driver_is_the_dra_driver_nats_role_through_its_own_token(docs: list[dict[str, Any]]) -> None:
+    """No password: its pod's projected token, which the auth callout maps to the dra-driver role
+    (not the device plugin's: each keeps only its own permissions)."""
+    spec = find(docs, "DaemonSet", "gpushare-dra-driver")["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    env = env_of(container)
+    assert "GPUSHARE_NATS_USER" not in env and "GPUSHARE_NATS_PASSWORD" not in env
+    token = env["GPUSHARE_NATS_TOKEN_FILE"]
+    (mount,) = [m for m in container["volumeMounts"] if token.startswith(m["mountPath"] + "/")]
+    (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+    assert volume["projected"]["sources"][0]["serviceAccountToken"]["audience"] == "gpushare-nats"
+    (callout,) = find(docs, "Deployment", "gpushare-nats-auth")["spec"]["template"]["spec"]["containers"]
+    roles = dict(pair.split("=") for pair in env_of(callout)["GPUSHARE_AUTH_ROLES"].split(","))
+    assert roles[f"gpushare-system/{spec['serviceAccountName']}"] == "dra-driver"
