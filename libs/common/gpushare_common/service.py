@@ -42,6 +42,8 @@ from .settings import HttpSettings, NatsSettings
 from .tasks import Tasks, wait_first
 
 if TYPE_CHECKING:  # the bus (nats-py) is imported only by services that connect
+    from fastapi import FastAPI
+
     from .bus import Bus
 
 T = TypeVar("T")
@@ -67,12 +69,13 @@ class Skeleton:
 
     # --- connect ----------------------------------------------------------------
 
-    def bus(self, nats: NatsSettings, node: str = "") -> Bus:
+    def bus(self, nats: NatsSettings, node: str = "", role: str = "") -> Bus:
         """The service's NATS connection, not connected yet: the ``nats`` readiness component
-        follows its state, and it is drained on exit."""
+        follows its state, and it is drained on exit. ``role``: the NATS role it connects as
+        when it is not the service's name (the console is the ``observer``)."""
         from .bus import Bus
 
-        bus = Bus(nats, self.name, self.registry, node)
+        bus = Bus(nats, role or self.name, self.registry, node)
         bus.on_state.append(lambda up: self.health.set("nats", up, "" if up else "disconnected"))
         self._exit.push_async_callback(bus.drain)
         return bus
@@ -103,10 +106,13 @@ class Skeleton:
 
     # --- serve and run ----------------------------------------------------------
 
-    async def serve(self, status: Callable[[], dict[str, Any]]) -> int:
-        """Serve ``/healthz``, ``/readyz``, ``/status`` (``status()``) and ``/metrics`` until exit;
-        the bound port."""
+    async def serve(self, status: Callable[[], dict[str, Any]],
+                    routes: Callable[[FastAPI], None] | None = None) -> int:  # fmt: skip
+        """Serve ``/healthz``, ``/readyz``, ``/status`` (``status()``) and ``/metrics`` until exit,
+        with the service's own ``routes`` added where it has any; the bound port."""
         app = build_app(self.name, self.health, self.registry, status)
+        if routes is not None:
+            routes(app)
         server = await self._exit.enter_async_context(serve(app, self.http))
         self.port = bound_port(server)
         return self.port

@@ -4,21 +4,23 @@ read-only ``observer`` and follow the buckets and the event stream, drain on sto
 The page is served while NATS or the API is still unreachable (``/readyz`` says which part is
 missing: ``nats``, ``kube`` (nodes and pods listed), ``state`` (both buckets read)).
 Nothing here writes anything anywhere.
+
+- Consumes: the event stream (owner-backs, evictions), the ``solver`` and ``health`` buckets
+  (watched), every node's spare capacity (core subjects), pods and nodes (API server watch).
+- Publishes: nothing; the page, its live updates (server-sent events) and ``/api`` to browsers.
+- Runs: pod and node followers, NATS followers; HTTP.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Any
 
 from gpushare_common.adapters.kube import Kube
 from gpushare_common.bus import Bus
-from gpushare_common.http import Health, build_app, serve
 from gpushare_common.logging import get_logger
+from gpushare_common.service import Skeleton
 from gpushare_common.settings import CommonSettings
-from gpushare_common.tasks import Tasks, wait_first
-from prometheus_client import CollectorRegistry
 
 from .follow import Followers
 from .metrics import ConsoleMetrics
@@ -52,29 +54,20 @@ async def follow_nats(bus: Bus, followers: Followers, stop: asyncio.Event) -> No
 
 
 async def run(common: CommonSettings, settings: ConsoleSettings, stop: asyncio.Event) -> int:
-    registry = CollectorRegistry()
-    metrics = ConsoleMetrics(registry)
-    health = Health("nats", "kube", "state")
-    state = ClusterState(settings.rules(common.kube.system_namespace), settings.keep,
-                         on_problem=lambda source: metrics.skipped.labels(source).inc())  # fmt: skip
-    followers = Followers(state, settings, health, metrics)
-    tasks = Tasks(SERVICE, stop)
-    stopping = asyncio.Event()
-    async with contextlib.AsyncExitStack() as stack:
-        bus = Bus(common.nats, ROLE, registry)
-        bus.on_state.append(lambda up: health.set("nats", up, "" if up else "disconnected"))
-        stack.push_async_callback(bus.drain)
+    async with Skeleton(SERVICE, common.http, "nats", "kube", "state", stop=stop) as svc:
+        metrics = ConsoleMetrics(svc.registry)
+        state = ClusterState(settings.rules(common.kube.system_namespace), settings.keep,
+                             on_problem=lambda source: metrics.skipped.labels(source).inc())  # fmt: skip
+        followers = Followers(state, settings, svc.health, metrics)
+        bus = svc.bus(common.nats, role=ROLE)  # drained last
         kube = Kube(common.kube)
-        stack.callback(kube.api.close)
-        app = build_app(SERVICE, health, registry, lambda: status(state, followers, bus))
-        add_routes(app, state, settings, metrics, stopping)
-        await stack.enter_async_context(serve(app, common.http))
-        stack.callback(state.changes.bump)  # live streams end first: wake them once stopping is set
-        stack.callback(stopping.set)
-        stack.push_async_callback(tasks.cancel_all)
-        tasks.spawn("pods", followers.pods(kube, stop))
-        tasks.spawn("nodes", followers.nodes(kube, stop))
-        tasks.spawn("nats", follow_nats(bus, followers, stop))
-        log.info("console up", port=common.http.port, nats=common.nats.url)
-        await wait_first(stop, tasks)
-    return 1 if tasks.failure is not None else 0
+        svc.on_exit(kube.api.close)
+        await svc.serve(lambda: status(state, followers, bus),
+                        lambda app: add_routes(app, state, settings, metrics, svc.stopping))
+        svc.on_exit(state.changes.bump)  # live streams end first: woken once ``stopping`` is set
+        svc.spawn("pods", followers.pods(kube, stop))
+        svc.spawn("nodes", followers.nodes(kube, stop))
+        svc.spawn("nats", follow_nats(bus, followers, stop))
+        log.info("console up", port=svc.port, nats=common.nats.url)
+        await svc.run_until_stopped()
+    return svc.exit_code

@@ -5,6 +5,12 @@ and registration sockets serve (so the kubelet can unprepare what was prepared b
 restart, even before anything else is up); the vendor plugins are followed and the slice
 published on every change; NATS brings the solver's desired spot health (and takes the
 node's card inventory).
+
+- Consumes: the vendor plugins' device lists, the solver's desired spot health (core subject;
+  the ``health`` bucket after every reconnect), ResourceClaims (API server reads).
+- Publishes: the node's card inventory (``event.inventory``); its ResourceSlice; CDI specs and
+  prepared claims to the kubelet (DRA and plugin-registration gRPC).
+- Runs: socket keeper, vendor feeds, slice publisher, NATS; HTTP.
 """
 
 from __future__ import annotations
@@ -17,11 +23,11 @@ from typing import Any
 
 from gpushare_common import dra, events
 from gpushare_common.adapters.vendorplugin import watch_vendor
-from gpushare_common.bus import Bus, BusError, Permanent
-from gpushare_common.http import Health, build_app, serve
+from gpushare_common.bus import BusError, Permanent
 from gpushare_common.logging import get_logger
+from gpushare_common.retry import Backoff, wait_any
+from gpushare_common.service import Skeleton
 from gpushare_common.settings import CommonSettings
-from gpushare_common.tasks import Tasks, wait_first
 from gpushare_common.topology import CardTopology, card_topology
 from gpushare_common.vendors import VendorResource
 from prometheus_client import CollectorRegistry
@@ -64,17 +70,17 @@ class Service:
     """The driver of one node (the ``kubelet.Driver`` the gRPC servicers call)."""
 
     def __init__(self, common: CommonSettings, settings: DraSettings, vendors: dict[str, VendorResource],
-                 registry: CollectorRegistry | None = None) -> None:
+                 registry: CollectorRegistry | None = None, stop: asyncio.Event | None = None) -> None:
         self.common, self.settings, self.vendors = common, settings, vendors
         self.node = self.pool = common.node.require()
         self.name, self.endpoint = settings.driver, settings.dra_socket
-        self.registry = registry or CollectorRegistry()
+        self.skeleton = Skeleton(SERVICE, common.http, "kubelet", "slice", "nats", stop=stop, registry=registry)
+        self.registry = self.skeleton.registry
         self.metrics = DriverMetrics(self.registry)
-        self.health = Health("kubelet", "slice", "nats")
-        self.bus = Bus(common.nats, SERVICE, self.registry, self.node)
-        self.bus.on_state.append(lambda up: self.health.set("nats", up, "" if up else "disconnected"))
-        self.stopping = asyncio.Event()
-        self.tasks = Tasks(SERVICE, self.stopping)
+        self.health = self.skeleton.health
+        self.bus = self.skeleton.bus(common.nats, self.node)  # drained last on exit
+        self.stopping = self.skeleton.stopping  # set once every task is cancelled
+        self.tasks = self.skeleton.tasks
         self.files = NodeFiles(settings.cdi_dir, settings.state_file)
         self.inventory = Inventory(self.node, self._topology, settings.card_memory(), settings.card_model,
                                    settings.driver)
@@ -92,6 +98,8 @@ class Service:
             self, self.files, self.files.load_state())
         self.sockets = [kubelet.dra_server(settings.dra_socket, self, self.stopping, settings.resync_s),
                         kubelet.registration_server(settings.registration_socket, self)]
+        for server in self.sockets:  # closed on exit before NATS is drained
+            self.skeleton.on_exit(server.stop)
 
     def _topology(self, vendor: str, card: str) -> CardTopology:
         entry = self.vendors.get(vendor)
@@ -184,19 +192,18 @@ class Service:
                            lendable, self.generation)
 
     async def _publish_loop(self, failure: type[Exception]) -> None:
-        delay = self.settings.backoff_min_s
+        backoff = Backoff(self.settings.backoff_min_s, self.settings.backoff_max_s, jitter=0.0)
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.cards_changed.wait(), self.settings.resync_s)
+            await wait_any(self.cards_changed, timeout=self.settings.resync_s)
             self.cards_changed.clear()
             try:
                 await self.publish_slice(force=self.published is None)
-                delay = self.settings.backoff_min_s
+                backoff.reset()
             except failure as err:
+                delay = backoff.next()
                 self.health.set("slice", False, str(err))
                 log.warning("slice not published; retrying", node=self.node, error=str(err), retry_in_s=delay)
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, self.settings.backoff_max_s)
                 self.cards_changed.set()
 
     async def publish_slice(self, force: bool = False) -> bool:
@@ -266,11 +273,7 @@ class Service:
     # --- stop and views ---------------------------------------------------------------
 
     async def stop(self) -> None:
-        self.stopping.set()
-        await self.tasks.cancel_all()
-        for server in self.sockets:
-            await server.stop()
-        await self.bus.drain()
+        await self.skeleton.close()  # tasks cancelled, sockets closed, NATS drained
 
     def status(self) -> dict[str, Any]:
         return {
@@ -289,11 +292,9 @@ class Service:
 
 async def run(common: CommonSettings, settings: DraSettings, vendors: dict[str, VendorResource],
               stop: asyncio.Event) -> int:
-    service = Service(common, settings, vendors)
-    app = build_app(SERVICE, service.health, service.registry, service.status)
-    async with contextlib.AsyncExitStack() as stack:
-        stack.push_async_callback(service.stop)
+    service = Service(common, settings, vendors, stop=stop)
+    async with service.skeleton as svc:
         await service.start()
-        await stack.enter_async_context(serve(app, common.http))
-        await wait_first(stop, service.tasks)
-    return 1 if service.tasks.failure is not None else 0
+        await svc.serve(service.status)
+        await svc.run_until_stopped()
+    return svc.exit_code
