@@ -1,6 +1,9 @@
 """The HTTP face of every service: ``/healthz``, ``/readyz``, ``/status``, ``/metrics``.
 
-Built with FastAPI and served by uvicorn inside the service's own event loop.
+A small ASGI application served by uvicorn inside the service's own event loop (no web
+framework: four read-only endpoints do not need one, and FastAPI with pydantic would be
+about 15 MB of every service's memory). A service with pages of its own (the console) passes
+them as ``extra``, any ASGI application, which gets every other path.
 ``/healthz`` is liveness (the process and its critical tasks are alive);
 ``/readyz`` is 200 only when every readiness component reported ready (e.g.
 ``nats`` connected, ``kernel`` registered); ``/status`` returns the JSON the
@@ -12,13 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import uvicorn
-from fastapi import FastAPI, Response
-from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from .logging import get_logger
@@ -58,31 +60,67 @@ class Health:
         }
 
 
-def build_app(
-    service: str,
-    health: Health,
-    registry: CollectorRegistry,
-    status: Callable[[], dict[str, Any]],
-) -> FastAPI:
-    app = FastAPI(title=f"gpushare {service}", docs_url=None, redoc_url=None)
+ASGIApp = Callable[[Any, Any, Any], Awaitable[None]]  # (scope, receive, send), any ASGI application
 
-    @app.get("/healthz")
-    def healthz() -> JSONResponse:
-        return JSONResponse({"alive": health.alive}, status_code=200 if health.alive else 503)
 
-    @app.get("/readyz")
-    def readyz() -> JSONResponse:
-        return JSONResponse(health.report(), status_code=200 if health.ready else 503)
+class ServiceApp:
+    """``GET /healthz``, ``/readyz``, ``/status``, ``/metrics`` as an ASGI application; any other
+    path goes to ``extra`` when there is one, else 404 (a known path with another method: 405)."""
 
-    @app.get("/status")
-    def status_view() -> JSONResponse:
-        return JSONResponse({"service": service, "health": health.report(), **status()})
+    def __init__(self, service: str, health: Health, registry: CollectorRegistry,
+                 status: Callable[[], dict[str, Any]], extra: ASGIApp | None = None) -> None:  # fmt: skip
+        self.service, self.health, self.registry, self.status = service, health, registry, status
+        self.extra = extra
 
-    @app.get("/metrics")
-    def metrics() -> Response:
-        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+    async def __call__(self, scope: dict[str, Any], receive: Callable[[], Awaitable[dict[str, Any]]],
+                       send: Callable[[dict[str, Any]], Awaitable[None]]) -> None:  # fmt: skip
+        if scope["type"] != "http" or scope["path"] not in _PATHS:
+            if self.extra is not None:
+                await self.extra(scope, receive, send)
+            elif scope["type"] == "http":
+                await _send(send, 404, _JSON, _dump({"detail": "Not Found"}))
+            return
+        if scope["method"] not in ("GET", "HEAD"):
+            await _send(send, 405, _JSON, _dump({"detail": "Method Not Allowed"}), allow=b"GET")
+            return
+        code, kind, body = self._answer(scope["path"])
+        await _send(send, code, kind, b"" if scope["method"] == "HEAD" else body)
 
-    return app
+    def _answer(self, path: str) -> tuple[int, bytes, bytes]:
+        health = self.health
+        if path == "/healthz":
+            return (200 if health.alive else 503), _JSON, _dump({"alive": health.alive})
+        if path == "/readyz":
+            return (200 if health.ready else 503), _JSON, _dump(health.report())
+        if path == "/status":
+            try:
+                return 200, _JSON, _dump({"service": self.service, "health": health.report(), **self.status()})
+            except Exception as err:  # a status view that fails must not take the endpoint down
+                log.warning("status view failed", service=self.service, error=repr(err))
+                return 500, _JSON, _dump({"service": self.service, "error": repr(err)})
+        return 200, CONTENT_TYPE_LATEST.encode(), generate_latest(self.registry)
+
+
+_PATHS = frozenset({"/healthz", "/readyz", "/status", "/metrics"})
+_JSON = b"application/json"
+
+
+def _dump(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":"), default=str).encode()
+
+
+async def _send(send: Callable[[dict[str, Any]], Awaitable[None]], code: int, kind: bytes, body: bytes,
+                allow: bytes = b"") -> None:  # fmt: skip
+    headers = [(b"content-type", kind), (b"content-length", str(len(body)).encode())]
+    if allow:
+        headers.append((b"allow", allow))
+    await send({"type": "http.response.start", "status": code, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def build_app(service: str, health: Health, registry: CollectorRegistry, status: Callable[[], dict[str, Any]],
+              extra: ASGIApp | None = None) -> ServiceApp:  # fmt: skip
+    return ServiceApp(service, health, registry, status, extra)
 
 
 class _Server(uvicorn.Server):
@@ -91,7 +129,7 @@ class _Server(uvicorn.Server):
 
 
 @contextlib.asynccontextmanager
-async def serve(app: FastAPI, settings: HttpSettings) -> AsyncIterator[_Server]:
+async def serve(app: Any, settings: HttpSettings) -> AsyncIterator[_Server]:
     """Serve ``app`` in this event loop until the context exits."""
     config = uvicorn.Config(
         app, host=settings.host, port=settings.port, log_level="warning",

@@ -110,9 +110,13 @@ class Skeleton:
                     routes: Callable[[FastAPI], None] | None = None) -> int:  # fmt: skip
         """Serve ``/healthz``, ``/readyz``, ``/status`` (``status()``) and ``/metrics`` until exit,
         with the service's own ``routes`` added where it has any; the bound port."""
-        app = build_app(self.name, self.health, self.registry, status)
-        if routes is not None:
-            routes(app)
+        extra = None
+        if routes is not None:  # a web framework only for a service with pages of its own
+            from fastapi import FastAPI
+
+            extra = FastAPI(title=f"gpushare {self.name}", docs_url=None, redoc_url=None)
+            routes(extra)
+        app = build_app(self.name, self.health, self.registry, status, extra)
         server = await self._exit.enter_async_context(serve(app, self.http))
         self.port = bound_port(server)
         return self.port
