@@ -21,6 +21,7 @@ from gpushare_common import dra
 from gpushare_common.adapters.kube import TAINT_API as TAINTS
 from gpushare_common.adapters.kube import Conflict, NotFound, resource_path
 
+from gpushare_sim.fakegpu import vendor
 from gpushare_sim.node.adapters.kube import SimKube
 from gpushare_sim.run.cluster import Node
 from gpushare_sim.scenarios.kit import (
@@ -146,10 +147,12 @@ async def shares(s: Scenario, node: Node) -> str:
     cards = {n: await claim_devices(s, n) for n in names}
     s.say(f"four claims of 25 shares share {seen[names[0]][0]} ({cards[names[0]][0]}); the fifth got "
           f"{seen[names[4]][0]} ({cards[names[4]][0]})")
-    env = await _env(s, node, names[0])
-    if "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25" not in env:
-        raise ScenarioError(f"a share's container should carry its caps, its environment: {env}")
-    s.say("each share's container carries its caps from the CDI edits (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25)")
+    env = set((await _env(s, node, names[0])).splitlines())
+    expected = vendor.expected_caps(int(node.endpoints["gpu_memory_mib"]), dra.DEFAULT_SHARES, 25)
+    caps = {f"{k}={v}" for k, v in expected.items()}
+    if not caps <= env:
+        raise ScenarioError(f"a share's container should carry its caps {sorted(caps)}, it has {sorted(env)}")
+    s.say(f"each share's container carries its caps from the CDI edits ({', '.join(sorted(caps))})")
     for name in names:
         await s.delete(name)
     for name in names:
