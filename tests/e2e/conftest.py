@@ -15,6 +15,7 @@ from gpushare_common.adapters.kube import Kube
 from gpushare_common.bus import Bus
 from gpushare_sim.node.adapters.backend import containerd_usable
 from gpushare_sim.run.cluster import Cluster, ClusterSettings
+from gpushare_sim.run.evidence import keep_evidence
 from gpushare_sim.run.narrate import Timeline
 from gpushare_sim.scenarios.kit import Scenario, open_clients, run_scenario
 
@@ -32,7 +33,11 @@ class E2E:
         return Scenario(name, self.cluster, self.timeline, self.kube, self.bus)
 
     async def run(self, name: str) -> str:
-        return await run_scenario(self.scenario(name))
+        try:
+            return await run_scenario(self.scenario(name))
+        except BaseException:
+            keep_evidence(self.cluster.run_dir / "logs", f"e2e-{name}")  # a failure seen once stays readable
+            raise
 
     def allow_children(self) -> None:
         """The cluster's processes live across tests (restarted ones get new pids)."""

@@ -25,6 +25,7 @@ from gpushare_common.retry import retry
 from gpushare_common.settings import KubeSettings
 
 from gpushare_sim.run.cluster import Cluster
+from gpushare_sim.run.evidence import keep_evidence
 from gpushare_sim.run.kubeapi import ensure_namespace
 from gpushare_sim.run.narrate import Timeline
 
@@ -291,6 +292,7 @@ async def play_one(name: str, cluster: Cluster, timeline: Timeline, kube: Kube, 
         return True
     except Exception as err:  # a failed scenario is reported; the others still run
         timeline.result(name, False, time.monotonic() - started, f"{type(err).__name__}: {err}")
+        keep_evidence(cluster.run_dir / "logs", f"run-{name}")
         return False
     warned = "; ".join(f"WARNING: {w}" for w in s.warnings)
     timeline.result(name, True, time.monotonic() - started, f"{detail}; {warned}" if warned else detail)

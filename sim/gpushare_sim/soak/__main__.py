@@ -17,18 +17,16 @@ import asyncio
 import contextlib
 import logging
 import random
-import re
-import shutil
 import signal
 import sys
 import time
 from contextlib import AsyncExitStack
-from pathlib import Path
 
 from gpushare_common import logging as gslog
 from gpushare_common.adapters.kube import KubeError
 
 from gpushare_sim.run.cluster import Cluster, ClusterSettings
+from gpushare_sim.run.evidence import keep_evidence
 from gpushare_sim.run.kubeapi import ensure_namespace
 from gpushare_sim.run.narrate import Timeline
 from gpushare_sim.scenarios.kit import Scenario, open_clients, phase, recording
@@ -72,7 +70,7 @@ async def soak(args: argparse.Namespace, timeline: Timeline) -> int:
         async with recording(s):
             await play(run, Faults(cluster), args)
         if run.checks.violations:
-            keep_evidence(cluster, args)
+            keep_evidence(cluster.run_dir / "logs", f"soak-{args.seed}")
         print(table(args, run), flush=True)
     return report_violations(args, run, timeline)
 
@@ -119,25 +117,6 @@ async def check_once(run: Soak, share_bound_s: float = 90.0) -> None:
     with contextlib.suppress(KubeError):
         running = {p["metadata"]["name"] for p in await run.s.pods() if phase(p) == "Running"}
         run.checks.running_in_time(run.sharing, running, share_bound_s)
-
-
-EVIDENCE = re.compile(r"kmod command|forgetting|no longer the watched|another container|owner back|"
-                      r"reclaim|release|refused|WARNING|ERROR")
-
-
-def keep_evidence(cluster: Cluster, args: argparse.Namespace) -> None:
-    """A failed soak keeps its services' logs (under .run/, named by the seed) and prints the
-    lines that tell what the node services did to the kernel's watch and to reclaims."""
-    kept = Path(".run") / f"soak-{args.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
-    with contextlib.suppress(OSError):
-        shutil.copytree(cluster.run_dir / "logs", kept)
-        print(f"\nthe services' logs are kept in {kept}", flush=True)
-    for name in ("kmod-bridge", "detector", "solver"):
-        for log_file in sorted((cluster.run_dir / "logs").glob(f"{name}@*.log")):
-            with contextlib.suppress(OSError):
-                lines = [line[:300] for line in log_file.read_text(errors="replace").splitlines()
-                         if EVIDENCE.search(line)]  # fmt: skip
-                print(f"--- {log_file.name} (commands, reclaims, warnings; last 40) ---", *lines[-40:], sep="\n")
 
 
 def report_violations(args: argparse.Namespace, run: Soak, timeline: Timeline) -> int:
