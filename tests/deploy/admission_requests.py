@@ -95,9 +95,9 @@ def tenant_pod(name: str = "inference-1", namespace: str = "team-a", **extra: An
     return pod
 
 
-def shadow_settings() -> ShadowSettings:
-    """The shadow-controller's settings as its Deployment in k8s/base gives them."""
-    docs = shipped_docs()
+def shadow_settings(docs: list[dict[str, Any]] | None = None) -> ShadowSettings:
+    """The shadow-controller's settings as its Deployment in k8s/base (or in ``docs``) gives them."""
+    docs = docs if docs is not None else shipped_docs()
     (config,) = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "gpushare-shadow-template"]
     (deployment,) = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"].endswith("controller")]
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
@@ -105,9 +105,9 @@ def shadow_settings() -> ShadowSettings:
     return load(ShadowSettings, "GPUSHARE_SHADOW_", env)
 
 
-def template_pod(namespace: str = NS) -> dict[str, Any]:
-    pod: dict[str, Any] = shadow_pod(QuotaKey(namespace, "share", 4), "gpushare-shadow-share-4-a1b2c3",
-                                     shadow_settings())
+def template_pod(namespace: str = NS, kind: str = "share", docs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    pod: dict[str, Any] = shadow_pod(QuotaKey(namespace, kind, 4), f"gpushare-shadow-{kind}-4-a1b2c3",
+                                     shadow_settings(docs))
     return pod
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from gpushare_shadow_controller.template import MPS_SCRIPT
 
 from tests.deploy.admission import Decision, Policies, Request, expressions, functions_used
 from tests.deploy.admission_requests import (
@@ -27,7 +28,7 @@ from tests.deploy.admission_requests import (
     tenant_pod,
     update,
 )
-from tests.deploy.chart import BASE
+from tests.deploy.chart import BASE, CHART, render
 
 CAPS = "gpushare.k8s.io/CapsEnforced"
 
@@ -322,3 +323,67 @@ def test_every_policy_is_bound_and_denies() -> None:
 
 def test_shipped_policies_are_the_files_in_base() -> None:
     assert (Path(BASE) / "admission-policies.yaml").is_file()
+
+
+# --- an MPS ShadowPod: admitted only as the chart's shadow.mps values describe it -------------------
+
+
+@pytest.fixture(scope="module")
+def mps_docs() -> list[dict[str, Any]]:
+    return render({"shadow": {"mps": {"kinds": ["share-dev"]}}}, base=True)
+
+
+def mps_pod(docs: list[dict[str, Any]], change: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    pod = template_pod(kind="share-dev", docs=docs)  # the real template, with the rendered settings
+    assert pod["metadata"]["annotations"]["gpushare.k8s.io/isolation"] == "mps"
+    if change is not None:
+        change(pod)
+    return pod
+
+
+def test_the_charts_mps_script_is_the_controllers() -> None:
+    assert (CHART / "files" / "mps-daemon.sh").read_text() == MPS_SCRIPT
+
+
+def test_shadow_controller_creates_its_mps_template(mps_docs: list[dict[str, Any]]) -> None:
+    pod = mps_pod(mps_docs)
+    assert pod["spec"]["containers"][0]["command"][2] == MPS_SCRIPT  # the ConfigMap's, read by the controller
+    decision = Policies(mps_docs).admit(create(pod, SHADOW_CONTROLLER))
+    assert decision.allowed, decision
+    plain = template_pod(docs=mps_docs)  # a share kind not capped stays the pause template
+    assert Policies(mps_docs).admit(create(plain, SHADOW_CONTROLLER)).allowed
+
+
+def _main(pod: dict[str, Any]) -> dict[str, Any]:
+    container: dict[str, Any] = pod["spec"]["containers"][0]
+    return container
+
+
+@pytest.mark.parametrize(("what", "change", "message"), [
+    ("another script", lambda p: _main(p)["command"].__setitem__(2, "sh -i"), "no command"),
+    ("another image", lambda p: _main(p).__setitem__("image", "busybox"), "GPUSHARE_SHADOW_MPS_IMAGE"),
+    ("another host directory", lambda p: p["spec"]["volumes"][0]["hostPath"].__setitem__("path", "/"), "no volumes"),
+    ("a fourth volume", lambda p: p["spec"]["volumes"].append({"name": "root", "hostPath": {"path": "/"}}),
+     "no volumes"),
+    ("another environment", lambda p: _main(p)["env"].append({"name": "LD_PRELOAD", "value": "/x.so"}),
+     "no command"),
+    ("a caps value of another share", lambda p: _main(p)["env"][3].__setitem__("value", "1"), "no command"),
+    ("another probe", lambda p: _main(p)["readinessProbe"]["exec"].__setitem__("command", ["sh"]), "no command"),
+    ("privileged", lambda p: _main(p).__setitem__("securityContext", {"privileged": True}), "no command"),
+])  # fmt: skip
+def test_shadow_controller_creates_nothing_but_its_mps_template(mps_docs: list[dict[str, Any]], what: str,
+                                                                change: Callable[[dict[str, Any]], None],
+                                                                message: str) -> None:
+    decision = Policies(mps_docs).admit(create(mps_pod(mps_docs, change), SHADOW_CONTROLLER))
+    assert denied_by(decision, "gpushare-shadowpod-template"), (what, decision)
+    assert message in decision.message, (what, decision.message)
+
+
+def test_an_mps_shadowpod_of_a_kind_not_capped_is_refused(mps_docs: list[dict[str, Any]]) -> None:
+    pod = mps_pod(mps_docs)
+    decision = policies_default().admit(create(pod, SHADOW_CONTROLLER))  # k8s/base: no kind capped
+    assert denied_by(decision, "gpushare-shadowpod-template") and "GPUSHARE_SHADOW_MPS_KINDS" in decision.message
+
+
+def policies_default() -> Policies:
+    return Policies(shipped_docs())

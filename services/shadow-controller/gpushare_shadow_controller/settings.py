@@ -40,6 +40,7 @@ class ShadowSettings:
     # directories on the node (the runtime's isolation_dir; not a path in this container)
     mps_kinds: tuple[str, ...] = ()
     mps_image: str = "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"
+    mps_script: str = ""  # the daemon's shell script ("": the built-in one; the chart passes the same)
     isolation_host_path: str = "/run/gpushare/isolation"
     # isolation profiles of the nodes' vendor table by share kind or by share resource, e.g.
     # share-dev=npu_caps,share-gpu-3=mps (a resource wins over its kind): the ShadowPods'

@@ -91,7 +91,7 @@ def _run_mps(spec: dict[str, Any], container: dict[str, Any], quota: QuotaKey, k
     host = isolation.shadow_dir(settings.isolation_host_path, key)
     container.update({
         "image": settings.mps_image,
-        "command": ["/bin/sh", "-c", MPS_SCRIPT],
+        "command": ["/bin/sh", "-c", settings.mps_script or MPS_SCRIPT],
         "env": [{"name": "CUDA_MPS_PIPE_DIRECTORY", "value": isolation.MPS_PIPE_DIR},
                 {"name": "CUDA_MPS_LOG_DIRECTORY", "value": isolation.MPS_LOG_DIR},
                 {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "compute,utility"},
