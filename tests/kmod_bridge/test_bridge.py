@@ -7,7 +7,9 @@ import contextlib
 import errno
 from collections.abc import AsyncIterator
 
+import msgspec
 from gpushare_common import events
+from gpushare_common.bus import Transient
 from gpushare_kmod_bridge import handlers, protocol
 from gpushare_kmod_bridge.adapters.procfs import pidns_of
 from gpushare_kmod_bridge.adapters.simsocket import SimTransport
@@ -370,3 +372,45 @@ async def test_a_notice_missed_while_the_bridge_was_away_is_the_same_owner_back(
         await pod_cmd(bridge, "release", "ns/dev/main")
         await asyncio.wait_for(call, 5)
         assert await asyncio.wait_for(ioctl(kernel.hook_path, pidns), 5) < 1000 and published.events.empty()
+
+
+class RefusingStore(MemoryStore):
+    """The watch-set bucket while its stream has no leader: every write times out."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = False
+
+    async def put(self, key: str, value: object) -> int:
+        if self.down:
+            raise Transient(f"put {key}", "nats: no response from stream")
+        return await super().put(key, value)
+
+    async def delete(self, key: str) -> None:
+        if self.down:
+            raise Transient(f"delete {key}", "nats: no response from stream")
+        await super().delete(key)
+
+
+async def test_a_bucket_that_refuses_writes_never_stops_an_owner_back(
+        kernel: KernelStandIn, namespaces: Namespaces) -> None:
+    """A notice arrives while the watch-set bucket refuses writes (a NATS server of the cluster
+    restarting): the owner-back is published, the kernel link keeps running, and the bucket
+    gets the entry's new mode once it answers again."""
+    source, store = Containers(), RefusingStore()
+    owner = namespaces.new()
+    source.run("c1", "ns/dev", owner)
+    async with wired(kernel, source, store) as (bridge, published, _):
+        await pod_cmd(bridge, "detect", "ns/dev/main")
+        store.down = True
+        call = asyncio.create_task(ioctl(kernel.hook_path, owner.pidns, pid=owner.pid))
+        event = await asyncio.wait_for(published.events.get(), 5)
+        assert isinstance(event, events.OwnerBackEvent) and event.pod == "ns/dev"
+        assert bridge.watchset.get(owner.pidns).mode == "watched"  # type: ignore[union-attr]
+        assert bridge.watchset.unsaved == {owner.pidns}
+        assert bridge.link is not None and bridge.link.registered.is_set()  # the link did not crash
+        assert (await pod_cmd(bridge, "release", "ns/dev/main")).status == 1
+        await asyncio.wait_for(call, 5)
+        store.down = False
+        assert await bridge.watchset.flush() == 0
+        assert msgspec.json.decode(store.data[str(owner.pidns)], type=WatchEntry).mode == "watched"

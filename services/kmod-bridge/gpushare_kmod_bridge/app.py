@@ -17,8 +17,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from gpushare_common import events
-from gpushare_common.bus import BusError
+from gpushare_common.bus import BusError, Transient
 from gpushare_common.logging import get_logger
+from gpushare_common.retry import retry
 from gpushare_common.service import Skeleton
 from gpushare_common.settings import CommonSettings
 from prometheus_client import CollectorRegistry
@@ -116,13 +117,23 @@ class Service:
         await self.bus.connect(self.stopping)
         if self.settings.persist:
             await self.bus.wait_for_stream(self.stopping)
-            store = await self.bus.store("kmod", self.bus.layout.scope(self.node, "watch"))
+            store = await retry(lambda: self.bus.store("kmod", self.bus.layout.scope(self.node, "watch")),
+                                (Transient,), "open the watch-set bucket", self.stopping, node=self.node)
             self.bridge.watchset.store = store
-            loaded = await self.bridge.watchset.load()
+            loaded = await retry(self.bridge.watchset.load, (Transient,), "read the watch set", self.stopping,
+                                 node=self.node)
             log.info("watch set restored", node=self.node, bucket=store.bucket, namespaces=loaded)
+            self.tasks.spawn("watch-set saver", self._save_watch_set())
         await self.bus.serve(self.bus.subjects.kmod_cmd(self.node), self.bridge.serve_command)
         self.tasks.spawn("kernel link", self.link.run(self.stopping))
         self.tasks.spawn("resolver", self.resolver.run(self.stopping, self.settings.refresh_s))
+
+    async def _save_watch_set(self, every_s: float = 1.0) -> None:
+        """Write again what the bucket refused (the set in memory never waits for it)."""
+        while True:
+            await asyncio.sleep(every_s)
+            if self.bridge.watchset.unsaved and not await self.bridge.watchset.flush():
+                log.info("watch set saved again", node=self.node)
 
     async def stop(self) -> None:
         await self.skeleton.close()

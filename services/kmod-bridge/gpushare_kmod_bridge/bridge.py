@@ -283,6 +283,7 @@ class Bridge:
             "registered": bool(link and link.registered.is_set()),
             "registrations": link.registrations if link else 0,
             "last_error": link.last_error if link else "",
+            "watch_set_unsaved": len(self.watchset.unsaved),
             "watch_set": [
                 {"pidns": e.pidns, "mode": e.mode, "pod": e.pod, "container": e.container,
                  "container_id": e.container_id}

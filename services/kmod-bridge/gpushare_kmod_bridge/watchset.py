@@ -5,6 +5,11 @@ forgets when it restarts, so the set is kept here and in a NATS key-value
 bucket (one key per pid namespace), and re-sent after every registration:
 ADD for ``watched`` entries, DETECT for ``detected`` ones. A notice clears
 need_notice in the kernel, so it turns the entry back to ``watched`` here too.
+
+The set in memory is the truth the kernel is told; the bucket is its copy for the next start.
+A write the bucket refuses or does not answer (NATS restarting, a stream without a leader)
+never fails the caller — a notice, a command, a registration: the key is marked unsaved and
+written again by :meth:`WatchSet.flush` (the service runs it every second) until it is.
 """
 
 from __future__ import annotations
@@ -13,8 +18,11 @@ from collections.abc import Iterable
 from typing import Any, Literal, Protocol, TypeVar
 
 import msgspec
+from gpushare_common.bus import BusError
+from gpushare_common.logging import get_logger
 
 T = TypeVar("T")
+log = get_logger("kmod-bridge.watchset")
 Mode = Literal["watched", "detected"]
 Owned = tuple[str, str, str]  # pod key, container name, container id
 
@@ -38,6 +46,7 @@ class WatchSet:
     def __init__(self, store: KeyValue | None = None) -> None:
         self.store = store
         self.entries: dict[int, WatchEntry] = {}
+        self.unsaved: set[int] = set()  # keys whose bucket copy lags the set in memory
 
     async def load(self) -> int:
         if self.store is not None:
@@ -55,8 +64,30 @@ class WatchSet:
         if self.entries.get(entry.pidns) == entry:
             return
         self.entries[entry.pidns] = entry
-        if self.store is not None:
-            await self.store.put(str(entry.pidns), entry)
+        await self._save(entry.pidns)
+
+    async def _save(self, pidns: int) -> None:
+        """The bucket's copy of one key (its entry, or its absence); on failure it stays unsaved."""
+        if self.store is None:
+            return
+        entry = self.entries.get(pidns)
+        try:
+            if entry is None:
+                await self.store.delete(str(pidns))
+            else:
+                await self.store.put(str(pidns), entry)
+        except BusError as err:
+            if not self.unsaved:
+                log.warning("watch set not saved; kept in memory and saved again", pidns=pidns, error=str(err))
+            self.unsaved.add(pidns)
+        else:
+            self.unsaved.discard(pidns)
+
+    async def flush(self) -> int:
+        """Write every unsaved key again; how many still lag."""
+        for pidns in sorted(self.unsaved):
+            await self._save(pidns)
+        return len(self.unsaved)
 
     async def set_mode(self, ids: Iterable[int], mode: Mode, owners: dict[int, Owned]) -> None:
         """Add or update entries; the owner of an earlier entry stays when none is given."""
@@ -79,8 +110,8 @@ class WatchSet:
 
     async def remove(self, ids: Iterable[int]) -> None:
         for pidns in ids:
-            if self.entries.pop(pidns, None) is not None and self.store is not None:
-                await self.store.delete(str(pidns))
+            if self.entries.pop(pidns, None) is not None:
+                await self._save(pidns)
 
     def counts(self) -> dict[str, int]:
         return {"watched": len(self.by_mode("watched")), "detected": len(self.by_mode("detected"))}
