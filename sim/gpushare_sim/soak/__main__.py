@@ -109,6 +109,12 @@ async def watch(run: Soak, every_s: float = 2.0) -> None:
 
 
 async def check_once(run: Soak, share_bound_s: float = 90.0) -> None:
+    for name, child in run.s.cluster.children.items():  # a part the faults did not stop has died
+        if child.proc is not None and not child.stopping and child.proc.poll() is not None \
+                and (name, child.starts) not in run.checks.deaths:
+            run.checks.deaths.add((name, child.starts))
+            run.checks.fail("recovery", f"{name} exited by itself with status {child.proc.returncode}: "
+                                        f"{child.tail(3)[-300:]}")  # fmt: skip
     for record in run.s.evictions[run.checks.records_seen:]:
         run.checks.on_record(record)
     run.checks.records_seen = len(run.s.evictions)

@@ -8,7 +8,8 @@
 - ``device-exclusive``: the kubelet stand-ins never give one device to two containers.
 - ``no-termination``: no JetStream message was terminated (the soak sends no bad input, so
   every termination would have been for a failure that may pass).
-- ``recovery``: every service is ready again within the bound after each fault.
+- ``recovery``: every service is ready again within the bound after each fault, and no part
+  exits by itself (a crash the faults did not cause).
 - ``share-running``: a SharePod runs within the bound while the node has room for it.
 """
 
@@ -47,6 +48,7 @@ class Checks:
     evicted: Counter[str] = field(default_factory=Counter)
     verdicts_seen: dict[str, int] = field(default_factory=dict)  # node -> verdicts read
     owner_backs: int = 0  # guarded owner-backs settled
+    deaths: set[tuple[str, int]] = field(default_factory=set)  # (part, its start) seen dead
     records_seen: int = 0
     terminated: dict[str, float] = field(default_factory=dict)  # metric line -> count reported
     late: set[str] = field(default_factory=set)  # SharePods reported as not running in time
