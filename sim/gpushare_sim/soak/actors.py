@@ -12,15 +12,19 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from gpushare_common import events
-from gpushare_common.adapters.kube import KubeError
+from gpushare_common.adapters.kube import Conflict, KubeError, Retryable
+from gpushare_common.retry import Stopped, retry
 
 from gpushare_sim.node.spec import container_dir
 from gpushare_sim.scenarios.kit import GPU, Scenario, container, pod_body, wait_until
 from gpushare_sim.scenarios.spot import LENDABLE, OWNER_LOOP, pinned
 from gpushare_sim.soak.checks import Checks, ask_kernel
 from gpushare_sim.soak.faults import Fault, Faults
+
+API_RETRY_S = 60.0  # an API restart (a soak fault) heals within this; a pod write waits it out
 
 SPOT = "gpushare/spot-gpu"
 LIST = "ls -l /dev > /run/gpuload/devs; "
@@ -66,14 +70,14 @@ class Soak:
 async def owner_cycles(soak: Soak, node: str, rng: random.Random) -> None:
     """A dev machine on ``node`` goes away; a borrower lands; the owner comes back; again."""
     owner = f"owner-{node}"
-    await soak.s.create(pinned(pod_body(owner, [container("main", ["sh", "-c", OWNER_LOOP], {GPU: "1"})],
+    await create(soak, pinned(pod_body(owner, [container("main", ["sh", "-c", OWNER_LOOP], {GPU: "1"})],
                                         labels=LENDABLE), node))  # fmt: skip
     card = (await soak.s.devices_seen(owner, timeout=120))[0]
     report_dir = soak.s.node_dir(await soak.s.wait_running(owner)) / "util" / soak.s.namespace / owner / "main"
     while not soak.done():
         try:
             await one_borrower(soak, node, owner, card, report_dir, rng)
-        except (TimeoutError, KubeError) as err:
+        except (TimeoutError, KubeError, Stopped) as err:
             soak.figures.count(f"borrower-cycles-abandoned ({_why(err)})")
             soak.say(f"borrower cycle on {node} abandoned: {str(err)[:200]}")
             print(f"soak: borrower cycle on {node} abandoned: {str(err)[:200]}", flush=True)
@@ -86,16 +90,16 @@ async def one_borrower(soak: Soak, node: str, owner: str, card: str, report_dir:
     slow = rng.random() < soak.slow_share
     command = LIST + (f"exec hog --mib {soak.borrower_mib} --threads 64 --child" if slow else "exec sleep 3600")
     soak.checks.borrowers.add(f"{soak.s.namespace}/{borrower}")
-    await soak.s.create(pinned(pod_body(borrower, [container("main", ["sh", "-c", command], {SPOT: "1"})]), node))
+    await create(soak, pinned(pod_body(borrower, [container("main", ["sh", "-c", command], {SPOT: "1"})]), node))
     try:
         seen = await soak.s.devices_seen(borrower, timeout=120)
     except TimeoutError:
-        await soak.s.delete(borrower)
+        await delete(soak, borrower)
         raise
     if seen != [card]:  # it borrowed a free card: it simply leaves after a while
         soak.figures.count("borrowers-on-free-cards")
         await asyncio.sleep(rng.uniform(1.0, 5.0))
-        await soak.s.delete(borrower)
+        await delete(soak, borrower)
         await soak.s.wait_gone(borrower, 60)
         return
     await asyncio.sleep(rng.uniform(0.0, 3.0))
@@ -141,9 +145,23 @@ def _pidns(pid_file: Path) -> tuple[int, int]:
         return 0, 0
 
 
+async def create(soak: Soak, body: dict[str, Any]) -> None:
+    """Create a pod, again across an API restart (a create that did land is not made twice)."""
+    async def attempt() -> None:
+        with contextlib.suppress(Conflict):
+            await soak.s.create(body)
+
+    await retry(attempt, (Retryable,), f"create pod {body['metadata']['name']}", deadline_s=API_RETRY_S)
+
+
+async def delete(soak: Soak, name: str) -> None:
+    """Delete a pod, again across an API restart."""
+    await retry(lambda: soak.s.delete(name), (Retryable,), f"delete pod {name}", deadline_s=API_RETRY_S)
+
+
 def _why(err: Exception) -> str:
     """A short name for why a cycle was abandoned: what it waited for, or the API's error."""
-    if isinstance(err, KubeError):
+    if isinstance(err, KubeError | Stopped):
         return "api"
     return re.sub(r"\b(?:borrower|owner)-[\w-]+", "<pod>", str(err).split("waiting for ", 1)[-1])[:60]
 
@@ -182,16 +200,16 @@ async def share_churn(soak: Soak, rng: random.Random, per_node: int = 3) -> None
         if live and (rng.random() < 0.4 or sum(n == node for n, _ in live.values()) >= per_node):
             name = rng.choice(sorted(live))
             del live[name]
-            with contextlib.suppress(KubeError):
-                await soak.s.delete(name)
+            with contextlib.suppress(KubeError, Stopped):
+                await delete(soak, name)
             continue
         name = soak.name("share")
         resource = rng.choice(["gpushare/share-gpu-2", "gpushare/share-gpu-4"])
         soak.checks.sharers.add(f"{soak.s.namespace}/{name}")
         try:
-            await soak.s.create(pinned(pod_body(name, [container("app", ["sh", "-c", "exec sleep 3600"],
+            await create(soak, pinned(pod_body(name, [container("app", ["sh", "-c", "exec sleep 3600"],
                                                                  {resource: "1"})]), node))  # fmt: skip
-        except KubeError as err:  # the API may be restarting
+        except (KubeError, Stopped) as err:  # the API restarting for longer than API_RETRY_S
             soak.say(f"SharePod {name} not created: {str(err)[:200]}")
             continue
         live[name] = (node, time.monotonic())
