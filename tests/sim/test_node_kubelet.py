@@ -3,6 +3,7 @@ registration, ListAndWatch, allocation, pod-resources, deletion, restarts."""
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 
 import grpc
 import pytest
+from gpushare_common.adapters.kube import Retryable
 from gpushare_common.adapters.kubeletapi import podresources_v1_pb2 as pr
 from gpushare_common.adapters.kubeletapi import podresources_v1_pb2_grpc as pr_grpc
 from gpushare_sim.fakegpu.plugin import socket_identity
@@ -246,3 +248,37 @@ async def test_a_pod_gone_from_the_api_frees_its_card_for_admission_while_it_die
         runner.kill = real_kill  # type: ignore[method-assign]
     await sim.kubelet.sync([])
     await wait_until(lambda: not sim.kubelet.workers, what="every pod removed")
+
+
+class RestartingApi(RecordingApi):
+    """The API server while it restarts: every write fails until ``down`` is cleared."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = True
+        self.refused = 0
+
+    async def write_pod_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        if self.down:
+            self.refused += 1
+            raise Retryable(f"patch pod status {namespace}/{name}: connection refused")
+        await super().write_pod_status(namespace, name, status)
+
+
+async def test_a_status_the_api_refused_is_written_again_at_the_next_sync(node: Any) -> None:
+    """A container that starts while the API server restarts: its Running status is written when
+    the API answers again (at the next sync), not only at the pod's next change."""
+    sim, _ = node
+    api = RestartingApi()
+    sim.kubelet.api = api
+    pod = gpu_pod("a", "uid-a", command=["sleep", "60"])
+    await sim.kubelet.sync([pod])
+    await wait_until(lambda: api.refused >= 1 and sim.kubelet.workers["uid-a"].unreported, what="a refused write")
+    await asyncio.sleep(0.5)  # the container runs; nothing changes any more
+    assert phase(api, "default/a") == ""
+    api.down = False
+    await sim.kubelet.sync([pod])
+    await wait_until(lambda: phase(api, "default/a") == "Running", what="the status written again")
+    assert not sim.kubelet.workers["uid-a"].unreported
+    await sim.kubelet.sync([])
+    await wait_until(lambda: not sim.kubelet.workers, what="pod a removed")

@@ -54,6 +54,7 @@ class PodWorker:
     allocations: dict[str, ContainerAllocation] = field(default_factory=dict)
     task: asyncio.Task[None] | None = None
     terminating: bool = False
+    unreported: bool = False  # the last status write failed: written again at the next sync
 
 
 def restarts(policy: str, exit_code: int | None) -> bool:
@@ -109,8 +110,10 @@ class Kubelet:
                 await self._terminate(uid, confirm=True)
             elif worker is None and pod.deleting and uid not in self._confirmed:
                 # never ran here (or ran before a restart of this node): nothing to kill
-                self._confirmed.add(uid)
-                await self._safely(self.api.confirm_pod_deletion(pod.namespace, pod.name), pod.key)
+                if await self._safely(self.api.confirm_pod_deletion(pod.namespace, pod.name), pod.key):
+                    self._confirmed.add(uid)
+            elif worker is not None and worker.unreported and not worker.terminating:
+                await self._report(worker)  # as the kubelet's status manager, until the API takes it
         self._confirmed &= set(present)
         for uid in [u for u in self.workers if u not in present]:
             if not self.workers[uid].terminating:
@@ -257,15 +260,18 @@ class Kubelet:
     async def _report(self, worker: PodWorker) -> None:
         status = pod_status(worker.pod, worker.containers, self.context.host_ip)
         pod = worker.pod
-        await self._safely(self.api.write_pod_status(pod.namespace, pod.name, status), pod.key)
+        worker.unreported = not await self._safely(self.api.write_pod_status(pod.namespace, pod.name, status),
+                                                   pod.key)
 
     @staticmethod
-    async def _safely(call: Awaitable[None], pod: str) -> None:
-        """An API write whose failure is logged: the next change writes the state again."""
+    async def _safely(call: Awaitable[None], pod: str) -> bool:
+        """An API write whose failure is logged (and written again at the next sync); True when done."""
         try:
             await call
         except KubeError as err:
             log.warning("API write failed pod=%s: %s", pod, err)
+            return False
+        return True
 
     # --- termination ---------------------------------------------------------
 

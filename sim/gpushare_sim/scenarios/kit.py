@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar, overload
 
 from gpushare_common import events
-from gpushare_common.adapters.kube import Kube, KubeError, NotFound
+from gpushare_common.adapters.kube import Kube, KubeError, NotFound, Retryable
 from gpushare_common.bus import Bus, BusError, Transient
 from gpushare_common.retry import retry
 from gpushare_common.settings import KubeSettings
@@ -104,9 +104,16 @@ class Scenario:
     async def delete_shadow(self, name: str) -> None:
         await self.delete(name, SYSTEM_NAMESPACE)
 
+    async def _seen(self, name: str) -> tuple[bool, Obj | None]:
+        """(answered, the pod): an API that is restarting has not answered yet (a wait goes on)."""
+        try:
+            return True, await self.pod(name)
+        except Retryable:
+            return False, None
+
     async def wait_running(self, name: str, timeout: float = 60.0) -> Obj:
         async def probe() -> Obj | None:
-            pod = await self.pod(name)
+            _, pod = await self._seen(name)
             if pod is not None and phase(pod) == "Failed":
                 raise ScenarioError(f"pod {self.namespace}/{name} failed: {pod.get('status')}")
             return pod if pod is not None and phase(pod) == "Running" else None
@@ -115,7 +122,8 @@ class Scenario:
 
     async def wait_gone(self, name: str, timeout: float = 60.0) -> None:
         async def probe() -> bool:
-            return await self.pod(name) is None
+            answered, pod = await self._seen(name)
+            return answered and pod is None
 
         await wait_until(probe, timeout, f"pod {self.namespace}/{name} gone", self.cluster)
 
