@@ -46,6 +46,17 @@ async def publish_all(bus: Bus, events: list[AnyEvent]) -> None:
         await bus.publish_persistent(bus.subjects.event(NODE, event_tag(event)), event)
 
 
+async def lend_to_borrower(bus: Bus, running: app.Running) -> None:
+    """The owner away, its card lent to spot/b1, as the solver knows it."""
+    await publish_all(bus, [
+        GenericEvent(node=NODE, pod=OWNER, container="main", vendor_resource="v", state="using",
+                     devices=("GPU-0",)),
+        LowPowerEvent(node=NODE, owner=OWNER, using=False, devices=("GPU-0",)),
+        SpotEvent(node=NODE, pod="spot/b1", container="c0", state="using", devices=("spot-GPU-0",)),
+    ])
+    await wait_for(lambda: running.solver.state.borrowers() == {"spot-GPU-0": "spot/b1"}, what="a borrower")
+
+
 async def test_a_transient_containerd_failure_is_retried_and_finishes_once(
     nats_settings: NatsSettings, bridge: FakeBridge,
 ) -> None:
@@ -62,14 +73,7 @@ async def test_a_transient_containerd_failure_is_retried_and_finishes_once(
     await bus.subscribe(bus.subjects.eviction(NODE), record)
     try:
         async with wired(nats_settings, pods, tasks) as running:
-            await publish_all(bus, [
-                GenericEvent(node=NODE, pod=OWNER, container="main", vendor_resource="v", state="using",
-                             devices=("GPU-0",)),
-                LowPowerEvent(node=NODE, owner=OWNER, using=False, devices=("GPU-0",)),
-                SpotEvent(node=NODE, pod="spot/b1", container="c0", state="using", devices=("spot-GPU-0",)),
-            ])
-            await wait_for(lambda: running.solver.state.borrowers() == {"spot-GPU-0": "spot/b1"},
-                           what="a borrower")
+            await lend_to_borrower(bus, running)
             tasks.failures = 1
             await publish_all(bus, [OwnerBackEvent(node=NODE, pidns=5, pid=1, kernel_ts_ns=1, pod=OWNER)])
             await wait_for(lambda: len(records) == 1, what="the eviction after a retry")
@@ -150,14 +154,7 @@ async def test_a_plan_failing_again_at_start_is_kept_and_its_eviction_happens_on
     await bus.subscribe(bus.subjects.eviction(NODE), record)
     try:
         async with wired(nats_settings, pods, tasks) as running:
-            await publish_all(bus, [
-                GenericEvent(node=NODE, pod=OWNER, container="main", vendor_resource="v", state="using",
-                             devices=("GPU-0",)),
-                LowPowerEvent(node=NODE, owner=OWNER, using=False, devices=("GPU-0",)),
-                SpotEvent(node=NODE, pod="spot/b1", container="c0", state="using", devices=("spot-GPU-0",)),
-            ])
-            await wait_for(lambda: running.solver.state.borrowers() == {"spot-GPU-0": "spot/b1"},
-                           what="a borrower")
+            await lend_to_borrower(bus, running)
             tasks.failures = 10_000  # containerd down for this whole run
             await publish_all(bus, [OwnerBackEvent(node=NODE, pidns=5, pid=1, kernel_ts_ns=1, pod=OWNER)])
             await wait_for(lambda: bool(running.solver.plans) and tasks.calls >= 2, what="a failing plan")
