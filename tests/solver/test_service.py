@@ -46,6 +46,27 @@ async def publish_all(bus: Bus, events: list[AnyEvent]) -> None:
         await bus.publish_persistent(bus.subjects.event(NODE, event_tag(event)), event)
 
 
+def owner_and_borrower() -> tuple[FakePods, FakeTasks]:
+    """The owner's pod and the borrower spot/b1 on the node, the borrower's task running."""
+    pods, tasks = FakePods(), FakeTasks(running={"b1-c"})
+    pods.add(OWNER, NODE, ["owner-c"])
+    pods.add("spot/b1", NODE, ["b1-c"])
+    return pods, tasks
+
+
+async def eviction_recorder(nats_settings: NatsSettings) -> tuple[Bus, list[AnyEvent]]:
+    """A client bus and every eviction record published from now on."""
+    bus = Bus(nats_settings, "test")
+    await bus.connect()
+    records: list[AnyEvent] = []
+
+    async def record(event: AnyEvent) -> None:
+        records.append(event)
+
+    await bus.subscribe(bus.subjects.eviction(NODE), record)
+    return bus, records
+
+
 async def lend_to_borrower(bus: Bus, running: app.Running) -> None:
     """The owner away, its card lent to spot/b1, as the solver knows it."""
     await publish_all(bus, [
@@ -60,17 +81,8 @@ async def lend_to_borrower(bus: Bus, running: app.Running) -> None:
 async def test_a_transient_containerd_failure_is_retried_and_finishes_once(
     nats_settings: NatsSettings, bridge: FakeBridge,
 ) -> None:
-    pods, tasks = FakePods(), FakeTasks(running={"b1-c"})
-    pods.add(OWNER, NODE, ["owner-c"])
-    pods.add("spot/b1", NODE, ["b1-c"])
-    bus = Bus(nats_settings, "test")
-    await bus.connect()
-    records: list[AnyEvent] = []
-
-    async def record(event: AnyEvent) -> None:
-        records.append(event)
-
-    await bus.subscribe(bus.subjects.eviction(NODE), record)
+    pods, tasks = owner_and_borrower()
+    bus, records = await eviction_recorder(nats_settings)
     try:
         async with wired(nats_settings, pods, tasks) as running:
             await lend_to_borrower(bus, running)
@@ -141,17 +153,8 @@ async def test_a_plan_failing_again_at_start_is_kept_and_its_eviction_happens_on
     """An owner-back whose reclaim fails, then fails again while the restarted solver resumes its
     plan: the plan is not dropped (its event id is already applied, so the redelivery would be
     taken for a duplicate), and the borrower is evicted exactly once when containerd is back."""
-    pods, tasks = FakePods(), FakeTasks(running={"b1-c"})
-    pods.add(OWNER, NODE, ["owner-c"])
-    pods.add("spot/b1", NODE, ["b1-c"])
-    bus = Bus(nats_settings, "test")
-    await bus.connect()
-    records: list[AnyEvent] = []
-
-    async def record(event: AnyEvent) -> None:
-        records.append(event)
-
-    await bus.subscribe(bus.subjects.eviction(NODE), record)
+    pods, tasks = owner_and_borrower()
+    bus, records = await eviction_recorder(nats_settings)
     try:
         async with wired(nats_settings, pods, tasks) as running:
             await lend_to_borrower(bus, running)
