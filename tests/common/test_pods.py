@@ -203,3 +203,27 @@ def test_odd_conditions_and_restart_counts_are_skipped(status: dict[str, Any]) -
     pod["status"].update(status)
     view = read_pod(pod, RULES)
     assert (view.conditions, view.restarts, view.ready) == ({}, {}, False)
+
+
+def test_spot_users_reads_device_plugin_ids_and_spot_claims() -> None:
+    from gpushare_common import dra
+
+    claim = dra.cdi_device(dra.ROLE_SPOT, "0e7a1c52-1b1c-4f4e-9c55-0c9f3f1d2a10", "GPU-3").qualified
+    node = {
+        "spot/a": {"main": {RULES.spot_resource: ("spot-GPU-0",)}, "side": {}},
+        "spot/b": {"main": {dra.CDI_KIND: (claim, "gpushare.k8s.io/gpu=garbled")}},
+        "team/x": {"main": {"nvidia.com/gpu": ("GPU-1",)}},
+        "share/s": {"main": {"gpushare/share-gpu-2": ("shadow-0",)}},
+    }
+    assert RULES.spot_users(node) == {"spot/a": ("spot-GPU-0",), "spot/b": ("spot-GPU-3",)}
+
+
+@given(st.dictionaries(st.text(max_size=8), st.dictionaries(st.text(max_size=4), st.dictionaries(
+    st.sampled_from(["gpushare/spot-gpu", "gpushare.k8s.io/gpu", "nvidia.com/gpu", "x"]),
+    st.lists(st.text(max_size=12), max_size=3).map(tuple), max_size=3), max_size=2), max_size=4))
+def test_spot_users_takes_any_answer_and_names_only_spot_holders(node: dict[str, Any]) -> None:
+    users = RULES.spot_users(node)
+    assert set(users) <= set(node)
+    assert all(ids and all(i.startswith("spot-") or i in {d for c in node[p].values() for d in
+                                                            c.get(RULES.spot_resource, ())} for i in ids)
+               for p, ids in users.items())

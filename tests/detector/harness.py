@@ -8,9 +8,9 @@ from collections.abc import Callable
 from typing import Any
 
 from gpushare_common import events as ev
+from gpushare_common.adapters.podresources import PodResources
 from gpushare_common.bus import Bus
 from gpushare_common.pods import PodRules
-from gpushare_detector.adapters.podresources import PodResources
 from gpushare_detector.away import AwayMachine
 from gpushare_detector.detector import Detector
 from gpushare_detector.kmod import KmodSync

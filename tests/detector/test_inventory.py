@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from gpushare_common import events as ev
 from gpushare_common.adapters.kube import PodChange
+from gpushare_common.adapters.podresources import PodResources, PodResourcesError
 from gpushare_common.bus import Bus
 from gpushare_common.settings import NatsSettings
-from gpushare_detector.adapters.podresources import PodResources, PodResourcesError
 from gpushare_detector.detector import Detector
 from gpushare_detector.inventory import INVENTORY_KEY, Inventory
 from gpushare_sim.fakegpu.cards import VENDOR_RESOURCE

@@ -3,7 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from gpushare_detector.adapters.podresources import PodNotFound, PodResources, PodResourcesError
+from gpushare_common.adapters.podresources import PodNotFound, PodResources, PodResourcesError
 
 from tests.detector.podres_server import PodResourcesServer
 

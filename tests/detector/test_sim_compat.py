@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from gpushare_detector.adapters.podresources import PodResources
+from gpushare_common.adapters.podresources import PodResources
 from gpushare_detector.gpumetrics import device_metrics
 from gpushare_detector.vendors import BUILTIN_DIR, load_mappings
 from gpushare_sim.fakegpu.cards import VENDOR_RESOURCE, make_cards

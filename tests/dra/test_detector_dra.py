@@ -10,9 +10,9 @@ import pytest
 from gpushare_common import dra
 from gpushare_common import events as ev
 from gpushare_common.adapters.kubeletapi import podresources_v1_pb2 as pr
+from gpushare_common.adapters.podresources import _pod_devices
 from gpushare_common.pods import PodError, PodKind, PodRules, read_pod
-from gpushare_detector.adapters.podresources import _pod_devices
-from gpushare_detector.handlers import dra_devices, pod_facts
+from gpushare_detector.handlers import pod_facts
 
 RULES = PodRules()
 UID = str(uuid.uuid4())
@@ -42,8 +42,8 @@ def test_pod_resources_fold_gpushare_claims_cdi_devices() -> None:
 def test_claims_are_read_as_the_cards_they_hold() -> None:
     devices = {"main": {dra.CDI_KIND: (cdi("exclusive", "GPU-1"), cdi("spot", "GPU-2"), cdi("share", "GPU-3"),
                                        "gpushare.k8s.io/gpu=garbled")}, "side": {}}
-    assert dra_devices(RULES, devices) == {"main": {"nvidia.com/gpu": ("GPU-1",), "gpushare/spot-gpu": ("spot-GPU-2",)},
-                                           "side": {}}
+    assert RULES.claimed_devices(devices) == {
+        "main": {"nvidia.com/gpu": ("GPU-1",), "gpushare/spot-gpu": ("spot-GPU-2",)}, "side": {}}
 
 
 def test_a_lendable_dev_machine_on_an_exclusive_claim_is_an_owner() -> None:

@@ -414,3 +414,47 @@ async def test_a_bucket_that_refuses_writes_never_stops_an_owner_back(
         store.down = False
         assert await bridge.watchset.flush() == 0
         assert msgspec.json.decode(store.data[str(owner.pidns)], type=WatchEntry).mode == "watched"
+
+
+def _holds(bridge: Bridge) -> float:
+    return bridge.metrics.registry.get_sample_value("gpushare_kmod_bridge_holds_total") or 0.0
+
+
+async def test_an_unanswered_owner_back_is_held_until_the_solver_answers(
+        kernel: KernelStandIn, pidns_process: PidnsProcess) -> None:
+    """The solver cannot answer for several kernel timeouts (a NATS failover, a solver restart):
+    the bridge holds the owner itself, and the owner's call continues only at the release."""
+    kernel.state.timeout_ms = 300
+    source = Containers()
+    source.run("c1", "ns/dev", pidns_process)
+    async with wired(kernel, source) as (bridge, published, _):
+        await pod_cmd(bridge, "detect", "ns/dev/main")
+        call = asyncio.create_task(ioctl(kernel.hook_path, pidns_process.pidns, pid=pidns_process.pid))
+        await asyncio.wait_for(published.events.get(), 5)
+        await asyncio.sleep(1.5)  # five kernel timeouts
+        assert not call.done() and _holds(bridge) >= 3
+        assert bridge.status()["holding"] == [pidns_process.pidns]
+        assert (await pod_cmd(bridge, "release", "ns/dev/main")).status == 1
+        assert await asyncio.wait_for(call, 5) >= 1500
+        assert bridge.status()["holding"] == []
+        holds = _holds(bridge)
+        await asyncio.sleep(0.5)
+        assert _holds(bridge) == holds  # the answer ended the holding
+
+
+async def test_the_bridge_holds_an_unanswered_owner_for_hold_s_at_most(
+        kernel: KernelStandIn, pidns_process: PidnsProcess) -> None:
+    """A solver that never answers costs the owner ``hold_s`` plus the kernel's timeout, no more;
+    with ``hold_s`` 0 only the kernel's timeout."""
+    kernel.state.timeout_ms = 300
+    source = Containers()
+    source.run("c1", "ns/dev", pidns_process)
+    async with wired(kernel, source) as (bridge, published, _):
+        for hold_s, least_ms, most_ms in ((0.9, 900, 2000), (0.0, 250, 700)):
+            bridge.hold_s = hold_s
+            await pod_cmd(bridge, "detect", "ns/dev/main")
+            call = asyncio.create_task(ioctl(kernel.hook_path, pidns_process.pidns, pid=pidns_process.pid))
+            await asyncio.wait_for(published.events.get(), 5)
+            blocked_ms = await asyncio.wait_for(call, 5)
+            assert least_ms <= blocked_ms <= most_ms, (hold_s, blocked_ms)
+            await _until(lambda: not bridge.status()["holding"])

@@ -87,7 +87,8 @@ def test_cards_of_an_away_owner_are_already_lent() -> None:
 def test_a_card_gone_from_the_inventory_is_withdrawn_and_its_borrowers_evicted() -> None:
     state = lent_free_cards()
     actions = handle(inventory("GPU-1"), state)
-    assert actions == [unhealthy("card-gone", "spot-GPU-0"), Reclaim(reason="card-gone", pods=("spot/b0",))]
+    assert actions == [unhealthy("card-gone", "spot-GPU-0"),
+                       Reclaim(reason="card-gone", pods=("spot/b0",), lent=("spot-GPU-0",))]
     assert state.lent() == ["spot-GPU-1"] and state.borrowers() == {}
     assert handle(inventory("GPU-1"), state) == []
     assert handle(inventory("GPU-0", "GPU-1"), state) == [healthy(f"unallocated {VENDOR}", "spot-GPU-0")]
@@ -105,7 +106,7 @@ def test_a_reserved_pod_taking_a_free_card_evicts_its_borrowers() -> None:
     state = lent_free_cards()
     actions = handle(reserved("infer/big", "GPU-0"), state)
     assert actions == [unhealthy("reserved by infer/big", "spot-GPU-0"),
-                       Reclaim(reason="reserved", pods=("spot/b0",), owner="infer/big")]
+                       Reclaim(reason="reserved", pods=("spot/b0",), owner="infer/big", lent=("spot-GPU-0",))]
     assert state.lent() == ["spot-GPU-1"]
     assert handle(reserved("infer/big", "GPU-0", state="cleared"), state) == [
         healthy("released by infer/big", "spot-GPU-0")]
@@ -115,7 +116,7 @@ def test_a_shadow_pod_taking_a_free_card_evicts_its_borrowers() -> None:
     state = lent_free_cards()
     actions = handle(shadow("GPU-0"), state)
     assert actions == [unhealthy(f"reserved by {SHADOW}", "spot-GPU-0"),
-                       Reclaim(reason="reserved", pods=("spot/b0",), owner=SHADOW),
+                       Reclaim(reason="reserved", pods=("spot/b0",), owner=SHADOW, lent=("spot-GPU-0",)),
                        DeviceList(resource="share-gpu-2", devices=(f"{SHADOW}-0", f"{SHADOW}-1"),
                                   reason=f"shadow {SHADOW} running")]
     assert state.lent() == ["spot-GPU-1"] and state.shadow_cards == {SHADOW: ("GPU-0",)}
@@ -173,7 +174,7 @@ def test_after_a_rebuild_the_inventory_lends_nothing_until_the_holdoff_ends() ->
     state = SolverState(lend_after=1200.0, clock=lambda: now[0])
     handle(borrow("spot/b0", "spot-GPU-0"), state)  # rebuilt from a signed Allocate annotation
     assert handle(inventory("GPU-1", "GPU-2"), state) == [
-        unhealthy("card-gone", "spot-GPU-0"), Reclaim(reason="card-gone", pods=("spot/b0",))]
+        unhealthy("card-gone", "spot-GPU-0"), Reclaim(reason="card-gone", pods=("spot/b0",), lent=("spot-GPU-0",))]
     assert state.lent() == []  # who holds GPU-1 and GPU-2 is not known yet
     now[0] = 1200.0
     assert handle(inventory("GPU-1", "GPU-2"), state) == [

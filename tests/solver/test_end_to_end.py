@@ -21,6 +21,7 @@ from gpushare_sim.kernel import KernelStandIn
 from gpushare_solver import app
 from gpushare_solver.adapters.containerd import Tasks
 
+from tests.detector.podres_server import serve_pod_resources
 from tests.kmod_bridge.conftest import ioctl, kernel, sock_dir  # noqa: F401  (fixtures)
 from tests.kmod_bridge.test_service import FixedSource, bridge_settings
 from tests.solver.conftest import NODE, wait_for
@@ -30,6 +31,7 @@ from tests.support.kubeapi import KubeApi
 
 pytestmark = [pytest.mark.containerd, pytest.mark.slow]
 OWNER = "dev/alice"
+SPOT = "gpushare/spot-gpu"
 
 
 @contextlib.asynccontextmanager
@@ -81,4 +83,62 @@ async def test_owner_call_blocks_until_borrowers_are_gone(
             assert (record.pod, record.reason, record.owner) == ("spot/b1", "owner-back", OWNER)  # type: ignore[attr-defined]
             assert not await world.pod_exists("spot/b1")
             assert running.solver.state.health == {"spot-GPU-0": "Unhealthy"}
+            stop.set()
+
+
+async def test_a_borrower_not_reported_yet_dies_before_the_owner_is_released(
+    nats_settings: NatsSettings, kube_api: KubeApi, kube: Kube, containerd: Containerd, rootfs: Path,
+    kernel: KernelStandIn, tmp_path: Path,  # noqa: F811
+) -> None:
+    """The owner comes back while a borrower's SpotEvent has not reached the solver yet (the
+    detector is seconds behind on a busy node): the kubelet's pod-resources names it, and it is
+    killed before the owner's call goes on. Its SpotEvent, arriving afterwards, evicts nothing."""
+    async with client_bus(nats_settings) as bus, serve_pod_resources(tmp_path / "kubelet.sock") as kubelet:
+        world = World(containerd, rootfs, kube, bus, NODE)
+        await world.add_pod(OWNER, ["alice-main"])
+        await world.add_pod("spot/b1", ["b1-main"])
+        await world.add_pod("spot/late", ["late-main"])
+        kubelet.table.update({"spot/b1": {"c0": {SPOT: ("spot-GPU-0",)}},
+                              "spot/late": {"c0": {SPOT: ("spot-GPU-0",)}},
+                              "spot/other": {"c0": {SPOT: ("spot-GPU-1",)}}})  # another card: left alone
+        async with Tasks(str(containerd.address), NAMESPACE) as tasks:
+            owner_pid = await tasks.pid("alice-main")
+        pidns = os.stat(f"/proc/{owner_pid}/ns/pid").st_ino
+        owner = ContainerProcs("alice-main", (owner_pid,), OWNER, "c0")
+        records = Recorder()
+        await bus.subscribe(bus.subjects.eviction(NODE), records)
+        stop = asyncio.Event()
+        settings = solver_settings(containerd, pod_resources_socket=str(kubelet.socket))
+        async with kmod_bridge(nats_settings, kube_api.kubeconfig, kernel, owner), \
+                app.started(common_settings(nats_settings, kube_api.kubeconfig, NODE), settings, stop,
+                            pods=kube) as running:
+            for event in (
+                GenericEvent(node=NODE, pod=OWNER, container="c0", vendor_resource="nvidia.com/gpu",
+                             state="using", devices=("GPU-0",), lendable=True),
+                LowPowerEvent(node=NODE, owner=OWNER, using=False, devices=("GPU-0",)),
+                SpotEvent(node=NODE, pod="spot/b1", container="c0", state="using", devices=("spot-GPU-0",)),
+            ):
+                await world.publish(type(event).__struct_config__.tag, event)  # type: ignore[attr-defined]
+            await wait_for(lambda: running.solver.state.borrowers() == {"spot-GPU-0": "spot/b1"},
+                           what="the card lent")
+            async with Tasks(str(containerd.address), NAMESPACE) as tasks:
+                late_pid = await tasks.pid("late-main")
+            late_ns = os.stat(f"/proc/{late_pid}/ns/pid").st_ino
+            kernel.state.guards.arm(pidns, [late_ns], [late_pid])  # judged at the instant of release
+            assert await asyncio.wait_for(ioctl(kernel.hook_path, pidns, pid=owner_pid), 10) < 2000
+            (verdict,) = kernel.state.guards.verdicts
+            assert verdict["how"] == "release" and verdict["alive"] == [], verdict
+            assert world.task_status("late-main") == "STOPPED" and world.task_status("b1-main") == "STOPPED"
+            await wait_for(lambda: len(records.events) == 2, what="two eviction records")
+            evicted = sorted((r.pod, r.reason, r.owner) for r in records.of(EvictionRecord))  # type: ignore[attr-defined]
+            assert evicted == [("spot/b1", "owner-back", OWNER), ("spot/late", "owner-back", OWNER)]
+            assert not await world.pod_exists("spot/late")
+            late = SpotEvent(node=NODE, pod="spot/late", container="c0", state="using", devices=("spot-GPU-0",))
+            await world.publish("spot", late)
+            await wait_for(lambda: late.id in running.solver.seen, what="the late SpotEvent handled")
+            await asyncio.sleep(0.3)
+            assert len(records.events) == 2, "the borrower found through the kubelet was evicted twice"
+            found = running.skeleton.registry.get_sample_value("gpushare_solver_borrowers_discovered_total",
+                                                               {"outcome": "found"})
+            assert found == 1
             stop.set()

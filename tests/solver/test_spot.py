@@ -7,7 +7,7 @@ from gpushare_common.events import GenericEvent, LowPowerEvent, OwnerBackEvent, 
 from gpushare_common.mapping import IDLE_SPACE
 from gpushare_solver.actions import Kmod, Reclaim, Release, SetHealth
 from gpushare_solver.handlers import handle
-from gpushare_solver.state import RESERVED, SPOT_OWNER, HandlerError, SolverState
+from gpushare_solver.state import RESERVED, SPOT_OWNER, Evicted, HandlerError, SolverState
 
 NODE = "n1"
 OWNER = "dev/alice"
@@ -79,7 +79,7 @@ def test_owner_back_evicts_borrowers_withdraws_cards_and_releases(trigger: objec
     actions = handle(trigger, state)  # type: ignore[arg-type]
     assert actions == [
         SetHealth(resource="spot-gpu", reason=f"owner {OWNER} back", devices={"spot-GPU-0": "Unhealthy"}),
-        Reclaim(reason="owner-back", pods=("spot/b1",), owner=OWNER, release=release),
+        Reclaim(reason="owner-back", pods=("spot/b1",), owner=OWNER, release=release, lent=("spot-GPU-0",)),
     ]
     assert state.borrowers() == {}
     assert IDLE_SPACE not in state.cache.snapshot()
@@ -99,8 +99,9 @@ def test_an_owner_back_is_handled_once() -> None:
 def test_owner_back_when_not_lending_still_releases() -> None:
     state = SolverState()
     handle(reserved(), state)
-    assert handle(kernel_back(), state) == [
-        Reclaim(reason="owner-back", owner=OWNER, release=Release(pods=(OWNER,), pidns=(4026532000,)))]
+    assert handle(kernel_back(), state) == [  # its card was not lent: the kubelet is asked all the same
+        Reclaim(reason="owner-back", owner=OWNER, release=Release(pods=(OWNER,), pidns=(4026532000,)),
+                lent=("spot-GPU-0",))]
 
 
 def test_unresolved_owner_back_reclaims_every_away_owner() -> None:
@@ -118,7 +119,7 @@ def test_reserved_pod_taking_a_lent_card_evicts_its_borrowers() -> None:
     actions = handle(reserved("infer/big", "GPU-1"), state)
     assert actions == [
         SetHealth(resource="spot-gpu", reason="reserved by infer/big", devices={"spot-GPU-1": "Unhealthy"}),
-        Reclaim(reason="reserved", pods=("spot/b2",), owner="infer/big"),
+        Reclaim(reason="reserved", pods=("spot/b2",), owner="infer/big", lent=("spot-GPU-1",)),
     ]
     assert state.borrowers() == {}
 
@@ -163,3 +164,30 @@ def test_a_spot_device_borrowed_twice_is_a_typed_error() -> None:
     state = lent_state()
     with pytest.raises(HandlerError, match="already used"):
         handle(borrow("spot/b9", "spot-GPU-0"), state)
+
+
+def test_a_spot_event_of_a_pod_evicted_already_is_not_a_new_borrower() -> None:
+    """A borrower found through the kubelet at an owner-back is evicted before its SpotEvent
+    comes; that event, arriving afterwards, neither lends nor evicts again."""
+    state = SolverState()
+    handle(reserved(), state)
+    state.evicted.add("spot/late", "uid-1")
+    late = SpotEvent(node="n1", pod="spot/late", container="c0", state="using", devices=("spot-GPU-0",),
+                     pod_uid="uid-1")
+    assert handle(late, state) == [] and state.borrowers() == {}
+    again = SpotEvent(node="n1", pod="spot/late", container="c0", state="using", devices=("spot-GPU-0",),
+                      pod_uid="uid-2")  # another pod of that name: news
+    assert handle(again, state) == [Reclaim(reason="reserved", pods=("spot/late",), owner=OWNER)]
+
+
+def test_evicted_matches_by_uid_or_for_a_while_by_name_and_is_bounded() -> None:
+    now = [1000.0]
+    evicted = Evicted(keep=2, unnamed_s=60, clock=lambda: now[0])
+    evicted.add("a/one", "u1")
+    evicted.add("a/two", "")
+    assert evicted.has("a/one", "u1") and not evicted.has("a/one", "u9") and evicted.has("a/one")
+    assert evicted.has("a/two", "any") and not evicted.has("a/three")
+    now[0] += 61
+    assert not evicted.has("a/two", "any") and evicted.has("a/one", "u1")
+    evicted.add("a/three", "u3")
+    assert not evicted.has("a/one", "u1") and evicted.has("a/three", "u3")  # the oldest went

@@ -21,7 +21,7 @@ from typing import Any
 
 import msgspec
 
-from . import ids
+from . import dra, ids
 
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 SHARE_KINDS = {"share": "share-gpu", "share-dev": "share-dev-gpu"}  # share kind -> resource stem
@@ -84,6 +84,40 @@ class PodRules(msgspec.Struct, frozen=True, kw_only=True):
 
     def is_batch(self, resource: str) -> bool:
         return resource in (f"{self.domain}/vcpu", f"{self.domain}/vmem")
+
+    def claimed_devices(self, devices: Mapping[str, Mapping[str, tuple[str, ...]]]
+                        ) -> dict[str, dict[str, tuple[str, ...]]]:
+        """Per container (of pod-resources' answer for one pod), the CDI devices of gpushare's DRA
+        claims read as the resources they stand for: a card of an ``exclusive`` claim is a card of
+        the first vendor resource (its holder is a reserved pod, a lendable dev machine an owner),
+        a ``spot`` claim's card its spot device (its holder a borrower); ``share`` claims hold no
+        card of their own. Device-plugin resources are kept as they are."""
+        found: dict[str, dict[str, tuple[str, ...]]] = {}
+        for container, resources in devices.items():
+            held = {r: found_ids for r, found_ids in resources.items() if r != dra.CDI_KIND}
+            for name in resources.get(dra.CDI_KIND, ()):
+                try:
+                    device = dra.parse_cdi_device(name)
+                except dra.DraNameError:
+                    continue
+                if device.role == dra.ROLE_SPOT:
+                    held[self.spot_resource] = (*held.get(self.spot_resource, ()), ids.spot_device_id(device.card))
+                elif device.role == dra.ROLE_EXCLUSIVE and self.vendor_resources:
+                    vendor = self.vendor_resources[0]
+                    held[vendor] = (*held.get(vendor, ()), device.card)
+            found[container] = {r: tuple(sorted(set(v))) for r, v in held.items()}
+        return found
+
+    def spot_users(self, node: Mapping[str, Mapping[str, Mapping[str, tuple[str, ...]]]]
+                   ) -> dict[str, tuple[str, ...]]:
+        """Pod key -> the spot devices its containers were given (device plugin or DRA claim), from
+        pod-resources' answer for the node."""
+        found: dict[str, tuple[str, ...]] = {}
+        for pod, containers in node.items():
+            spot = {d for held in self.claimed_devices(containers).values() for d in held.get(self.spot_resource, ())}
+            if spot:
+                found[pod] = tuple(sorted(spot))
+        return found
 
 
 class Pod(msgspec.Struct, frozen=True, kw_only=True):

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gpushare_common.adapters.kube import Kube
+from gpushare_common.adapters.podresources import PodResources
 from gpushare_common.events import AnyEvent
 from gpushare_common.http import Health
 from gpushare_common.logging import get_logger
@@ -22,7 +23,6 @@ from gpushare_common.pods import SYSTEM_NAMESPACE, PodRules
 from gpushare_common.service import Skeleton
 
 from .adapters.exporter import fetch_text
-from .adapters.podresources import PodResources
 from .away import AwayMachine
 from .capacity_service import CapacityService
 from .detector import Detector

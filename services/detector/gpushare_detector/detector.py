@@ -13,12 +13,12 @@ from typing import Any, Protocol
 
 from gpushare_common import events as ev
 from gpushare_common.adapters.kube import PodChange
+from gpushare_common.adapters.podresources import PodNotFound, PodResourcesError
 from gpushare_common.bus import BusError
 from gpushare_common.logging import get_logger
 from gpushare_common.retry import wait_any, wait_for_stop
 from gpushare_common.subjects import Subjects
 
-from .adapters.podresources import PodNotFound, PodResourcesError
 from .away import AwayMachine, Sample, State
 from .handlers import kind_of
 from .inventory import Inventory

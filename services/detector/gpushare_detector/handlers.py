@@ -12,7 +12,6 @@ import hashlib
 from collections.abc import Callable, Iterable, Mapping
 
 import msgspec
-from gpushare_common import dra, ids
 from gpushare_common import events as ev
 from gpushare_common.pods import Pod as PodView
 from gpushare_common.pods import PodKind, PodRules
@@ -116,28 +115,6 @@ _BUILDERS = {
 }
 
 
-def dra_devices(rules: PodRules, devices: DevicesOf) -> dict[str, dict[str, tuple[str, ...]]]:
-    """Per container, the CDI devices of gpushare's DRA claims read as the resources they stand
-    for: a card of an ``exclusive`` claim is a card of the first vendor resource (its holder is
-    a reserved pod, a lendable dev machine an owner), a ``spot`` claim's card its spot device
-    (its holder a borrower); ``share`` claims hold no card of their own."""
-    found: dict[str, dict[str, tuple[str, ...]]] = {}
-    for container, resources in devices.items():
-        held = {r: ids for r, ids in resources.items() if r != dra.CDI_KIND}
-        for name in resources.get(dra.CDI_KIND, ()):
-            try:
-                device = dra.parse_cdi_device(name)
-            except dra.DraNameError:
-                continue
-            if device.role == dra.ROLE_SPOT:
-                held[rules.spot_resource] = (*held.get(rules.spot_resource, ()), ids.spot_device_id(device.card))
-            elif device.role == dra.ROLE_EXCLUSIVE and rules.vendor_resources:
-                vendor = rules.vendor_resources[0]
-                held[vendor] = (*held.get(vendor, ()), device.card)
-        found[container] = {r: tuple(sorted(set(v))) for r, v in held.items()}
-    return found
-
-
 def _dra_kind(view: PodView, rules: PodRules, devices: DevicesOf) -> PodKind:
     """What a pod of claims is, from what its claims hold."""
     held = {r for c in view.claims for r in devices.get(c, {})}
@@ -149,7 +126,7 @@ def _dra_kind(view: PodView, rules: PodRules, devices: DevicesOf) -> PodKind:
 def pod_facts(view: PodView, rules: PodRules, node: str, devices: DevicesOf) -> Facts:
     """The events that describe ``view`` now (empty when it finished or holds nothing)."""
     if view.claims:
-        devices = dra_devices(rules, devices)
+        devices = rules.claimed_devices(devices)
         if view.kind is PodKind.ORDINARY:
             view = msgspec.structs.replace(view, kind=(kind := _dra_kind(view, rules, devices)),
                                            lendable=kind is PodKind.RESERVED and view.lendable_label)

@@ -19,10 +19,10 @@ from typing import Any, Protocol
 
 import msgspec
 from gpushare_common import events as ev
+from gpushare_common.adapters.podresources import PodResourcesError
 from gpushare_common.bus import BusError
 from gpushare_common.logging import get_logger
 
-from .adapters.podresources import PodResourcesError
 from .handlers import stable_id
 from .metrics import DetectorMetrics
 

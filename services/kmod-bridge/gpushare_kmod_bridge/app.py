@@ -85,7 +85,7 @@ class Service:
                                  cgroup_of=lambda pid: cgroup_of(pid, proc))
         self.bridge = Bridge(self.node, self.bus.subjects.event(self.node, "ownerback"),
                              self._enqueue, WatchSet(), self.resolver, self.metrics,
-                             filter_config(settings))
+                             filter_config(settings), settings.hold_unanswered_s)
         self.resolver.on_refresh.append(self.bridge.prune)
         self.metrics.follow_gpu_calls(self.bridge.gpu_calls)
         link_settings = LinkSettings(settings.reply_timeout_s, settings.heartbeat_s,
@@ -93,6 +93,7 @@ class Service:
         self.link = KernelLink(transport or build_transport(settings), link_settings, self.metrics,
                                self.bridge.on_notice, self.bridge.on_registered, self._kernel_state)
         self.bridge.attach(self.link)
+        self.skeleton.on_exit(self.bridge.close)
         self.skeleton.on_exit(self.link.transport.close)  # before NATS is drained
 
     def _kernel_state(self, registered: bool, reason: str) -> None:

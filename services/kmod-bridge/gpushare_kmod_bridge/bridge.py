@@ -13,7 +13,11 @@
   handed to ``publish``, which must not return before the stream has it (or
   must queue it for a task that does). Its id comes from the node, namespace
   and hit time, so a notice the kernel sends again on registration is the
-  same event. A notice from a namespace whose entry is stale (another
+  same event. Until the solver answers (RELEASE or DELETE of that namespace)
+  the bridge itself keeps the owner held (HOLD every third of the kernel's
+  timeout, for at most ``hold_s``): the owner-back may wait on a NATS
+  failover or a solver restart longer than the kernel's timeout, and the
+  owner must not run beside borrowers nobody has killed yet. A notice from a namespace whose entry is stale (another
   container lives there now) wakes the caller at once (DELETE) and
   publishes nothing.
 - ``on_registered``: the ioctl filter when one is configured, then the watch
@@ -28,6 +32,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -45,13 +51,18 @@ log = get_logger("kmod-bridge")
 
 Publish = Callable[[str, events.Event], Awaitable[None]]
 _BY_RECORD = ("delete", "undetect", "release", "hold")  # ops that also reach namespaces of pods gone
+_ANSWERS = ("release", "delete")  # ops that end the bridge's own hold of an owner
+HOLD_FIRST_S = 1.0  # a third of the module's default timeout_ms (3 s); hold replies give the real one
 
 
 class Bridge:
     def __init__(self, node: str, subject: str, publish: Publish, watchset: WatchSet,
                  resolver: Resolver, metrics: BridgeMetrics,
-                 filter_config: protocol.FilterConfig | None = None) -> None:
+                 filter_config: protocol.FilterConfig | None = None, hold_s: float = 30.0) -> None:
         self.node = node
+        self.hold_s = hold_s  # keep an unanswered owner held this long at most (0: never)
+        self.hold_first_s = HOLD_FIRST_S
+        self._holding: dict[int, asyncio.Task[None]] = {}
         self.subject = subject
         self.publish = publish
         self.watchset = watchset
@@ -87,6 +98,7 @@ class Bridge:
         if notice.resent:
             log.info("notice sent again by the kernel", node=self.node, pidns=notice.pidns, id=event.id)
         await self.publish(self.subject, event)
+        self._hold_until_answered(notice.pidns, pod)
         self.metrics.published.labels(str(event.resolved).lower()).inc()
         self.metrics.latency.observe(event.notice_to_publish_ms / 1000)
         if entry is not None and entry.mode == "detected":
@@ -150,6 +162,8 @@ class Bridge:
             if op in _BY_RECORD:  # nothing watched for these pods (any more): nothing to undo
                 return self._reply(op, 0, (), f"nothing recorded for {list(request.pods)}")
             return self._reply(op, handlers.ENOENT, (), f"no pid namespace found for {list(request.pods)}")
+        if op in _ANSWERS:
+            self._answered(ids)
         if op != "stats":  # what changes the kernel's map or wakes a caller is always on record
             log.info("kmod command", node=self.node, op=op, reason=request.reason or None,
                      pods=",".join(request.pods) or None, pidns=",".join(map(str, ids)))  # fmt: skip
@@ -244,6 +258,7 @@ class Bridge:
             await self._drop(stale)
 
     async def _drop(self, ids: list[int]) -> None:
+        self._answered(ids)
         await self.watchset.remove(ids)
         self._count_watched()
         try:
@@ -251,6 +266,58 @@ class Bridge:
                 await self._link().request(protocol.CMD_DELETE, chunk)
         except KernelUnavailable as err:  # a module loaded again starts with an empty map
             log.info("kernel away while forgetting namespaces", node=self.node, error=str(err))
+
+    # --- holding an owner until the solver answers ------------------------------------
+
+    def _hold_until_answered(self, pidns: int, pod: str) -> None:
+        if self.hold_s <= 0 or (pidns in self._holding and not self._holding[pidns].done()):
+            return
+        self._holding[pidns] = asyncio.ensure_future(self._hold(pidns, pod))
+
+    def _answered(self, ids: Sequence[int]) -> None:
+        for pidns in ids:
+            task = self._holding.pop(pidns, None)
+            if task is not None:
+                task.cancel()
+
+    async def _hold(self, pidns: int, pod: str) -> None:
+        """HOLD ``pidns`` every third of the kernel's timeout until the solver answers, the
+        kernel holds the owner no longer (released, or ``max_hold_ms`` from the hit), or
+        ``hold_s`` passed."""
+        started, held = time.monotonic(), 0
+        try:
+            known = self.link.last_stats if self.link and self.link.last_stats else None
+            known = known or await self._link().request(protocol.CMD_STATS)  # the kernel's timeout
+            head = known.stats_head
+            every = min(self.hold_first_s, head.timeout_ms / 3000) if head and head.timeout_ms else self.hold_first_s
+            while True:
+                await asyncio.sleep(every)
+                if time.monotonic() - started >= self.hold_s:
+                    log.warning("owner-back unanswered; the kernel lets the owner go at its timeout",
+                                node=self.node, pod=pod or None, pidns=pidns, held_s=round(self.hold_s, 1))
+                    return
+                reply = await self._link().request(protocol.CMD_HOLD, [pidns])
+                if reply.header.status <= 0:
+                    return  # released, or held as long as the kernel allows
+                head = reply.stats_head
+                every = head.timeout_ms / 3000 if head and head.timeout_ms else every
+                held += 1
+                self.metrics.holds.inc()
+                if held == 1:
+                    log.warning("owner-back not answered yet; holding the owner", node=self.node,
+                                pod=pod or None, pidns=pidns, every_s=round(every, 3))
+        except KernelUnavailable:
+            return  # the module sends the notice again on registration: the next bridge holds it
+        finally:
+            if self._holding.get(pidns) is asyncio.current_task():
+                del self._holding[pidns]
+
+    async def close(self) -> None:
+        tasks = list(self._holding.values())
+        self._answered(list(self._holding))
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     # --- views ---------------------------------------------------------------------
 
@@ -290,6 +357,7 @@ class Bridge:
                 for e in sorted(self.watchset.entries.values(), key=lambda e: e.pidns)
             ],
             "last_notice": self.last_notice,
+            "holding": sorted(self._holding),
             **handlers.stats_view(link.last_stats if link else None, self.pod_of),
         }
 

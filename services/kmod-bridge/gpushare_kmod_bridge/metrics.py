@@ -30,6 +30,9 @@ class BridgeMetrics:
         self.stale = Counter("gpushare_kmod_stale_entries",
                              "Watch-set entries dropped because their container was gone or replaced",
                              ["found_by"], registry=reg)
+        self.holds = Counter("gpushare_kmod_bridge_holds",
+                             "HOLDs the bridge sent for an owner-back the solver had not answered yet",
+                             registry=reg)
         self.watched = Gauge("gpushare_kmod_watched_namespaces",
                              "Pid namespaces in the watch set by mode", ["mode"], registry=reg)
 

@@ -33,6 +33,10 @@ class KmodBridgeSettings:
     persist: bool = True
     ioctl_types: tuple[int, ...] = ()  # empty: keep the module's filter
     ioctl_majors: tuple[int, ...] = ()
+    # keep an owner held while the solver has not answered its owner-back, at most this long (the
+    # module's max_hold_ms caps it too); 0: only the kernel's timeout. An owner-back can wait on a
+    # NATS failover or a solver restart, and the owner must not run beside live borrowers.
+    hold_unanswered_s: float = 30.0
 
     def __post_init__(self) -> None:
         if self.transport not in TRANSPORTS:
@@ -44,6 +48,9 @@ class KmodBridgeSettings:
             if getattr(self, name) <= 0:
                 raise SettingsError(f"GPUSHARE_KMOD_{name.upper()}", str(getattr(self, name)),
                                     "a positive number")
+        if self.hold_unanswered_s < 0:
+            raise SettingsError("GPUSHARE_KMOD_HOLD_UNANSWERED_S", str(self.hold_unanswered_s),
+                                "0 (off) or a positive number of seconds")
         if self.backoff_min_s > self.backoff_max_s:
             raise SettingsError("GPUSHARE_KMOD_BACKOFF_MIN_S", str(self.backoff_min_s),
                                 f"at most GPUSHARE_KMOD_BACKOFF_MAX_S ({self.backoff_max_s})")

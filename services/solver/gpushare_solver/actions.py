@@ -11,6 +11,8 @@ from __future__ import annotations
 import msgspec
 from gpushare_common.events import Health, KmodOp
 
+from .state import Victim
+
 
 class Action(msgspec.Struct, frozen=True, kw_only=True, tag_field="action"):
     pass
@@ -30,6 +32,9 @@ class Reclaim(Action, frozen=True, kw_only=True, tag="reclaim"):
     pods: tuple[str, ...] = ()
     owner: str = ""
     release: Release | None = None
+    # spot devices taken back: any pod the kubelet gave one of them is a borrower too, even one
+    # whose SpotEvent has not reached the solver yet (looked up in pod-resources, killed first)
+    lent: tuple[str, ...] = ()
 
 
 class SetHealth(Action, frozen=True, kw_only=True, tag="health"):
@@ -80,6 +85,7 @@ class ReclaimProgress(msgspec.Struct, kw_only=True):
     containers: dict[str, list[str]] = {}  # pod -> container ids killed
     uids: dict[str, str] = {}  # pod -> uid seen before the kill ("" when already gone)
     refused: dict[str, str] = {}  # pod -> why it must not be killed or deleted (verification)
+    found: dict[str, Victim] = {}  # borrowers of ``lent`` devices the kubelet named, the cache did not
     killed: bool = False
     released: bool = False
     kill_ms: float = 0.0

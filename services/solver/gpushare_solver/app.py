@@ -8,6 +8,7 @@ drained.
   capacity (core subject, for memory/CPU pressure).
 - Publishes: device health, eviction records; kmod-bridge requests; its state
   (buckets); pod deletions and conditions (API server), task kills (containerd).
+- Reads: the kubelet's pod-resources at an owner-back (borrowers not reported yet).
 - Runs: events; HTTP.
 """
 
@@ -19,6 +20,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from gpushare_common.adapters.kube import Kube
+from gpushare_common.adapters.podresources import PodResources
 from gpushare_common.bus import AckPolicy
 from gpushare_common.logging import get_logger
 from gpushare_common.pods import PodRules
@@ -70,8 +72,12 @@ async def started(common: CommonSettings, settings: SolverSettings, stop: asynci
             client = ContainerdTasks(settings.containerd_address, settings.containerd_namespace,
                                      direct=settings.direct_kill)
             tasks_api = await svc.enter(client)
+        allocations = None
+        if settings.pod_resources_socket:
+            allocations = PodResources(settings.pod_resources_socket, settings.pod_resources_timeout_s)
+            svc.on_exit(allocations.close)
         solver = Solver(node, settings, bus, pods or Kube(common.kube), tasks_api, svc.registry,
-                        PodRules(system_namespace=common.kube.system_namespace))
+                        PodRules(system_namespace=common.kube.system_namespace), allocations)
         policy = PressurePolicy(settings.memory_threshold, settings.cpu_threshold,
                                 settings.pressure_cooldown_s)
         watch = PressureWatch(node, policy, solver.pods,

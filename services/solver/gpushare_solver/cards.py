@@ -49,11 +49,12 @@ def withdraw(cards: Iterable[str], state: SolverState, reason: str, owner: str =
     spot = spot_ids(dict.fromkeys(cards))
     if not spot:
         return []
+    lent = tuple(d for d in spot if d in state.lent())
     borrowers = state.withdraw(spot)
     why = f"reserved by {owner}" if reason == RESERVED_REASON else reason
     actions: list[Action] = [health(state, spot, False, why)]
-    if borrowers:
-        actions.append(Reclaim(reason=reason, pods=tuple(borrowers), owner=owner))
+    if borrowers or lent:
+        actions.append(Reclaim(reason=reason, pods=tuple(borrowers), owner=owner, lent=lent))
     return actions
 
 

@@ -16,6 +16,10 @@ class SolverMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.evictions = Counter("gpushare_solver_evictions", "Pods evicted, by reason and outcome",
                                  ["reason", "outcome"], registry=registry)
+        self.discovered = Counter("gpushare_solver_borrowers_discovered",
+                                  "Borrowers of a card taken back that the kubelet named before their SpotEvent "
+                                  "came (found), or pod-resources lookups that failed (unreadable)",
+                                  ["outcome"], registry=registry)
         self.refused = Counter("gpushare_solver_evictions_refused",
                                "Pods a plan named that failed verification (never killed nor deleted), by why",
                                ["why"], registry=registry)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from gpushare_common.adapters.podresources import NodeDevices
 from gpushare_common.events import Event, KmodCommand, KmodReply
 
 Obj = dict[str, Any]
@@ -62,6 +63,13 @@ class TaskApi(Protocol):
                        pids: dict[str, int] | None = None) -> list[TaskExit]: ...
 
     async def pids(self, container_ids: list[str]) -> dict[str, int]: ...
+
+
+class Allocations(Protocol):
+    """The kubelet's pod-resources: which devices each pod of the node was given. Raises
+    ``gpushare_common.adapters.podresources.PodResourcesError`` when it cannot answer."""
+
+    async def list(self) -> NodeDevices: ...
 
 
 class Outbox(Protocol):

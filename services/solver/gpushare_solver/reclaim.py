@@ -4,9 +4,11 @@ Steps (each persisted in the plan's :class:`ReclaimProgress`, so a restarted
 solver resumes at the step it stopped):
 
 0. verify each pod before anything is done to it: it must be recorded as taken out of the
-   mapping cache by a handler of this solver (:class:`~.state.Victim`), run on this node and
-   carry the recorded uid; a pod that fails is *refused* (logged, counted, neither killed nor
-   deleted), whatever the plan says — a plan is data in a bucket, the checks are not;
+   mapping cache by a handler of this solver (:class:`~.state.Victim`), or named by the
+   kubelet's pod-resources as holding one of the spot devices taken back (``lent``: a borrower
+   whose SpotEvent has not reached the solver yet), run on this node and carry the recorded
+   uid; a pod that fails is *refused* (logged, counted, neither killed nor deleted), whatever
+   the plan says — a plan is data in a bucket, the checks are not;
 1. find every container of every pod (``status.*containerStatuses[].containerID``);
 2. SIGKILL all of them in parallel through containerd and wait for the exits;
 3. release the owner (kmod ``release``) as soon as the tasks exited, or at the
@@ -34,18 +36,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpushare_common.adapters.kube import NotFound
+from gpushare_common.adapters.podresources import PodResourcesError
 from gpushare_common.bus import BusError, Transient
 from gpushare_common.events import EvictionRecord, KmodCommand
 from gpushare_common.ids import parse_pod_key
 from gpushare_common.logging import get_logger
+from gpushare_common.mapping import IDLE_SPACE
+from gpushare_common.pods import PodRules
 from gpushare_common.retry import Backoff, Stopped, retry
 
 from .actions import Reclaim, ReclaimProgress
 from .metrics import SolverMetrics
-from .ports import ContainerdError, Obj, Outbox, PodApi, TaskApi
+from .ports import Allocations, ContainerdError, Obj, Outbox, PodApi, TaskApi
 from .settings import SolverSettings
 from .spot import OWNER_BACK
-from .state import Victim
+from .state import Evicted, Victim
 
 log = get_logger("solver.reclaim")
 Save = Callable[[], Awaitable[None]]
@@ -97,9 +102,13 @@ def refusal(victim: Victim | None, seen: Seen | None, node: str) -> str:
 class Reclaimer:
     def __init__(self, node: str, settings: SolverSettings, pods: PodApi, tasks: TaskApi,
                  outbox: Outbox, eviction_subject: str, metrics: SolverMetrics,
-                 victims: Callable[[], dict[str, Victim]] = dict) -> None:  # fmt: skip
+                 victims: Callable[[], dict[str, Victim]] = dict, allocations: Allocations | None = None,
+                 rules: PodRules | None = None, evicted: Evicted | None = None) -> None:  # fmt: skip
         self.node = node
         self.victims = victims
+        self.allocations = allocations  # the kubelet's pod-resources: who holds which spot device
+        self.rules = rules or PodRules()
+        self.evicted = evicted if evicted is not None else Evicted()
         self.settings = settings
         self.pods = pods
         self.tasks = tasks
@@ -117,11 +126,13 @@ class Reclaimer:
         if action.release is not None and not progress.released:
             await self._release(action, progress, received)
             await save()
-        pods = [p for p in action.pods if p not in progress.refused]
+        pods = [p for p in _pods(action, progress) if p not in progress.refused]
         outcomes = await asyncio.gather(*(self._delete(pod, progress) for pod in pods))
         for pod, (outcome, delete_ms, error) in zip(pods, outcomes, strict=True):
             await self._record(action, progress, trigger_id, received, pod, (outcome, delete_ms, error))
             self.victims().pop(pod, None)
+            victim = progress.found.get(pod)
+            self.evicted.add(pod, progress.uids.get(pod) or (victim.uid if victim else ""))
         if action.reason == OWNER_BACK:
             self.metrics.owner_back_done(received, progress.dead_at, progress.released_at,
                                          time.time() if pods else 0.0)
@@ -153,15 +164,21 @@ class Reclaimer:
         found late. The owner is released when every task known is dead (or at the deadline)."""
         progress.started = progress.started or time.time()
         start = time.perf_counter()
-        victims = self.victims()
-        for pod in action.pods:
+        discovering = self._discover(action, progress)
+        victims = {**progress.found, **self.victims()}
+        for pod in _pods(action, progress):
             if pod not in progress.refused and (why := refusal(victims.get(pod), self.known.get(pod), self.node)):
                 self._refuse(pod, why, action, progress)
-        pods = [p for p in action.pods if p not in progress.refused]
+        pods = [p for p in _pods(action, progress) if p not in progress.refused]
         all_known = all(pod in self.known for pod in pods)
         ahead = [c for pod in pods for c in self._known_containers(pod)]
         pids = {c: self.pids.pop(c) for c in ahead if c in self.pids}
         kills = [self._timed_kill(ahead, progress, pids)]
+        if discovering is not None:  # a few ms beside the kill: the release waits for it
+            found = await discovering
+            victims.update({pod: progress.found[pod] for pod in found})
+            pods.extend(found)
+            all_known = all_known and not found
         if all_known:  # the pods are read after the release: reading threads would slow both down
             await self._release_when_dead(kills[0], action, progress, received)
         reading = asyncio.gather(*(self._read(pod) for pod in pods))
@@ -183,6 +200,36 @@ class Reclaimer:
         await self._release_when_dead(killing, action, progress, received)
         await self._finish_kill(killing, action, progress, start)
         await save()
+
+    def _discover(self, action: Reclaim, progress: ReclaimProgress) -> asyncio.Future[list[str]] | None:
+        """Look up, in the kubelet's pod-resources, the pods holding a spot device taken back that
+        the plan does not name: borrowers whose SpotEvent has not reached the solver yet. They
+        are added to ``progress.found`` (persisted with the plan) and killed before the release."""
+        if not action.lent or self.allocations is None:
+            return None
+        allocations = self.allocations
+
+        async def find() -> list[str]:
+            try:
+                users = self.rules.spot_users(await allocations.list())
+            except PodResourcesError as err:
+                self.metrics.discovered.labels("unreadable").inc()
+                log.warning("pod-resources unreadable: borrowers unknown to the solver are not looked for",
+                            node=self.node, owner=action.owner, error=str(err))
+                return []
+            lent, named = set(action.lent), {*action.pods, *progress.found}
+            new = sorted(p for p, spot in users.items()
+                         if lent.intersection(spot) and p not in named and not self.evicted.has(p))
+            for pod in new:
+                progress.found[pod] = Victim(devices=tuple(d for d in users[pod] if d in lent), owner=IDLE_SPACE,
+                                             since=time.time())
+            if new:
+                self.metrics.discovered.labels("found").inc(len(new))
+                log.warning("borrowers the solver did not know yet, named by the kubelet; killed before the release",
+                            node=self.node, owner=action.owner, pods=",".join(new), reason=action.reason)
+            return new
+
+        return asyncio.ensure_future(find())
 
     def _timed_kill(self, containers: list[str], progress: ReclaimProgress,
                     pids: dict[str, int] | None = None) -> asyncio.Future[Any]:
@@ -315,6 +362,11 @@ class Reclaimer:
         self.metrics.evictions.labels(action.reason, outcome).inc()
         log.info("evicted", node=self.node, pod=pod, reason=action.reason, owner=action.owner,
                  outcome=outcome, kill_ms=record.kill_ms, total_ms=record.total_ms)
+
+
+def _pods(action: Reclaim, progress: ReclaimProgress) -> list[str]:
+    """The pods of a reclaim: those the plan names, then those the kubelet named."""
+    return list(dict.fromkeys([*action.pods, *progress.found]))
 
 
 def _since(start: float, at: float) -> float:

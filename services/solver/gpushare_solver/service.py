@@ -48,7 +48,7 @@ from .handlers import handle
 from .journal import JournalDoc, Seen
 from .metrics import SolverMetrics
 from .outbox import BusOutbox
-from .ports import Obj, PodApi, TaskApi
+from .ports import Allocations, Obj, PodApi, TaskApi
 from .rebuild import rebuild
 from .reclaim import Reclaimer
 from .reconcile import reconcile
@@ -69,7 +69,8 @@ async def _settled(persisting: asyncio.Future[None]) -> None:
 
 class Solver:
     def __init__(self, node: str, settings: SolverSettings, bus: Bus, pods: PodApi, tasks: TaskApi,
-                 registry: CollectorRegistry, rules: PodRules | None = None) -> None:
+                 registry: CollectorRegistry, rules: PodRules | None = None,
+                 allocations: Allocations | None = None) -> None:
         self.node, self.settings, self.bus, self.pods = node, settings, bus, pods
         self.rules = rules or PodRules()
         self.state = SolverState(spot_resource=settings.spot_resource)
@@ -77,7 +78,8 @@ class Solver:
         self.seen = Seen(settings.seen_events)
         self.plans: dict[str, Plan] = {}
         self.reclaimer = Reclaimer(node, settings, pods, tasks, BusOutbox(bus, node, settings.kmod_timeout_s),
-                                   bus.subjects.eviction(node), self.metrics, lambda: self.state.evicting)
+                                   bus.subjects.eviction(node), self.metrics, lambda: self.state.evicting,
+                                   allocations, self.rules, self.state.evicted)
         taints = DeviceTaints(node, pods) if settings.dra_taints else None  # type: ignore[arg-type]
         self.executor = Executor(node, bus.subjects, pods, self.reclaimer.outbox, self.reclaimer, taints)
         self._stores: dict[str, Store] = {}

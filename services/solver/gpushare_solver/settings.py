@@ -23,6 +23,10 @@ class SolverSettings:
     retry_first_s: float = 0.05  # redelivery of a failed event: first delay, doubling to retry_max_s
     retry_max_s: float = 5.0
     spot_resource: str = "spot-gpu"
+    # the kubelet's pod-resources API: at an owner-back, the pods holding the owner's spot devices
+    # that the solver has not heard of yet are found there and killed before the release ("" : off)
+    pod_resources_socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
+    pod_resources_timeout_s: float = 1.0
     seen_events: int = 2048  # event ids remembered for idempotency
     memory_threshold: float = 0.70
     cpu_threshold: float = 0.90

@@ -25,10 +25,11 @@ def reserved_using(event: GenericEvent, state: SolverState) -> list[Action]:
         return []  # the owner is away; its holding the cards is not news
     state.cache.create(event.pod, event.devices, kind=RESERVED, resource=event.vendor_resource)
     spot = _spot_ids(event.devices)
+    lent = [d for d in spot if d in state.lent()]
     borrowers = state.withdraw(spot)
     actions: list[Action] = [_health(state, spot, False, f"reserved by {event.pod}")]
-    if borrowers:
-        actions.append(Reclaim(reason=RESERVED_REASON, pods=tuple(borrowers), owner=event.pod))
+    if borrowers or lent:
+        actions.append(Reclaim(reason=RESERVED_REASON, pods=tuple(borrowers), owner=event.pod, lent=tuple(lent)))
     return actions
 
 
@@ -57,13 +58,13 @@ def owner_away(event: LowPowerEvent, state: SolverState) -> list[Action]:
 def owner_back(owner: str, release: Release, state: SolverState) -> list[Action]:
     """Kill and evict the owner's borrowers, withdraw its cards, then release it."""
     entry = state.cache.get(owner)
-    if entry is None or entry.kind != SPOT_OWNER:
-        return [Reclaim(reason=OWNER_BACK, owner=owner, release=release)]
+    spot = _spot_ids(list(entry.devices)) if entry is not None else []
+    if entry is None or entry.kind != SPOT_OWNER:  # its cards are not lent: a last look, no more
+        return [Reclaim(reason=OWNER_BACK, owner=owner, release=release, lent=tuple(spot))]
     state.cache.create(owner, list(entry.devices), kind=RESERVED, resource=entry.resource)
-    spot = _spot_ids(list(entry.devices))
     borrowers = state.withdraw(spot)
     return [_health(state, spot, False, f"owner {owner} back"),
-            Reclaim(reason=OWNER_BACK, pods=tuple(borrowers), owner=owner, release=release)]
+            Reclaim(reason=OWNER_BACK, pods=tuple(borrowers), owner=owner, release=release, lent=tuple(spot))]
 
 
 def lowpower(event: LowPowerEvent, state: SolverState) -> list[Action]:
@@ -89,6 +90,8 @@ def kernel_owner_back(event: OwnerBackEvent, state: SolverState) -> list[Action]
 
 
 def spot_using(event: SpotEvent, state: SolverState) -> list[Action]:
+    if state.evicted.has(event.pod, event.pod_uid):
+        return []  # evicted already (found through the kubelet before this event came)
     try:
         reals = {d: parse_spot_device_id(d) for d in event.devices}
     except IdError as err:

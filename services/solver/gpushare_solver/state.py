@@ -31,6 +31,35 @@ class Victim(msgspec.Struct, frozen=True, kw_only=True):
     since: float = 0.0
 
 
+class Evicted:
+    """The pods this solver evicted lately (pod -> uid, when): a SpotEvent that arrives after its
+    pod's eviction (a borrower found through the kubelet before the detector reported it) is
+    news of a pod that is gone, not a new borrower. Bounded; not persisted (a restarted solver
+    reads the node again)."""
+
+    def __init__(self, keep: int = 1024, unnamed_s: float = 120.0, clock: Callable[[], float] = time.time) -> None:
+        self.keep = keep
+        self.unnamed_s = unnamed_s  # a pod evicted with no uid known is matched by name this long
+        self.clock = clock
+        self._pods: dict[str, tuple[str, float]] = {}
+
+    def add(self, pod: str, uid: str) -> None:
+        self._pods.pop(pod, None)
+        self._pods[pod] = (uid, self.clock())
+        while len(self._pods) > self.keep:
+            del self._pods[next(iter(self._pods))]
+
+    def has(self, pod: str, uid: str = "") -> bool:
+        """Whether ``pod`` (with ``uid`` when known) is one this solver evicted."""
+        seen = self._pods.get(pod)
+        if seen is None:
+            return False
+        known, at = seen
+        if known and uid:
+            return known == uid
+        return self.clock() - at <= self.unnamed_s
+
+
 class HandlerError(ValueError):
     """An event that contradicts the state (e.g. a device given to two pods): dropped and counted."""
 
@@ -50,6 +79,7 @@ class SolverState:
     shadow_cards: dict[str, tuple[str, ...]] = field(default_factory=dict)  # ShadowPod -> its real cards
     lend_after: float = 0.0  # wall clock before which the inventory lends nothing (after a rebuild)
     evicting: dict[str, Victim] = field(default_factory=dict)  # pod -> what the cache knew of it
+    evicted: Evicted = field(default_factory=Evicted)  # pods evicted lately
     clock: Callable[[], float] = time.time
 
     def take_out(self, pod: str, owner: str = "", uid: str = "", devices: Iterable[str] = ()) -> None:

@@ -50,8 +50,9 @@ def node_services(cluster: Cluster, node: Node) -> list[tuple[str, str, dict[str
     ep = node.endpoints
     containerd = ep.get("containerd_address", "")
     namespace = ep.get("containerd_namespace", "") or "k8s.io"
-    kill = env_of(solver.SolverSettings, solver.PREFIX, containerd_address=containerd, containerd_namespace=namespace) \
-        if containerd else env_of(solver.SolverSettings, solver.PREFIX, direct_kill=False)
+    kill = env_of(solver.SolverSettings, solver.PREFIX, containerd_address=containerd, containerd_namespace=namespace,
+                  pod_resources_socket=ep["pod_resources_socket"]) if containerd else \
+        env_of(solver.SolverSettings, solver.PREFIX, direct_kill=False, pod_resources_socket=ep["pod_resources_socket"])
     if node.dra:
         return dra_node_services(cluster, node)
     return [

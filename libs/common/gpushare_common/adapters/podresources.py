@@ -7,12 +7,18 @@ Errors are :class:`PodResourcesError`; no gRPC exception escapes.
 
 from __future__ import annotations
 
+from typing import TypeAlias
+
 import grpc
+
 from gpushare_common import dra
 from gpushare_common.adapters.kubeletapi import podresources_v1_pb2 as pr  # type: ignore[attr-defined]
 from gpushare_common.adapters.kubeletapi import podresources_v1_pb2_grpc as pr_grpc  # type: ignore[attr-defined]
 
-from ..model import ContainerDevices, NodeDevices
+# resource name -> device ids, for one container
+ContainerDevices: TypeAlias = dict[str, tuple[str, ...]]
+# "<namespace>/<pod>" -> container name -> resource -> device ids
+NodeDevices: TypeAlias = dict[str, dict[str, ContainerDevices]]
 
 
 class PodResourcesError(Exception):
