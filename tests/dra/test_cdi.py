@@ -125,3 +125,20 @@ def test_default_vendor_table_writes_a_loadable_spec() -> None:
     jsonschema.validate(doc, CDI_SCHEMA)
     check_spec(doc)
     assert doc["devices"][0]["containerEdits"]["deviceNodes"] == [{"path": "/dev/nvidia2"}]
+
+
+@pytest.mark.parametrize("annotations", [
+    {"gpushare.k8s.io/prepared-claim": 1},
+    {"no spaces allowed": "x"},
+    ["gpushare.k8s.io/prepared-claim"],
+    {"-leading.dash/x": "y"},
+])
+def test_spec_annotations_must_be_qualified_names_to_strings(annotations: object) -> None:
+    from gpushare_dra_driver.cdi import CdiSpecError, check_spec
+
+    spec = {"cdiVersion": "0.6.0", "kind": "gpushare.k8s.io/gpu", "annotations": annotations,
+            "devices": [{"name": "share.x.GPU-0", "containerEdits": {"env": ["A=1"]}}]}
+    with pytest.raises(CdiSpecError, match="spec.annotations"):
+        check_spec(spec)
+    spec["annotations"] = {"gpushare.k8s.io/prepared-claim": "{}"}
+    check_spec(spec)

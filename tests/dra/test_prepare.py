@@ -8,13 +8,14 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from gpushare_common import dra
 from gpushare_common.vendors import DEFAULT_VENDORS, VendorResource
 from gpushare_dra_driver.adapters.files import NodeFiles
 from gpushare_dra_driver.claims import ClaimRef
 from gpushare_dra_driver.prepare import ClaimUnreadable, Node, Preparer, RequestError
-from gpushare_dra_driver.state import PreparedClaim, StateError
+from gpushare_dra_driver.state import RECORD_KEY, PreparedClaim, PreparedState, StateError
 
 from tests.dra.builders import GPU, NODE, card, claim, devices, result
 
@@ -64,8 +65,9 @@ async def test_prepare_writes_one_spec_per_claim_and_answers_its_cdi_devices(tmp
     assert cdi_files(tmp_path) == [f"gpushare.k8s.io-claim-{ref.uid}.json"]
     written = json.loads((tmp_path / "cdi" / cdi_files(tmp_path)[0]).read_text())
     assert written == result_.spec and written["kind"] == dra.CDI_KIND
-    state = json.loads((tmp_path / "plugin" / "prepared.json").read_text())
-    assert list(state["claims"]) == [ref.uid]
+    record = json.loads(written["annotations"][RECORD_KEY])  # the spec file is the record: one write
+    assert (record["uid"], record["name"], record["devices"][0]["cdi_ids"]) == (ref.uid, "c1", list(device.cdi_ids))
+    assert not (tmp_path / "plugin" / "prepared.json").exists()
 
 
 async def test_preparing_twice_reads_and_writes_nothing_the_second_time(tmp_path: Path) -> None:
@@ -85,19 +87,47 @@ async def test_a_restarted_driver_neither_leaks_nor_prepares_twice(tmp_path: Pat
     gone = claims.add(claim("gone", results=[result(f"gpu-{NODE}-1", "25")]))
     preparer = make(tmp_path, claims)
     await preparer.prepare([kept, gone])
-    (tmp_path / "cdi" / f"gpushare.k8s.io-claim-{uuid.uuid4()}.json").write_text("{}")  # crash after a write
-    (tmp_path / "cdi" / f"gpushare.k8s.io-claim-{gone.uid}.json").unlink()  # lost by hand
+    (tmp_path / "cdi" / f"gpushare.k8s.io-claim-{uuid.uuid4()}.json").write_text("{}")  # crash mid-write
+    (tmp_path / "cdi" / f"gpushare.k8s.io-claim-{uuid.uuid4()}.json").write_text("{not json")
+    (tmp_path / "cdi" / f"gpushare.k8s.io-claim-{gone.uid}.json").unlink()  # removed by hand: unprepared
     (tmp_path / "cdi" / "nvidia.com-gpu.json").write_text("{}")  # not ours: left alone
     again = make(tmp_path, claims)
     leaks, rewritten = again.recover()
-    assert len(leaks) == 1 and rewritten == [f"gpushare.k8s.io-claim-{gone.uid}.json"]
-    assert len(cdi_files(tmp_path)) == 3 and "nvidia.com-gpu.json" in cdi_files(tmp_path)
+    assert len(leaks) == 2 and rewritten == []
+    assert cdi_files(tmp_path) == sorted([f"gpushare.k8s.io-claim-{kept.uid}.json", "nvidia.com-gpu.json"])
     reads = claims.reads
     assert (await again.prepare([kept]))[kept.uid] == (await preparer.prepare([kept]))[kept.uid]
     assert claims.reads == reads
     assert await again.unprepare([kept, gone]) == {kept.uid: "", gone.uid: ""}
     assert cdi_files(tmp_path) == ["nvidia.com-gpu.json"]
-    assert make(tmp_path, claims).state.claims == {}
+    fresh = make(tmp_path, claims)
+    fresh.recover()
+    assert fresh.state.claims == {}
+
+
+async def test_an_older_versions_state_file_is_merged_and_removed(tmp_path: Path) -> None:
+    """Older versions kept the records in one state file and wrote spec files without them: at
+    start the records are merged, each spec file gets its record, and the state file goes."""
+    claims = Claims()
+    old = claims.add(claim("old", results=[result(f"gpu-{NODE}-0", "25")]))
+    lost = claims.add(claim("lost", results=[result(f"gpu-{NODE}-1", "25")]))
+    prepared = await make(tmp_path, claims).prepare([old, lost])
+    legacy = {uid: msgspec.structs.replace(c, spec={k: v for k, v in c.spec.items() if k != "annotations"})
+              for uid, c in prepared.items() if isinstance(c, PreparedClaim)}
+    state = tmp_path / "plugin" / "prepared.json"
+    state.parent.mkdir(parents=True, exist_ok=True)
+    state.write_bytes(msgspec.json.encode(PreparedState(claims=legacy)))
+    (tmp_path / "cdi" / legacy[old.uid].file).write_bytes(msgspec.json.encode(legacy[old.uid].spec))
+    (tmp_path / "cdi" / legacy[lost.uid].file).unlink()
+    again = make(tmp_path, claims)
+    leaks, rewritten = again.recover()
+    assert leaks == [] and sorted(rewritten) == sorted([legacy[old.uid].file, legacy[lost.uid].file])
+    assert not state.exists() and sorted(again.state.claims) == sorted([old.uid, lost.uid])
+    fresh = make(tmp_path, claims)
+    fresh.recover()
+    assert fresh.state.claims == again.state.claims == prepared
+    reads = claims.reads
+    assert (await fresh.prepare([old, lost])) == prepared and claims.reads == reads
 
 
 async def test_unprepare_of_an_unknown_claim_is_already_done(tmp_path: Path) -> None:
@@ -119,8 +149,6 @@ async def test_bad_claims_get_their_error_and_nothing_is_written(tmp_path: Path,
     assert isinstance(results[ref.uid], str) and error in str(results[ref.uid])
     assert isinstance(results[good.uid], PreparedClaim)
     assert cdi_files(tmp_path) == [f"gpushare.k8s.io-claim-{good.uid}.json"]
-    state = json.loads((tmp_path / "plugin" / "prepared.json").read_text())
-    assert list(state["claims"]) == [good.uid]
 
 
 @pytest.mark.parametrize("refs, error", [

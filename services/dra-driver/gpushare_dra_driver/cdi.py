@@ -13,6 +13,7 @@ driver writes, unknown fields refused: a spec that would not load is never writt
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -94,6 +95,8 @@ def claim_spec(claim_uid: str, devices: Sequence[Allocated], vendors: Mapping[st
 
 # --- the strict check --------------------------------------------------------------------
 
+# an annotation key as Kubernetes has it: an optional DNS-subdomain prefix and a name
+_ANNOTATION_KEY = re.compile(r"([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
 _SPEC = {"cdiVersion", "kind", "devices", "containerEdits", "annotations"}
 _EDITS = {"env", "deviceNodes", "mounts", "hooks", "additionalGids", "intelRdt", "netDevices"}
 _WRITTEN_EDITS = {"env", "deviceNodes", "mounts"}
@@ -166,3 +169,7 @@ def check_spec(doc: Any) -> None:
         _check_edits(item["containerEdits"], f"spec.devices[{index}].containerEdits")
     if "containerEdits" in spec:
         _check_edits(spec["containerEdits"], "spec.containerEdits")
+    annotations = spec.get("annotations", {})
+    if not isinstance(annotations, dict) or not all(
+            isinstance(k, str) and _ANNOTATION_KEY.fullmatch(k) and isinstance(v, str) for k, v in annotations.items()):
+        raise CdiSpecError("spec.annotations", "expected an object of qualified names to strings")

@@ -2,11 +2,13 @@
 
 Prepare, per claim: a claim already prepared answers what it answered before (nothing is
 written twice); otherwise the claim is read from the API, its allocation checked
-(:mod:`.claims`), its CDI spec built and checked (:mod:`.cdi`), the spec file written, then
-the claim recorded in the state file; a claim that fails at any step writes nothing and gets
-its error. Unprepare removes the spec file, then the record; an unknown claim is already
-unprepared. At start, :meth:`Preparer.recover` removes spec files of this driver that no
-record names (a crash between the two writes) and rewrites recorded ones that went missing.
+(:mod:`.claims`), its CDI spec built and checked (:mod:`.cdi`), and the spec file written
+with the claim's record in its annotations (:mod:`.state`): one atomic write, after which the
+claim is prepared for a restarted driver too; a claim that fails at any step writes nothing
+and gets its error. Unprepare removes the spec file; an unknown claim is already unprepared.
+At start, :meth:`Preparer.recover` reads the records back from the spec files, merges those of
+an older version's state file (rewriting spec files it names that went missing or carry no
+record) and removes spec files of this driver that record nothing (a crash mid-write).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from gpushare_common.vendors import VendorResource
 from . import cdi
 from .cards import Card
 from .claims import Allocated, ClaimError, ClaimRef, allocated
-from .state import PreparedClaim, PreparedDevice, PreparedState
+from .state import PreparedClaim, PreparedDevice, PreparedState, record_of, with_record
 
 log = get_logger("dra.prepare")
 Obj = dict[str, Any]
@@ -41,10 +43,11 @@ class ClaimUnreadable(Exception):
 class Files(Protocol):
     def write_spec(self, name: str, doc: Obj) -> None: ...
     def remove_spec(self, name: str) -> None: ...
+    def read_spec(self, name: str) -> object: ...
     def spec_names(self) -> list[str]: ...
     def exists(self, path: str) -> bool: ...
     def make_dirs(self, paths: Sequence[str]) -> None: ...
-    def save_state(self, data: bytes) -> None: ...
+    def drop_state(self) -> None: ...
 
 
 class RequestError(ValueError):
@@ -83,6 +86,8 @@ class Preparer:
         self.files = files
         self.state = state
         self._lock = asyncio.Lock()
+        self._profiles: dict[str, isolation.Isolation] = {}  # vendor resource -> its parsed profile
+        self._made: set[str] = set()  # capped shares' directories made already
 
     # --- prepare -------------------------------------------------------------------------
 
@@ -122,18 +127,21 @@ class Preparer:
                            device=name,
                            cdi_ids=(dra.cdi_device(items[0].role, ref.uid, items[0].card.id).qualified,))
             for name, items in by_device.items())
-        return PreparedClaim(namespace=ref.namespace, name=ref.name, uid=ref.uid,
-                             file=cdi.spec_file_name(ref.uid), devices=prepared, spec=spec,
-                             roles=tuple(i.role for i in devices), cards=tuple(i.card.id for i in devices))
+        return with_record(PreparedClaim(namespace=ref.namespace, name=ref.name, uid=ref.uid,
+                                         file=cdi.spec_file_name(ref.uid), devices=prepared, spec=spec,
+                                         roles=tuple(i.role for i in devices),
+                                         cards=tuple(i.card.id for i in devices)))
 
     def _caps(self, item: Allocated) -> isolation.ShareEdits | None:
         """A share's caps where its vendor offers them (N = capacity, k = its shares)."""
         vendor = self.node.vendors.get(item.card.vendor)
         if item.role != dra.ROLE_SHARE or vendor is None:
             return None
-        profile = vendor.isolation
-        doc = isolation.NVIDIA_MPS if profile == "nvidia-mps" else profile
-        found = isolation.parse_isolation(f"vendor table {item.card.vendor}", "isolation", doc)
+        found = self._profiles.get(item.card.vendor)
+        if found is None:
+            doc = isolation.NVIDIA_MPS if vendor.isolation == "nvidia-mps" else vendor.isolation
+            found = isolation.parse_isolation(f"vendor table {item.card.vendor}", "isolation", doc)
+            self._profiles[item.card.vendor] = found
         if found.soft:
             return None
         values: dict[str, int | str | None] = {
@@ -141,13 +149,15 @@ class Preparer:
             "percent": max(100 * item.shares // self.node.shares, 1),
             "shadow_dir": f"{self.node.isolation_dir.rstrip('/')}/{self.node.pool}_{item.card.name}"}
         edits = isolation.compute(found, values, f"share of {item.card.id}")
-        self.files.make_dirs([m["source"] for m in edits.mounts])
+        new = [m["source"] for m in edits.mounts if m["source"] not in self._made]
+        if new:
+            self.files.make_dirs(new)
+            self._made.update(new)
         return edits
 
     def _write(self, prepared: PreparedClaim) -> None:
         self.files.write_spec(prepared.file, prepared.spec)
         self.state.claims[prepared.uid] = prepared
-        self._save()
 
     # --- unprepare -----------------------------------------------------------------------
 
@@ -155,9 +165,7 @@ class Preparer:
         """Per claim UID: "" when it is unprepared (or never was), else why not."""
         check_refs(refs)
         async with self._lock:
-            results = {ref.uid: self._unprepare_one(ref) for ref in refs}
-            self._save()
-            return results
+            return {ref.uid: self._unprepare_one(ref) for ref in refs}
 
     def _unprepare_one(self, ref: ClaimRef) -> str:
         known = self.state.claims.get(ref.uid)
@@ -174,19 +182,28 @@ class Preparer:
     # --- start ---------------------------------------------------------------------------
 
     def recover(self) -> tuple[list[str], list[str]]:
-        """(spec files removed as leaks, spec files rewritten) after a restart."""
-        recorded = {c.file: c for c in self.state.claims.values()}
-        present = set(self.files.spec_names())
-        leaks = sorted(present - set(recorded))
-        for name in leaks:
-            self.files.remove_spec(name)
-        missing = sorted(set(recorded) - present)
-        for name in missing:
-            self.files.write_spec(name, recorded[name].spec)
-        return leaks, missing
-
-    def _save(self) -> None:
-        self.files.save_state(msgspec.json.encode(self.state))
+        """(spec files removed as leaks, spec files rewritten) after a restart: the records are
+        read back from the spec files; those of an older version's state file are merged."""
+        legacy = {c.file: c for c in self.state.claims.values()}
+        found: dict[str, PreparedClaim] = {}
+        leaks = []
+        for name in self.files.spec_names():
+            claim = record_of(name, self.files.read_spec(name))
+            if claim is not None:
+                found[claim.uid] = claim
+            elif name not in legacy:
+                leaks.append(name)
+                self.files.remove_spec(name)
+        rewritten = []
+        for name, claim in sorted(legacy.items()):
+            if claim.uid not in found:  # missing, or written by an older version without its record
+                claim = with_record(claim)
+                self.files.write_spec(name, claim.spec)
+                found[claim.uid] = claim
+                rewritten.append(name)
+        self.state.claims = found
+        self.files.drop_state()
+        return leaks, rewritten
 
     def status(self) -> dict[str, Any]:
         return {uid: {"claim": f"{c.namespace}/{c.name}", "devices": [d.device for d in c.devices],

@@ -6,22 +6,31 @@ one rename: a reader (the container runtime) sees the old file or the new one, n
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from ..cdi import spec_file_name
+import msgspec
+
 from ..state import PreparedState, decode
 
 
 def write_atomically(path: Path, data: bytes, mode: int = 0o644) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as out:
-        out.write(data)
-    os.chmod(tmp, mode)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
+    try:
+        os.fchmod(fd, mode)  # whatever the umask
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
     os.replace(tmp, path)
 
 
@@ -32,7 +41,14 @@ class NodeFiles:
         self._prefix, _, self._suffix = spec_file_name("*").partition("*")
 
     def write_spec(self, name: str, doc: dict[str, Any]) -> None:
-        write_atomically(self.cdi_dir / name, json.dumps(doc, indent=1, sort_keys=True).encode())
+        write_atomically(self.cdi_dir / name, msgspec.json.encode(doc, order="sorted"))
+
+    def read_spec(self, name: str) -> object:
+        """A spec file of this driver decoded; None when it cannot be read or decoded."""
+        try:
+            return msgspec.json.decode((self.cdi_dir / name).read_bytes())
+        except (OSError, msgspec.DecodeError):
+            return None
 
     def remove_spec(self, name: str) -> None:
         try:
@@ -55,8 +71,12 @@ class NodeFiles:
         for path in paths:
             os.makedirs(path, mode=0o777, exist_ok=True)
 
-    def save_state(self, data: bytes) -> None:
-        write_atomically(self.state_path, data, 0o600)
+    def drop_state(self) -> None:
+        """Remove the state file of older versions (its records now live in the spec files)."""
+        try:
+            os.unlink(self.state_path)
+        except FileNotFoundError:
+            pass
 
     def load_state(self) -> PreparedState:
         try:
