@@ -138,7 +138,7 @@ def test_spec_annotations_must_be_qualified_names_to_strings(annotations: object
 
     spec = {"cdiVersion": "0.6.0", "kind": "gpushare.k8s.io/gpu", "annotations": annotations,
             "devices": [{"name": "share.x.GPU-0", "containerEdits": {"env": ["A=1"]}}]}
-    with pytest.raises(CdiSpecError, match="spec.annotations"):
+    with pytest.raises(CdiSpecError, match=r"spec\.annotations"):
         check_spec(spec)
     spec["annotations"] = {"gpushare.k8s.io/prepared-claim": "{}"}
     check_spec(spec)

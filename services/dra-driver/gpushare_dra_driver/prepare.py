@@ -18,7 +18,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import msgspec
 from gpushare_common import dra, isolation
 from gpushare_common.logging import get_logger
 from gpushare_common.vendors import VendorResource

@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..cdi import spec_file_name
 import msgspec
 
+from ..cdi import spec_file_name
 from ..state import PreparedState, decode
 
 
