@@ -104,7 +104,7 @@ async def churn(api: KubeApi, podres: PodResourcesServer, detector: object, seen
             else:
                 podres.table.pop(f"ns/{name}")
                 await asyncio.to_thread(core.delete_namespaced_pod, name, "ns", grace_period_seconds=0)
-            await seen.wait_for(lambda e, n=name, s=state: isinstance(e, ev.GenericEvent)
+            await seen.wait_for(lambda e, n=name, s=state: isinstance(e, ev.ReservedEvent)
                                 and e.pod == f"ns/{n}" and e.state == s, timeout=10)
             end_to_end.append((time.perf_counter() - start) * 1000)
     detector.on_change = original  # type: ignore[attr-defined]

@@ -121,7 +121,7 @@ class NodeScript:
                                       devices=(f"gpushare-system/shadow-{i % max(1, p.shadow_pods)}-{i}",)))
         for i in range(p.dev_machines):
             owner, card = f"dev/machine-{i}", cards[p.shadow_pods + i]
-            made.append(ev.GenericEvent(node=self.node, pod=owner, container="main", vendor_resource="nvidia.com/gpu",
+            made.append(ev.ReservedEvent(node=self.node, pod=owner, container="main", vendor_resource="nvidia.com/gpu",
                                         state="using", devices=(card,), lendable=True))  # fmt: skip
             made.append(ev.LowPowerEvent(node=self.node, owner=owner, using=False, devices=(card,)))
         for i in range(p.spot_pods):

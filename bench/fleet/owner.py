@@ -26,7 +26,7 @@ from pathlib import Path
 import kubernetes
 from gpushare_common.adapters.kube import Kube, KubeError
 from gpushare_common.bus import Bus, BusError
-from gpushare_common.events import Event, GenericEvent, LowPowerEvent, SpotEvent
+from gpushare_common.events import Event, LowPowerEvent, ReservedEvent, SpotEvent
 from gpushare_common.layout import Layout
 from gpushare_common.retry import Stopped
 from gpushare_common.settings import KubeSettings
@@ -221,7 +221,7 @@ async def _started(cluster: NatsCluster, layout: Layout, logs: Path, cards: int,
                 owner = start_owner(node)
                 await kube.create_pod("dev", pod_body("owner", NODE, [OWNER_CONTAINER]))
                 real = RealNode(node, bus, kube, tasks, hook, owner, cards)
-                await real.publish("generic", GenericEvent(node=NODE, pod=OWNER, container="c0", state="using",
+                await real.publish("generic", ReservedEvent(node=NODE, pod=OWNER, container="c0", state="using",
                                                            vendor_resource="nvidia.com/gpu",
                                                            devices=tuple(real.cards)))  # fmt: skip
                 yield real

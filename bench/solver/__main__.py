@@ -26,7 +26,7 @@ import time
 
 from gpushare_common.adapters.kube import Kube
 from gpushare_common.bus import Bus
-from gpushare_common.events import EvictionRecord, GenericEvent, LowPowerEvent, OwnerBackEvent, SpotEvent
+from gpushare_common.events import EvictionRecord, LowPowerEvent, OwnerBackEvent, ReservedEvent, SpotEvent
 from gpushare_common.settings import KubeSettings, NatsSettings
 from gpushare_solver.adapters.containerd import Tasks
 
@@ -128,7 +128,7 @@ async def measure(trials: int, borrowers: int) -> list[Row]:
         trial = Trial(node, bus, kube, bridge, cards)
         await bus.subscribe(bus.subjects.eviction(NODE), trial.on_record)
         await kube.create_pod("dev", pod_body("owner", NODE, ["owner-main"]))
-        await trial.publish("generic", GenericEvent(node=NODE, pod=OWNER, container="main", state="using",
+        await trial.publish("generic", ReservedEvent(node=NODE, pod=OWNER, container="main", state="using",
                                                     vendor_resource="nvidia.com/gpu", devices=tuple(cards)))
         dead, release = [], []
         async with Tasks(str(node.ctrd.address), NAMESPACE) as tasks:
@@ -154,7 +154,7 @@ async def measure_chain(trials: int, borrowers: int) -> list[Row]:
         await bus.subscribe(bus.subjects.eviction(NODE), trial.on_record)
         pid, pidns = start_owner(node)
         await kube.create_pod("dev", pod_body("owner", NODE, [OWNER_CONTAINER]))
-        await trial.publish("generic", GenericEvent(node=NODE, pod=OWNER, container="c0", state="using",
+        await trial.publish("generic", ReservedEvent(node=NODE, pod=OWNER, container="c0", state="using",
                                                     vendor_resource="nvidia.com/gpu", devices=tuple(cards)))
         async with chain(node, node.rootfs.parent) as hook:
             for number in range(trials):

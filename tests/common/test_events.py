@@ -18,8 +18,8 @@ def sample_events() -> list[events.Event]:
         events.ShadowEvent(node="n1", shadow_pod="gs/s1", state="running", devices=("GPU-0",)),
         events.ShareEvent(node="n1", share_pod="ml/p", container="c", resource="share-gpu-4",
                           state="using", devices=("gs/s1-0",)),
-        events.GenericEvent(node="n1", pod="dev/m", container="main",
-                            vendor_resource="nvidia.com/gpu", state="using", lendable=True),
+        events.ReservedEvent(node="n1", pod="dev/m", container="main",
+                             vendor_resource="nvidia.com/gpu", state="using", lendable=True),
         events.SpotEvent(node="n1", pod="b/x", container="c", state="using", devices=("spot-GPU-0",)),
         events.CardInventory(node="n1", vendor_resource="nvidia.com/gpu", devices=("GPU-0", "GPU-1")),
         events.LowPowerEvent(node="n1", owner="dev/m", using=False),
@@ -47,6 +47,17 @@ def test_older_reader_accepts_newer_message_with_extra_field() -> None:
     doc["field_from_the_future"] = {"nested": [1, 2]}
     decoded = events.decode(json.dumps(doc).encode())
     assert isinstance(decoded, events.LowPowerEvent) and decoded.using
+
+
+def test_a_renamed_event_keeps_its_wire_tag_and_subject() -> None:
+    """ReservedEvent was GenericEvent: what an older detector wrote decodes, and what a newer one
+    writes carries the old tag and subject, so an older solver reads it too."""
+    old = (b'{"type":"generic","node":"n1","id":"x","ts":1.0,"pod":"dev/m","container":"main",'
+           b'"vendor_resource":"nvidia.com/gpu","state":"using","devices":["GPU-0"],"lendable":true}')
+    decoded = events.decode(old)
+    assert isinstance(decoded, events.ReservedEvent) and decoded.devices == ("GPU-0",) and decoded.lendable
+    assert json.loads(events.encode(decoded))["type"] == "generic"
+    assert subjects.Subjects("gpushare.v1").event("n1", "generic") == "gpushare.v1.n1.event.generic"
 
 
 def test_newer_reader_fills_defaults_for_older_message() -> None:

@@ -34,7 +34,7 @@ async def test_detector_process_end_to_end(nats_settings: NatsSettings, kube_api
                               capacity_s="0.2", resync_s="1")
     try:
         await asyncio.to_thread(detector.wait_ready)
-        using = await seen.wait_for(is_(ev.GenericEvent, pod="ns/dev", state="using"), timeout=15)
+        using = await seen.wait_for(is_(ev.ReservedEvent, pod="ns/dev", state="using"), timeout=15)
         assert using.devices == ("G1",)  # type: ignore[union-attr]
         await capacity.wait_for(is_(ev.SpareCapacity, resource="vmem"), timeout=15)
         status, body = await asyncio.to_thread(detector.get, "/status")

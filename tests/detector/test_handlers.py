@@ -61,7 +61,7 @@ def test_share_spot_generic_facts() -> None:
     assert isinstance(spot, ev.SpotEvent) and spot.devices == ("spot-G1",)
     gen = only(t.upsert(see(t, pf.reserved("c", lendable=True)),
                         {"main": {"nvidia.com/gpu": ("G2", "G3")}, "dind": {}}))
-    assert isinstance(gen, ev.GenericEvent) and gen.lendable and gen.devices == ("G2", "G3")
+    assert isinstance(gen, ev.ReservedEvent) and gen.lendable and gen.devices == ("G2", "G3")
     assert t.reserved_containers() == {"ns/c/main"}
     assert t.owners()["ns/c"].devices == ("G2", "G3")
     assert t.by_class() == {"share": 1, "spot": 1, "reserved": 1}
@@ -73,7 +73,7 @@ def test_finished_pod_clears_and_unchanged_pod_is_silent() -> None:
     first = only(t.upsert(see(t, pf.reserved("r")), devices))
     assert t.upsert(see(t, pf.reserved("r")), devices) == []
     done = only(t.upsert(see(t, pf.reserved("r", phase="Succeeded")), None))
-    assert isinstance(done, ev.GenericEvent) and done.state == "cleared" and done.id != first.id
+    assert isinstance(done, ev.ReservedEvent) and done.state == "cleared" and done.id != first.id
 
 
 def test_ids_are_deterministic_per_pod_uid() -> None:
@@ -94,7 +94,7 @@ def test_replace_all_clears_vanished_and_republishes_nothing_new() -> None:
     assert t.replace_all(pods, devices) == []
     events = t.replace_all(pods[1:], devices)
     gone = only(events)
-    assert isinstance(gone, ev.GenericEvent) and gone.pod == "ns/r1" and gone.state == "cleared"
+    assert isinstance(gone, ev.ReservedEvent) and gone.pod == "ns/r1" and gone.state == "cleared"
     assert [e.pod for e in t.current()] == ["ns/r2"]  # type: ignore[attr-defined]
 
 

@@ -121,7 +121,7 @@ async def test_published_after_the_pods_on_start_on_change_and_on_resync(
     await detector.on_change(PodChange("SYNC", pods=[pf.reserved("dev")]))
     first = await seen.wait_for(is_(ev.CardInventory, devices=("G0", "G1")))
     kinds = [type(e) for e in seen.events]
-    assert kinds.index(ev.GenericEvent) < kinds.index(ev.CardInventory)  # holders first
+    assert kinds.index(ev.ReservedEvent) < kinds.index(ev.CardInventory)  # holders first
     assert first.id == detector.inventory.current()[0].id
 
     podresources.lister.allocatable = {GPU: ("G1",)}
@@ -174,4 +174,4 @@ async def test_no_inventory_while_the_holders_are_unknown(
     await detector.resync()
     await seen.wait_for(is_(ev.CardInventory, devices=("G0", "G1")))
     kinds = [type(e) for e in seen.events]
-    assert kinds.index(ev.GenericEvent) < kinds.index(ev.CardInventory)
+    assert kinds.index(ev.ReservedEvent) < kinds.index(ev.CardInventory)

@@ -74,8 +74,8 @@ async def running(world: World) -> AsyncIterator[Detector]:
 async def test_pods_become_events_and_clear(world: World, running: Detector) -> None:
     world.podres.table["ns/dev"] = {"main": {"nvidia.com/gpu": ("G1",)}, "dind": {}}
     await world.create(pf.reserved("dev", lendable=True))
-    using = await world.seen.wait_for(is_(ev.GenericEvent, pod="ns/dev", state="using"))
-    assert isinstance(using, ev.GenericEvent) and using.devices == ("G1",) and using.lendable
+    using = await world.seen.wait_for(is_(ev.ReservedEvent, pod="ns/dev", state="using"))
+    assert isinstance(using, ev.ReservedEvent) and using.devices == ("G1",) and using.lendable
     await _until(lambda: world.bridge.containers() == {"ns/dev/main"})
 
     world.podres.table[f"{pf.SYSTEM}/s1"] = {"main": {"nvidia.com/gpu": ("G2",)}}
@@ -94,7 +94,7 @@ async def test_pods_become_events_and_clear(world: World, running: Detector) -> 
                                   state="running"))
     del world.podres.table["ns/dev"]
     await world.delete("dev")
-    await world.seen.wait_for(is_(ev.GenericEvent, pod="ns/dev", state="cleared"))
+    await world.seen.wait_for(is_(ev.ReservedEvent, pod="ns/dev", state="cleared"))
     await _until(lambda: world.bridge.containers() == set())
     assert "ns/elsewhere" not in running.tracker.views
     assert running.status()["pods"] == {"shadow": 1, "share": 1}
@@ -106,7 +106,7 @@ async def test_resync_and_a_restarted_detector_publish_nothing_new(world: World,
     await world.create(pf.reserved("dev"))
     await world.create(pf.spot("job"))
     await world.seen.wait_for(is_(ev.SpotEvent, pod="ns/job", state="using"))
-    await world.seen.wait_for(is_(ev.GenericEvent, pod="ns/dev", state="using"))
+    await world.seen.wait_for(is_(ev.ReservedEvent, pod="ns/dev", state="using"))
     stored = await stream_messages(world.bus)
     assert await running.resync() == 2
     assert await stream_messages(world.bus) == stored  # JetStream dropped the duplicates
@@ -122,7 +122,7 @@ async def test_resync_and_a_restarted_detector_publish_nothing_new(world: World,
 async def test_pod_resources_outage_keeps_state_and_recovers(world: World, running: Detector) -> None:
     world.podres.table["ns/dev"] = {"main": {"nvidia.com/gpu": ("G1",)}}
     await world.create(pf.reserved("dev"))
-    await world.seen.wait_for(is_(ev.GenericEvent, pod="ns/dev", state="using"))
+    await world.seen.wait_for(is_(ev.ReservedEvent, pod="ns/dev", state="using"))
     await world.podres.server.stop(grace=None)
     await running.resync()  # List fails: the last devices are kept, nothing is cleared
     assert not any(getattr(e, "state", "") == "cleared" for e in world.seen.events)
@@ -152,7 +152,7 @@ async def test_a_restarted_detector_clears_pods_deleted_while_it_was_down(world:
     second = build(world.bus, str(world.podres.socket))
     assert second.tracker.restore(await store.items(list[ev.AnyEvent])) == 2
     await second.on_change(PodChange("SYNC", pods=await _pods(world)))
-    gone = await world.seen.wait_for(is_(ev.GenericEvent, pod="ns/dev", state="cleared"))
+    gone = await world.seen.wait_for(is_(ev.ReservedEvent, pod="ns/dev", state="cleared"))
     assert gone.devices == ("G1",)  # type: ignore[union-attr]
     assert await second.save_facts(store) == 1
     assert await store.keys() == ["ns/job"]

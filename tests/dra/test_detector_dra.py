@@ -50,7 +50,7 @@ def test_a_lendable_dev_machine_on_an_exclusive_claim_is_an_owner() -> None:
     view = read_pod(claim_pod(labels={"gpushare.k8s.io/lendable": "true"}), RULES)
     assert view.kind is PodKind.ORDINARY and view.claims == {"main": ("gpu",)} and view.lendable_label
     (fact,) = pod_facts(view, RULES, "n1", {"main": {dra.CDI_KIND: (cdi("exclusive", "GPU-1"),)}}).values()
-    assert isinstance(fact, ev.GenericEvent) and fact.lendable and fact.devices == ("GPU-1",)
+    assert isinstance(fact, ev.ReservedEvent) and fact.lendable and fact.devices == ("GPU-1",)
     assert (fact.pod, fact.container, fact.vendor_resource) == ("ml/dev", "main", "nvidia.com/gpu")
 
 

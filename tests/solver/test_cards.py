@@ -4,7 +4,7 @@ the card inventory lends cards no pod holds; a card taken or gone is withdrawn."
 from __future__ import annotations
 
 import pytest
-from gpushare_common.events import CardInventory, GenericEvent, LowPowerEvent, ShadowEvent, SpotEvent
+from gpushare_common.events import CardInventory, LowPowerEvent, ReservedEvent, ShadowEvent, SpotEvent
 from gpushare_common.mapping import IDLE_SPACE
 from gpushare_solver.actions import DeviceList, Reclaim, SetHealth
 from gpushare_solver.handlers import handle
@@ -20,8 +20,8 @@ def inventory(*cards: str) -> CardInventory:
     return CardInventory(node=NODE, vendor_resource=VENDOR, devices=cards)
 
 
-def reserved(pod: str, *cards: str, state: str = "using") -> GenericEvent:
-    return GenericEvent(node=NODE, pod=pod, container="main", vendor_resource=VENDOR, state=state,  # type: ignore[arg-type]
+def reserved(pod: str, *cards: str, state: str = "using") -> ReservedEvent:
+    return ReservedEvent(node=NODE, pod=pod, container="main", vendor_resource=VENDOR, state=state,  # type: ignore[arg-type]
                         devices=cards)
 
 

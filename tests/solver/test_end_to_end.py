@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from gpushare_common.adapters.kube import Kube
-from gpushare_common.events import EvictionRecord, GenericEvent, LowPowerEvent, SpotEvent
+from gpushare_common.events import EvictionRecord, LowPowerEvent, ReservedEvent, SpotEvent
 from gpushare_common.settings import NatsSettings
 from gpushare_kmod_bridge.app import Service as BridgeService
 from gpushare_kmod_bridge.resolver import ContainerProcs
@@ -66,7 +66,7 @@ async def test_owner_call_blocks_until_borrowers_are_gone(
                 app.started(common_settings(nats_settings, kube_api.kubeconfig, NODE),
                             solver_settings(containerd), stop, pods=kube) as running:
             for event in (
-                GenericEvent(node=NODE, pod=OWNER, container="c0", vendor_resource="nvidia.com/gpu",
+                ReservedEvent(node=NODE, pod=OWNER, container="c0", vendor_resource="nvidia.com/gpu",
                              state="using", devices=("GPU-0",), lendable=True),
                 LowPowerEvent(node=NODE, owner=OWNER, using=False, devices=("GPU-0",)),
                 SpotEvent(node=NODE, pod="spot/b1", container="c0", state="using", devices=("spot-GPU-0",)),
@@ -113,7 +113,7 @@ async def test_a_borrower_not_reported_yet_dies_before_the_owner_is_released(
                 app.started(common_settings(nats_settings, kube_api.kubeconfig, NODE), settings, stop,
                             pods=kube) as running:
             for event in (
-                GenericEvent(node=NODE, pod=OWNER, container="c0", vendor_resource="nvidia.com/gpu",
+                ReservedEvent(node=NODE, pod=OWNER, container="c0", vendor_resource="nvidia.com/gpu",
                              state="using", devices=("GPU-0",), lendable=True),
                 LowPowerEvent(node=NODE, owner=OWNER, using=False, devices=("GPU-0",)),
                 SpotEvent(node=NODE, pod="spot/b1", container="c0", state="using", devices=("spot-GPU-0",)),

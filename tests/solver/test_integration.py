@@ -16,9 +16,9 @@ from gpushare_common.events import (
     AnyEvent,
     DeviceHealth,
     EvictionRecord,
-    GenericEvent,
     LowPowerEvent,
     OwnerBackEvent,
+    ReservedEvent,
     SpareCapacity,
     SpotEvent,
     event_tag,
@@ -53,7 +53,7 @@ async def lend_two_cards(world: World) -> list[AnyEvent]:
     for pod, containers in BORROWERS.items():
         await world.add_pod(pod, containers)
     events: list[AnyEvent] = [
-        GenericEvent(node=NODE, pod=OWNER, container="main", lendable=True,
+        ReservedEvent(node=NODE, pod=OWNER, container="main", lendable=True,
                      vendor_resource="nvidia.com/gpu", state="using", devices=("GPU-0", "GPU-1")),
         LowPowerEvent(node=NODE, owner=OWNER, using=False, devices=("GPU-0", "GPU-1")),
         SpotEvent(node=NODE, pod="spot/b1", container="c0", state="using", devices=("spot-GPU-0",)),

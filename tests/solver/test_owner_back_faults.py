@@ -18,7 +18,7 @@ import pytest
 from gpushare_common.adapters.kube import Kube
 from gpushare_common.adapters.kube import Retryable as KubeRetryable
 from gpushare_common.bus import Transient
-from gpushare_common.events import EvictionRecord, GenericEvent, LowPowerEvent, OwnerBackEvent, SpotEvent
+from gpushare_common.events import EvictionRecord, LowPowerEvent, OwnerBackEvent, ReservedEvent, SpotEvent
 from gpushare_common.settings import NatsSettings
 from gpushare_sim.containerd import Containerd
 from gpushare_solver import app
@@ -176,7 +176,7 @@ async def lend_one_card(world: World) -> None:
         "nodeName": NODE, "containers": [{"name": "main", "image": "busybox"}]}})
     await world.add_pod(BORROWER, ["b1-main"])
     for kind, event in (
-        ("generic", GenericEvent(node=NODE, pod=OWNER, container="main", lendable=True,
+        ("generic", ReservedEvent(node=NODE, pod=OWNER, container="main", lendable=True,
                                  vendor_resource="nvidia.com/gpu", state="using", devices=("GPU-0",))),
         ("lowpower", LowPowerEvent(node=NODE, owner=OWNER, using=False, devices=("GPU-0",))),
         ("spot", SpotEvent(node=NODE, pod=BORROWER, container="c0", state="using", devices=("spot-GPU-0",))),

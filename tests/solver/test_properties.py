@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from gpushare_common.events import (
     CardInventory,
-    GenericEvent,
     LowPowerEvent,
     OwnerBackEvent,
+    ReservedEvent,
     ShadowEvent,
     SpotEvent,
 )
@@ -57,7 +57,7 @@ def test_record_ids_are_deterministic_and_distinct(trigger: str, pod: str) -> No
 OWNERS = st.sampled_from(["dev/a", "dev/b"])
 CARDS = st.lists(st.sampled_from(["GPU-0", "GPU-1", "GPU-2"]), min_size=1, max_size=2, unique=True)
 EVENTS = st.one_of(
-    st.builds(lambda o, d, s: GenericEvent(node=NODE, pod=o, container="c", vendor_resource="v", state=s,
+    st.builds(lambda o, d, s: ReservedEvent(node=NODE, pod=o, container="c", vendor_resource="v", state=s,
                                            devices=tuple(d)), OWNERS, CARDS, st.sampled_from(["using", "cleared"])),
     st.builds(lambda o, d, u: LowPowerEvent(node=NODE, owner=o, using=u, devices=tuple(d)), OWNERS, CARDS,
               st.booleans()),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpushare_common.events import GenericEvent, LowPowerEvent, ShadowEvent, ShareEvent, SpotEvent
+from gpushare_common.events import LowPowerEvent, ReservedEvent, ShadowEvent, ShareEvent, SpotEvent
 from gpushare_common.mapping import IDLE_SPACE
 from gpushare_solver.actions import DeviceList, Reclaim, SetHealth, UsingCondition
 from gpushare_solver.handlers import handle
@@ -19,7 +19,7 @@ def loaded() -> SolverState:
         ShadowEvent(node=NODE, shadow_pod="t/sh", state="running", resource="share-gpu-2", share_spec=2),
         ShareEvent(node=NODE, share_pod="apps/p1", container="c", resource="share-gpu-2", state="using",
                    devices=("t/sh-0",)),
-        GenericEvent(node=NODE, pod="dev/alice", container="c", vendor_resource="v", state="using",
+        ReservedEvent(node=NODE, pod="dev/alice", container="c", vendor_resource="v", state="using",
                      devices=("GPU-0",)),
         LowPowerEvent(node=NODE, owner="dev/alice", using=False, devices=("GPU-0",)),
         SpotEvent(node=NODE, pod="spot/b1", container="c", state="using", devices=("spot-GPU-0",)),

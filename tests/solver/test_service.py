@@ -11,9 +11,9 @@ from gpushare_common.bus import Bus
 from gpushare_common.events import (
     AnyEvent,
     EvictionRecord,
-    GenericEvent,
     LowPowerEvent,
     OwnerBackEvent,
+    ReservedEvent,
     ShadowEvent,
     ShareEvent,
     SpotEvent,
@@ -70,7 +70,7 @@ async def eviction_recorder(nats_settings: NatsSettings) -> tuple[Bus, list[AnyE
 async def lend_to_borrower(bus: Bus, running: app.Running) -> None:
     """The owner away, its card lent to spot/b1, as the solver knows it."""
     await publish_all(bus, [
-        GenericEvent(node=NODE, pod=OWNER, container="main", vendor_resource="v", state="using",
+        ReservedEvent(node=NODE, pod=OWNER, container="main", vendor_resource="v", state="using",
                      devices=("GPU-0",)),
         LowPowerEvent(node=NODE, owner=OWNER, using=False, devices=("GPU-0",)),
         SpotEvent(node=NODE, pod="spot/b1", container="c0", state="using", devices=("spot-GPU-0",)),
@@ -133,7 +133,7 @@ async def test_without_a_kmod_bridge_borrowers_are_still_evicted(nats_settings: 
     try:
         async with wired(nats_settings, pods, tasks) as running:
             await publish_all(bus, [
-                GenericEvent(node=NODE, pod=OWNER, container="main", vendor_resource="v", state="using",
+                ReservedEvent(node=NODE, pod=OWNER, container="main", vendor_resource="v", state="using",
                              devices=("GPU-0",)),
                 LowPowerEvent(node=NODE, owner=OWNER, using=False, devices=("GPU-0",)),
                 SpotEvent(node=NODE, pod="spot/b1", container="c0", state="using", devices=("spot-GPU-0",)),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from gpushare_common.events import GenericEvent, LowPowerEvent, OwnerBackEvent, SpotEvent
+from gpushare_common.events import LowPowerEvent, OwnerBackEvent, ReservedEvent, SpotEvent
 from gpushare_common.mapping import IDLE_SPACE
 from gpushare_solver.actions import Kmod, Reclaim, Release, SetHealth
 from gpushare_solver.handlers import handle
@@ -13,8 +13,8 @@ NODE = "n1"
 OWNER = "dev/alice"
 
 
-def reserved(pod: str = OWNER, *devices: str, state: str = "using") -> GenericEvent:
-    return GenericEvent(node=NODE, pod=pod, container="main", vendor_resource="nvidia.com/gpu",
+def reserved(pod: str = OWNER, *devices: str, state: str = "using") -> ReservedEvent:
+    return ReservedEvent(node=NODE, pod=pod, container="main", vendor_resource="nvidia.com/gpu",
                         state=state, devices=devices or ("GPU-0",), lendable=True)  # type: ignore[arg-type]
 
 

@@ -65,8 +65,10 @@ class ShareEvent(Event, frozen=True, kw_only=True, tag="share"):
     pod_uid: str = ""  # the SharePod's uid: an eviction verifies it before it kills
 
 
-class GenericEvent(Event, frozen=True, kw_only=True, tag="generic"):
-    """A reserved (ordinary) pod holds real cards, or released them."""
+class ReservedEvent(Event, frozen=True, kw_only=True, tag="generic"):
+    """A reserved pod (an ordinary pod, or a dev machine, holding real cards) holds them, or
+    released them. Its wire tag and subject stay ``generic``, the name of older versions, so
+    that readers of either version decode what the other writes (docs/events.md)."""
 
     pod: str
     container: str
@@ -198,7 +200,7 @@ class EvictionRecord(Event, frozen=True, kw_only=True, tag="eviction"):
 AnyEvent: TypeAlias = (
     ShadowEvent
     | ShareEvent
-    | GenericEvent
+    | ReservedEvent
     | SpotEvent
     | CardInventory
     | LowPowerEvent
@@ -213,7 +215,7 @@ AnyEvent: TypeAlias = (
 EVENT_TYPES: tuple[type[Event], ...] = (
     ShadowEvent,
     ShareEvent,
-    GenericEvent,
+    ReservedEvent,
     SpotEvent,
     CardInventory,
     LowPowerEvent,

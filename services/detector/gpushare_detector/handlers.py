@@ -21,7 +21,7 @@ from .model import DevicesOf, FactKey
 
 Facts = dict[FactKey, ev.Event]
 KIND_OF: dict[type[ev.Event], str] = {
-    ev.ShadowEvent: "shadow", ev.ShareEvent: "share", ev.GenericEvent: "generic",
+    ev.ShadowEvent: "shadow", ev.ShareEvent: "share", ev.ReservedEvent: "generic",
     ev.SpotEvent: "spot", ev.LowPowerEvent: "lowpower", ev.CardInventory: "inventory",
 }
 
@@ -48,7 +48,7 @@ def fact_key(event: ev.Event) -> FactKey:
             return ("share", event.share_pod, event.container, event.resource)
         case ev.SpotEvent():
             return ("spot", event.pod, event.container, "")
-        case ev.GenericEvent():
+        case ev.ReservedEvent():
             return ("generic", event.pod, event.container, event.vendor_resource)
     raise ValueError(f"not a pod fact: {kind_of(event)}")
 
@@ -103,7 +103,7 @@ def _spot(view: PodView, rules: PodRules, node: str, devices: DevicesOf) -> list
 def _generic(view: PodView, rules: PodRules, node: str, devices: DevicesOf) -> list[ev.Event]:
     vendor = set(rules.vendor_resources)
     return [
-        ev.GenericEvent(node=node, pod=view.key, container=container, vendor_resource=resource,
+        ev.ReservedEvent(node=node, pod=view.key, container=container, vendor_resource=resource,
                         state="using", devices=ids, lendable=view.lendable, pod_uid=view.uid)
         for container, resource, ids in _per_container(view, devices, vendor.__contains__)
     ]
@@ -142,7 +142,7 @@ def cleared(event: ev.Event) -> ev.Event | None:
     match event:
         case ev.ShadowEvent():
             gone: ev.Event = msgspec.structs.replace(event, state="cleared", terminating=True)
-        case ev.ShareEvent() | ev.GenericEvent() | ev.SpotEvent():
+        case ev.ShareEvent() | ev.ReservedEvent() | ev.SpotEvent():
             gone = msgspec.structs.replace(event, state="cleared")
         case _:
             return None

@@ -16,7 +16,7 @@ from .handlers import Facts, fact_key, plan, pod_facts
 from .model import DevicesOf, NodeDevices, NodeDevicesIn
 
 log = get_logger("detector.pods")
-POD_FACTS = (ev.ShadowEvent, ev.ShareEvent, ev.SpotEvent, ev.GenericEvent)
+POD_FACTS = (ev.ShadowEvent, ev.ShareEvent, ev.SpotEvent, ev.ReservedEvent)
 NEEDS_DEVICES = frozenset({PodKind.SHADOW, PodKind.SHARE, PodKind.SPOT, PodKind.RESERVED})
 
 
@@ -109,13 +109,13 @@ class PodTracker:
 
     def reserved_containers(self) -> set[str]:
         """``ns/pod/container`` of every container holding real cards of a reserved pod."""
-        return {f"{e.pod}/{e.container}" for e in self.current() if isinstance(e, ev.GenericEvent)}
+        return {f"{e.pod}/{e.container}" for e in self.current() if isinstance(e, ev.ReservedEvent)}
 
     def owners(self) -> dict[str, Owner]:
         """Lendable reserved pods holding cards, by pod key."""
         found: dict[str, tuple[set[str], set[str]]] = {}
         for event in self.current():
-            if isinstance(event, ev.GenericEvent) and event.lendable:
+            if isinstance(event, ev.ReservedEvent) and event.lendable:
                 devices, containers = found.setdefault(event.pod, (set(), set()))
                 devices.update(event.devices)
                 containers.add(f"{event.pod}/{event.container}")

@@ -10,9 +10,9 @@ from __future__ import annotations
 from gpushare_common.events import (
     AnyEvent,
     CardInventory,
-    GenericEvent,
     LowPowerEvent,
     OwnerBackEvent,
+    ReservedEvent,
     ShadowEvent,
     ShareEvent,
     SpotEvent,
@@ -33,9 +33,9 @@ def handle(event: AnyEvent, state: SolverState) -> list[Action]:
             return share.share_using(event, state)
         case ShareEvent():
             return share.share_cleared(event, state)
-        case GenericEvent(state="using"):
+        case ReservedEvent(state="using"):
             return spot.reserved_using(event, state)
-        case GenericEvent():
+        case ReservedEvent():
             return spot.reserved_cleared(event, state)
         case LowPowerEvent():
             return spot.lowpower(event, state)

@@ -7,7 +7,7 @@ have produced, plus the eviction of borrowers on cards whose owner is active.
 
 from __future__ import annotations
 
-from gpushare_common.events import GenericEvent, ShadowEvent
+from gpushare_common.events import ReservedEvent, ShadowEvent
 from gpushare_common.ids import IdError, parse_spot_device_id
 
 from . import cards, share, spot
@@ -23,7 +23,7 @@ def _cleared_owners(state: SolverState, node: str, present: set[str]) -> list[Ac
     for kind in (RESERVED, SPOT_OWNER):
         for owner in state.cache.owners(kind):
             if owner not in present:
-                event = GenericEvent(node=node, pod=owner, container="", vendor_resource="",
+                event = ReservedEvent(node=node, pod=owner, container="", vendor_resource="",
                                      state="cleared")
                 actions += spot.reserved_cleared(event, state)
     return actions

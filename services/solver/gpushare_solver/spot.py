@@ -5,7 +5,7 @@ See docs/state-machines.md, 'Solver card states'.
 
 from __future__ import annotations
 
-from gpushare_common.events import GenericEvent, LowPowerEvent, OwnerBackEvent, SpotEvent
+from gpushare_common.events import LowPowerEvent, OwnerBackEvent, ReservedEvent, SpotEvent
 from gpushare_common.ids import IdError, parse_spot_device_id
 from gpushare_common.mapping import IDLE_SPACE, MappingError
 
@@ -18,7 +18,7 @@ from .state import RESERVED, SPOT_OWNER, HandlerError, SolverState
 OWNER_BACK = "owner-back"
 
 
-def reserved_using(event: GenericEvent, state: SolverState) -> list[Action]:
+def reserved_using(event: ReservedEvent, state: SolverState) -> list[Action]:
     """A reserved pod holds cards: their spot devices go Unhealthy and borrowers are evicted."""
     entry = state.cache.get(event.pod)
     if entry is not None and entry.kind == SPOT_OWNER and set(entry.devices) == set(event.devices):
@@ -33,7 +33,7 @@ def reserved_using(event: GenericEvent, state: SolverState) -> list[Action]:
     return actions
 
 
-def reserved_cleared(event: GenericEvent, state: SolverState) -> list[Action]:
+def reserved_cleared(event: ReservedEvent, state: SolverState) -> list[Action]:
     """The cards are free again: their spot devices are borrowable."""
     entry = state.cache.delete(event.pod)
     if entry is None:
