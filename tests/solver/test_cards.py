@@ -84,6 +84,24 @@ def test_cards_of_an_away_owner_are_already_lent() -> None:
     assert sorted(state.lent()) == ["spot-GPU-0", "spot-GPU-1"]
 
 
+@pytest.mark.parametrize("away_first", [True, False], ids=["away-then-gone", "gone-then-away"])
+def test_an_away_owners_card_back_in_the_inventory_is_lent_again(away_first: bool) -> None:
+    """A kubelet restarting lists no devices until its plugins register again: the away owner's
+    card leaves the inventory and comes back, and must be lent again (a soak saw it stay
+    withdrawn for good, its owner away with nothing to lend)."""
+    state = SolverState()
+    handle(inventory("GPU-0", "GPU-1"), state)
+    handle(reserved("dev/alice", "GPU-0"), state)
+    away = LowPowerEvent(node=NODE, owner="dev/alice", using=False, devices=("GPU-0",))
+    events = [away, inventory()] if away_first else [inventory(), away]
+    for event in events:
+        handle(event, state)  # type: ignore[arg-type]
+    assert state.lent() == [] and state.kind_of("dev/alice") == "spot-owner"
+    actions = handle(inventory("GPU-0", "GPU-1"), state)
+    assert actions == [healthy(f"unallocated {VENDOR}", "spot-GPU-0", "spot-GPU-1")]
+    assert sorted(state.lent()) == ["spot-GPU-0", "spot-GPU-1"]
+
+
 def test_a_card_gone_from_the_inventory_is_withdrawn_and_its_borrowers_evicted() -> None:
     state = lent_free_cards()
     actions = handle(inventory("GPU-1"), state)

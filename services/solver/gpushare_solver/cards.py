@@ -35,8 +35,11 @@ def health(state: SolverState, spot: list[str], healthy: bool, reason: str) -> S
 
 
 def lend_free(cards: Iterable[str], state: SolverState, reason: str) -> list[Action]:
-    """Lend those of ``cards`` that are free now (in the inventory, held by nobody): Healthy."""
-    free = [c for c in dict.fromkeys(cards) if state.in_inventory(c) and state.holder_of(c) is None]
+    """Lend those of ``cards`` that are lendable now (in the inventory, held by no active holder:
+    by nobody, or by an owner who is away): Healthy. An away owner's card that left the
+    inventory for a while (a kubelet restarting lists no devices until its plugins register
+    again) is lent again when it comes back."""
+    free = [c for c in dict.fromkeys(cards) if state.in_inventory(c) and state.holder_of(c, active_only=True) is None]
     if not free:
         return []
     spot = spot_ids(free)
