@@ -77,8 +77,17 @@ class Detector:
 
     async def publish(self, events: list[ev.Event]) -> None:
         """Publish until the stream has every event: while NATS is away this waits (and the pod
-        changes queue up behind it) instead of dropping a fact until the next resync."""
-        await asyncio.gather(*(self._publish_one(e) for e in events))
+        changes queue up behind it) instead of dropping a fact until the next resync.
+
+        Releases first: every ``cleared`` event is in the stream before any other of the list is
+        sent. The events of one phase go out together, and a publish retried through a NATS
+        failover lands after those that passed at once; a device handed from a pod that left to
+        a new one (a re-list after a watch gap carries both) must never reach the solver as the
+        new pod's use before the old pod's release."""
+        releases = [e for e in events if getattr(e, "state", "") == "cleared"]
+        others = [e for e in events if getattr(e, "state", "") != "cleared"]
+        for phase in (releases, others):
+            await asyncio.gather(*(self._publish_one(e) for e in phase))
 
     async def _publish_one(self, event: ev.Event) -> None:
         kind = kind_of(event)
