@@ -179,7 +179,7 @@ async def measure(args: argparse.Namespace, nats: NatsSettings, api: KubeApi, po
     stop.set()
     await watch
     await detector.devices.close()  # type: ignore[attr-defined]
-    kube.api.close()
+    await kube.close()
     await bus.drain()
     floor = await asyncio.to_thread(import_floor_mib)
     rss = await detector_rss(nats, api, podres, workdir, args.pods)

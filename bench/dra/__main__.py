@@ -168,7 +168,7 @@ async def measure(args: argparse.Namespace, work: Path, nats: NatsServer, kubeco
             rows.append(Row(PART, "machine load average (1 min) at the end", os.getloadavg()[0], "runnable"))
         return rows
     finally:
-        kube.close()
+        await kube.close()
         await vendor.stop()
 
 

@@ -216,7 +216,7 @@ async def _started(cluster: NatsCluster, layout: Layout, logs: Path, cards: int,
                 await bus.connect()
                 stack.push_async_callback(bus.drain)
                 kube = Kube(KubeSettings(kubeconfig=str(node.kubeconfig)))
-                stack.callback(kube.api.close)
+                stack.push_async_callback(kube.close)
                 tasks = await stack.enter_async_context(Tasks(str(ctrd.address), NAMESPACE))
                 owner = start_owner(node)
                 await kube.create_pod("dev", pod_body("owner", NODE, [OWNER_CONTAINER]))

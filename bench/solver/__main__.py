@@ -138,7 +138,7 @@ async def measure(trials: int, borrowers: int) -> list[Row]:
                 dead.append(killed_ms)
                 release.append(released_ms)
                 await asyncio.gather(*(remove_container(node, c) for c in containers))
-        kube.api.close()
+        await kube.close()
         await bus.drain()
     return rows(dead, release, borrowers)
 
@@ -167,7 +167,7 @@ async def measure_chain(trials: int, borrowers: int) -> list[Row]:
                     trial.recorded.clear()
                     await asyncio.wait_for(trial.recorded.wait(), 30)
                 await asyncio.gather(*(remove_container(node, c) for c in containers))
-        kube.api.close()
+        await kube.close()
         await bus.drain()
     n = len(held)
     return [Row(PART, f"owner's GPU call held, kernel stand-in + kmod-bridge + solver, {borrowers} borrowers "

@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             await Scheduler(api, args.interval).run(stop)
         finally:
-            api.close()
+            await api.close()
         return 0
 
     return run_service("sim-scheduler", serve)

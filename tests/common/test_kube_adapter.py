@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 
 import pytest
 from gpushare_common.adapters.kube import Conflict, Invalid, Kube, NotFound, PodChange
@@ -19,9 +20,11 @@ def pod(name: str, node: str = "n1", labels: dict[str, str] | None = None) -> di
 
 
 @pytest.fixture
-def kube(kube_api: KubeApi) -> Kube:
+async def kube(kube_api: KubeApi) -> AsyncIterator[Kube]:
     kube_api.namespaces("ml", "ns")
-    return Kube(KubeSettings(kubeconfig=str(kube_api.kubeconfig), watch_timeout_s=5), kube_api.new_client())
+    client = Kube(KubeSettings(kubeconfig=str(kube_api.kubeconfig), watch_timeout_s=5))
+    yield client
+    await client.close()
 
 
 async def test_crud_patch_and_errors(kube: Kube) -> None:
@@ -72,7 +75,7 @@ async def test_watch_syncs_then_streams_changes(kube: Kube) -> None:
 
 async def test_watch_relists_after_410() -> None:
     with start_kube_api(ApiSettings(history=3), namespaces=("ml",)) as api:
-        kube = Kube(KubeSettings(kubeconfig=str(api.kubeconfig), watch_timeout_s=2), api.new_client())
+        kube = Kube(KubeSettings(kubeconfig=str(api.kubeconfig), watch_timeout_s=2))
         first = await kube.create_pod("ml", pod("p0"))
         for i in range(1, 20):
             await kube.create_pod("ml", pod(f"p{i}"))
@@ -83,6 +86,7 @@ async def test_watch_relists_after_410() -> None:
         assert changes[0].kind == "SYNC" and len(changes[0].pods) == 20
         stop.set()
         await asyncio.wait_for(task, 5)
+        await kube.close()
 
 
 async def test_watch_pod_sets_yields_the_whole_set_after_each_change(kube: Kube) -> None:

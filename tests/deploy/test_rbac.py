@@ -14,7 +14,7 @@ import ast
 import asyncio
 import inspect
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import yaml
 from gpushare_common.adapters.kube import Kube
+from gpushare_common.adapters.kubeconfig import Endpoint
 from gpushare_common.settings import KubeSettings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -79,33 +80,25 @@ def api_operation(method: str, path: str, watch: bool = False) -> Grant:
 # --- the adapter: method -> grants, recorded ---------------------------------------------
 
 
-class _Response:
-    data = b'{"items": [], "metadata": {"resourceVersion": "1"}}'
-
-    def stream(self, amt: int = 0, decode_content: bool = True) -> Iterator[bytes]:
-        return iter(())
-
-    def shutdown(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
 class RecordingKube(Kube):
-    """The adapter with its HTTP transport replaced: requests are recorded, answers are empty."""
+    """The adapter with its HTTP exchanges replaced: requests are recorded, answers are empty."""
 
-    def __init__(self, stop: asyncio.Event, loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__(KubeSettings(), api_client=object())  # type: ignore[arg-type]
-        self.stop, self.loop = stop, loop
+    def __init__(self, stop: asyncio.Event) -> None:
+        super().__init__(KubeSettings(), Endpoint("http://recorder.invalid"))
+        self.stop = stop
         self.requests: list[tuple[str, str, bool]] = []
 
-    def _request(self, method: str, path: str, body: Any = None, content_type: str = "",
-                 _preload_content: bool = False, _request_timeout: Any = None, **query: Any) -> Any:
-        self.requests.append((method, path, bool(query.get("watch"))))
-        if query.get("watch"):
-            self.loop.call_soon_threadsafe(self.stop.set)  # one watch request is enough
-        return _Response()
+    async def _send(self, what: str, method: str, path: str, query: list[tuple[str, str]],
+                    data: bytes | None, content_type: str) -> bytes:
+        self.requests.append((method, path, False))
+        return b'{"items": [], "metadata": {"resourceVersion": "1"}}'
+
+    async def _lines(self, stop: asyncio.Event, what: str, path: str,
+                     query: list[tuple[str, str]]) -> AsyncIterator[bytes]:
+        self.requests.append(("GET", path, dict(query).get("watch") == "true"))
+        self.stop.set()  # one watch request is enough
+        return
+        yield b""
 
 
 def _argument(parameter: inspect.Parameter, stop: asyncio.Event) -> Any:
@@ -115,7 +108,7 @@ def _argument(parameter: inspect.Parameter, stop: asyncio.Event) -> Any:
 
 async def _record(name: str) -> set[Grant]:
     stop = asyncio.Event()
-    kube = RecordingKube(stop, asyncio.get_running_loop())
+    kube = RecordingKube(stop)
     method = getattr(kube, name)
     args = [_argument(p, stop) for p in inspect.signature(method).parameters.values() if p.default is p.empty]
     result = method(*args)
@@ -130,7 +123,7 @@ async def _record(name: str) -> set[Grant]:
 
 def adapter_operations() -> dict[str, set[Grant]]:
     """Public coroutine method of ``Kube`` -> every API operation it performs."""
-    names = [n for n, f in inspect.getmembers(Kube) if not n.startswith("_")
+    names = [n for n, f in inspect.getmembers(Kube) if not n.startswith("_") and n != "close"
              and (inspect.iscoroutinefunction(f) or inspect.isasyncgenfunction(f))]  # fmt: skip
     return {name: asyncio.run(_record(name)) for name in names}
 
@@ -306,5 +299,5 @@ def test_an_unused_rule_is_reported(operations: dict[str, set[Grant]]) -> None:
 
 
 def test_a_call_in_a_service_is_found(tmp_path: Path, operations: dict[str, set[Grant]]) -> None:
-    (tmp_path / "m.py").write_text("async def f(kube):\n    await kube.api.get_node('n')\n")
+    (tmp_path / "m.py").write_text("async def f(kube):\n    await kube.get_node('n')\n")
     assert needed_grants(tmp_path, operations) == {Grant("", "nodes", "get")}

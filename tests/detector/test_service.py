@@ -68,7 +68,7 @@ async def running(world: World) -> AsyncIterator[Detector]:
     stop.set()
     await asyncio.wait_for(asyncio.gather(*tasks), 10)
     await detector.devices.close()  # type: ignore[attr-defined]
-    kube.api.close()  # type: ignore[no-untyped-call]
+    await kube.close()
 
 
 async def test_pods_become_events_and_clear(world: World, running: Detector) -> None:

@@ -128,7 +128,7 @@ async def dra_node(kube_api: KubeApi, nats: NatsSettings, gpus: int = 2, **drive
                 task.cancel()
             await asyncio.gather(*node.tasks, return_exceptions=True)
             for api in (scheduler.api, sim.api):
-                api.close()  # type: ignore[union-attr]
-            node.kube.api.close()
+                await api.close()  # type: ignore[union-attr]
+            await node.kube.close()
     finally:
         shutil.rmtree(sim_dir, ignore_errors=True)

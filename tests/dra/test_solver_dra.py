@@ -56,7 +56,7 @@ async def test_taint_and_untaint_through_the_api(kube_api: KubeApi) -> None:  # 
         with pytest.raises(NotFound):
             await kube.get_object(path)
     finally:
-        kube.api.close()
+        await kube.close()
 
 
 class Recorder:

@@ -48,7 +48,7 @@ async def events(api: KubeApi) -> list[Any]:
 
 
 async def test_a_dead_mps_daemon_is_reported_on_every_sharepod_until_it_is_back(kube_api: KubeApi) -> None:
-    kube = Kube(KubeSettings(), kube_api.new_client())
+    kube = Kube(KubeSettings(kubeconfig=str(kube_api.kubeconfig)))
     await kube.create_pod(SYSTEM, mps_shadow_pod())
     await set_shadow(kube, ready=True)
     for name in ("a", "b", "c"):
@@ -58,7 +58,7 @@ async def test_a_dead_mps_daemon_is_reported_on_every_sharepod_until_it_is_back(
         await kube.create_pod("ml", body)
         await kube.patch_pod_status("ml", name, {"status": {"phase": "Running"}}, strategic=False)
     stop = asyncio.Event()
-    app = ShadowControllerApp(settings(kube_api), Kube(KubeSettings(), kube_api.new_client()), stop)
+    app = ShadowControllerApp(settings(kube_api), Kube(KubeSettings(kubeconfig=str(kube_api.kubeconfig))), stop)
     runner = asyncio.create_task(app.run())
 
     async def passes(count: int) -> bool:

@@ -54,11 +54,11 @@ def settings(api: KubeApi, **shadow: Any) -> AppSettings:
 
 
 async def test_five_pending_pods_get_exactly_two_shadowpods(kube_api: KubeApi) -> None:
-    kube = Kube(KubeSettings(kubeconfig=str(kube_api.kubeconfig)), kube_api.new_client())
+    kube = Kube(KubeSettings(kubeconfig=str(kube_api.kubeconfig)))
     for i in range(5):
         await kube.create_pod("ml", share_pod(f"infer-{i}"))
     stop = asyncio.Event()
-    app = ShadowControllerApp(settings(kube_api), Kube(KubeSettings(), kube_api.new_client()), stop)
+    app = ShadowControllerApp(settings(kube_api), Kube(KubeSettings(kubeconfig=str(kube_api.kubeconfig))), stop)
     runner = asyncio.create_task(app.run())
 
     async def two_exist() -> bool:
@@ -86,7 +86,7 @@ async def test_five_pending_pods_get_exactly_two_shadowpods(kube_api: KubeApi) -
 
 
 async def test_idle_shadowpod_retired_after_timeout_not_before(kube_api: KubeApi) -> None:
-    kube = Kube(KubeSettings(), kube_api.new_client())
+    kube = Kube(KubeSettings(kubeconfig=str(kube_api.kubeconfig)))
     now = [1000.0]
     controller = Controller(kube, ShadowSettings(idle_timeout_s=60), CollectorRegistry(),
                             lambda: True, clock=lambda: now[0])
@@ -133,7 +133,7 @@ def _start_controller(api: KubeApi, identity: str) -> subprocess.Popen[bytes]:
 
 
 async def test_two_processes_one_leader_and_failover(kube_api: KubeApi) -> None:
-    kube = Kube(KubeSettings(), kube_api.new_client())
+    kube = Kube(KubeSettings(kubeconfig=str(kube_api.kubeconfig)))
     first = _start_controller(kube_api, "first")
     second = _start_controller(kube_api, "second")
     try:
@@ -168,7 +168,7 @@ async def test_two_processes_one_leader_and_failover(kube_api: KubeApi) -> None:
 async def test_a_tenants_fake_shadow_pod_is_no_supply(kube_api: KubeApi) -> None:
     """A pod a tenant labels as a ShadowPod in its own namespace neither counts as supply (the
     controller still creates a real one) nor is ever retired by it."""
-    kube = Kube(KubeSettings(), kube_api.new_client())
+    kube = Kube(KubeSettings(kubeconfig=str(kube_api.kubeconfig)))
     fake = share_pod("fake", resource="nvidia.com/gpu")
     fake["metadata"]["labels"] = {ids.LABEL_POD_DESCRIPTION: ids.SHADOW_POD_LABEL_VALUE,
                                   "app.kubernetes.io/managed-by": "gpushare-shadow-controller"}

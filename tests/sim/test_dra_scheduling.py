@@ -93,7 +93,7 @@ async def test_claims_are_made_allocated_reserved_and_released(kube_api: KubeApi
         await wait_until(lambda: _bound(kube, "c"), 10, "pod c bound to the freed card")
         assert len(await claims(kube)) == 2, "a's claim deleted with its pod, c's made"
     finally:
-        kube.close()
+        await kube.close()
 
 
 async def test_a_shared_claim_stays_allocated_until_its_last_pod_goes(kube_api: KubeApi) -> None:  # noqa: F811
@@ -120,7 +120,7 @@ async def test_a_shared_claim_stays_allocated_until_its_last_pod_goes(kube_api: 
         (claim,) = await claims(kube)
         assert not (claim.get("status") or {}).get("allocation"), "an unreserved claim is deallocated"
     finally:
-        kube.close()
+        await kube.close()
 
 
 async def test_a_pod_whose_template_is_missing_waits_with_an_event(kube_api: KubeApi) -> None:  # noqa: F811
@@ -132,7 +132,7 @@ async def test_a_pod_whose_template_is_missing_waits_with_an_event(kube_api: Kub
         assert await scheduler.schedule_once() == 0
         assert "ResourceClaimTemplate default/nope not found" in scheduler._waiting["default/lost"]
     finally:
-        kube.close()
+        await kube.close()
 
 
 async def _gone(kube: SimKube, name: str) -> bool:

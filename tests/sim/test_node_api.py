@@ -77,7 +77,7 @@ async def cluster(kube_api: Emulator) -> AsyncIterator[Cluster]:  # noqa: F811
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             for api in (scheduler.api, n1.api, n2.api):
-                api.close()  # type: ignore[union-attr]
+                await api.close()  # type: ignore[union-attr]
     finally:
         shutil.rmtree(sim_dir, ignore_errors=True)
 

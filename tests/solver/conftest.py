@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import pytest
@@ -52,10 +52,10 @@ class FakeBridge:
 
 
 @pytest.fixture
-def kube(kube_api: KubeApi) -> Iterator[Kube]:
+async def kube(kube_api: KubeApi) -> AsyncIterator[Kube]:
     client = Kube(KubeSettings(kubeconfig=str(kube_api.kubeconfig)))
     yield client
-    client.api.close()
+    await client.close()
 
 
 @pytest.fixture

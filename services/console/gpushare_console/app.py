@@ -61,7 +61,7 @@ async def run(common: CommonSettings, settings: ConsoleSettings, stop: asyncio.E
         followers = Followers(state, settings, svc.health, metrics)
         bus = svc.bus(common.nats, role=ROLE)  # drained last
         kube = Kube(common.kube)
-        svc.on_exit(kube.api.close)
+        svc.on_exit(kube.close)
         await svc.serve(lambda: status(state, followers, bus),
                         lambda app: add_routes(app, state, settings, metrics, svc.stopping))
         svc.on_exit(state.changes.bump)  # live streams end first: woken once ``stopping`` is set

@@ -81,7 +81,7 @@ async def run(settings: Settings, stop: asyncio.Event) -> int:
                  inventories=detector.inventory.restore(saved))
         capacity = CapacityService.build(node, config, bus, detector.tracker, metrics)
         kube = Kube(settings.common.kube)
-        svc.on_exit(kube.api.close)
+        svc.on_exit(kube.close)
 
         def status() -> dict[str, Any]:
             return {**detector.status(), "capacity": capacity.status()}

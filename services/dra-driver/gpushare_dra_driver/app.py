@@ -161,6 +161,7 @@ class Service:
     async def _kube(self) -> None:
         adapter: Any = await asyncio.to_thread(importlib.import_module, KUBE_ADAPTER)
         kube = await asyncio.to_thread(adapter.connect, self.common.kube)
+        self.skeleton.on_exit(kube.close)
         self.claims, self.slices = adapter.Claims(kube), adapter.Slices(kube, self.node, self.settings.driver)
         await self._publish_loop(adapter.PublishError)
 

@@ -62,6 +62,7 @@ class ShadowControllerApp:
 
     def start(self) -> None:
         svc, stop = self.skeleton, self.skeleton.stop
+        svc.on_exit(self.kube.close)  # last: the lease is released through it first
         served = self.settings.shadow.namespaces  # the tenants served, and the ShadowPods' own namespace
         namespaces: list[str | None] = list(dict.fromkeys([*served, self.settings.kube.system_namespace])) \
             if served else [None]

@@ -76,7 +76,11 @@ async def started(common: CommonSettings, settings: SolverSettings, stop: asynci
         if settings.pod_resources_socket:
             allocations = PodResources(settings.pod_resources_socket, settings.pod_resources_timeout_s)
             svc.on_exit(allocations.close)
-        solver = Solver(node, settings, bus, pods or Kube(common.kube), tasks_api, svc.registry,
+        if pods is None:
+            kube = Kube(common.kube)
+            svc.on_exit(kube.close)
+            pods = kube
+        solver = Solver(node, settings, bus, pods, tasks_api, svc.registry,
                         PodRules(system_namespace=common.kube.system_namespace), allocations)
         policy = PressurePolicy(settings.memory_threshold, settings.cpu_threshold,
                                 settings.pressure_cooldown_s)

@@ -113,7 +113,7 @@ async def run(settings: NodeSimSettings, stop: asyncio.Event) -> int:
     async with AsyncExitStack() as stack:
         api = SimKube.from_kubeconfig(settings.kubeconfig) if settings.kubeconfig else None
         if api is not None:
-            stack.callback(api.close)
+            stack.push_async_callback(api.close)
         runner = await build_runner(settings, stack)
         sim = NodeSim(settings, runner, api)
         await sim.start(stack)

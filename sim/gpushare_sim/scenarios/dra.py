@@ -251,5 +251,5 @@ async def dra_scenario(s: Scenario) -> str:
     finally:
         client = _APIS.pop(id(s), None)
         if client is not None:
-            client.close()
+            await client.close()
     return f"{shared}; spot on DRA: {stolen}"

@@ -234,7 +234,7 @@ def scenario(
 
 async def open_clients(cluster: Cluster, stack: AsyncExitStack) -> tuple[Kube, Bus]:
     kube = Kube(KubeSettings(kubeconfig=str(cluster.kubeconfig)))
-    stack.callback(kube.api.close)
+    stack.push_async_callback(kube.close)
     bus = Bus(cluster.nats_settings(), "installer")  # the scenarios also feed malformed input
     await bus.connect()
     stack.push_async_callback(bus.drain)

@@ -1,10 +1,12 @@
-"""The Kubernetes adapter: the only place that touches the official ``kubernetes`` client.
+"""The Kubernetes adapter: the only place that talks to the Kubernetes API.
 
-Objects are plain dicts in the API's JSON shape (raw responses decoded with
-msgspec: much cheaper than the client's model classes for thousands of pods).
-Blocking client calls run in threads.  Errors are this module's own tree:
-:class:`NotFound`, :class:`Conflict`, :class:`Gone`, :class:`Invalid`,
-:class:`Retryable`; no client exception escapes.
+Raw REST over a small HTTP/1.1 client on asyncio streams (:mod:`.http1`: the official
+``kubernetes`` package, or an HTTP library, would cost each service 15-20 MB of resident
+memory, and the client a thread per call). Objects are plain dicts in the API's JSON shape,
+decoded with msgspec. Where the API is and
+how to authenticate comes from :mod:`.kubeconfig`. Errors are this module's own tree:
+:class:`NotFound`, :class:`Conflict`, :class:`Gone`, :class:`Invalid`, :class:`Retryable`
+(5xx, 429, 401/403, timeouts, connection errors); no transport exception escapes.
 
 :meth:`Kube.watch_pods` lists, then watches from the list's resourceVersion,
 resumes from the last version seen, re-lists on ``410 Gone`` and backs off on
@@ -16,20 +18,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-import threading
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
-from kubernetes import client, config
-from kubernetes.client.exceptions import ApiException
 
 from ..logging import get_logger
 from ..retry import Backoff, wait_for_stop
 from ..settings import KubeSettings
+from .http1 import Http1Client, HttpError
+from .kubeconfig import Endpoint, KubeConfigError, load_endpoint
 
 log = get_logger("kube")
 Obj = dict[str, Any]
@@ -63,14 +63,12 @@ class Retryable(KubeError):
     pass
 
 
-def _translate(err: Exception, what: str) -> KubeError:
-    if isinstance(err, ApiException):
-        reason = _status_message(err.body) or err.reason or ""
-        text = f"{what}: {err.status} {reason}".strip()
-        kind = {404: NotFound, 409: Conflict, 410: Gone, 422: Invalid, 400: Invalid}.get(
-            err.status or 0, Retryable)
-        return kind(text, err.status or 0)
-    return Retryable(f"{what}: {err!r}")
+_BY_STATUS: dict[int, type[KubeError]] = {404: NotFound, 409: Conflict, 410: Gone, 422: Invalid, 400: Invalid}
+
+
+def _status_error(status: int, body: bytes, what: str) -> KubeError:
+    reason = _status_message(body)
+    return _BY_STATUS.get(status, Retryable)(f"{what}: {status} {reason}".strip(), status)
 
 
 def _status_message(body: Any) -> str:
@@ -84,17 +82,6 @@ class PodChange:
     kind: str  # SYNC | ADDED | MODIFIED | DELETED
     pod: Obj | None = None
     pods: list[Obj] = field(default_factory=list)
-
-
-def load_api_client(settings: KubeSettings) -> client.ApiClient:
-    """Kubeconfig from settings, else in-cluster, else the default kubeconfig."""
-    if settings.kubeconfig:
-        return config.new_client_from_config(config_file=settings.kubeconfig)
-    try:
-        config.load_incluster_config()
-        return client.ApiClient()
-    except config.ConfigException:
-        return config.new_client_from_config()
 
 
 _QUERY_NAMES = {
@@ -129,59 +116,59 @@ def _q(segment: str) -> str:
     return urllib.parse.quote(segment, safe="")
 
 
+def _query(query: dict[str, Any]) -> list[tuple[str, str]]:
+    return [(_QUERY_NAMES.get(k, k), str(v).lower() if isinstance(v, bool) else str(v))
+            for k, v in query.items() if v not in ("", None)]
+
+
 class Kube:
-    """Raw REST calls through the official client's ApiClient (configuration, auth, TLS,
-    connection pool).  The generated API classes are not used on these paths: the module
-    behind ``CoreV1Api`` alone costs about 80 MB of resident memory per process."""
+    """Raw REST calls to the API server over kept-alive connections; :meth:`close` when done."""
 
-    def __init__(self, settings: KubeSettings, api_client: client.ApiClient | None = None) -> None:
+    def __init__(self, settings: KubeSettings, endpoint: Endpoint | None = None) -> None:
         self.settings = settings
-        self.api = api_client or load_api_client(settings)
-
-    @functools.cached_property
-    def core(self) -> client.CoreV1Api:
-        """The generated client, loaded on first use only (for callers needing other resources)."""
-        return client.CoreV1Api(self.api)
-
-    @functools.cached_property
-    def coordination(self) -> client.CoordinationV1Api:
-        return client.CoordinationV1Api(self.api)
-
-    def _request(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
-                 _preload_content: bool = False, _request_timeout: Any = None, **query: Any) -> Any:
-        """One HTTP call; returns the urllib3 response (streaming when ``watch=True``)."""
-        params = [(_QUERY_NAMES.get(k, k), str(v).lower() if isinstance(v, bool) else v)
-                  for k, v in query.items() if v not in ("", None)]
-        headers = {"Accept": "application/json"}
-        if body is not None:
-            headers["Content-Type"] = content_type
-        method, url, headers, body, post = self.api.param_serialize(
-            method, path, query_params=params, header_params=headers, body=body,
-            auth_settings=["BearerToken"])
-        response = self.api.call_api(method, url, headers, body, post, _request_timeout=_request_timeout)
-        if not 200 <= response.status < 300:
-            raise ApiException(http_resp=response.response)
-        return response.response
-
-    async def _call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        kwargs.setdefault("_preload_content", False)
-        kwargs.setdefault("_request_timeout", self.settings.qps_timeout_s)
-
-        def run() -> Any:
-            response = fn(*args, **kwargs)
-            data = response.data
-            return msgspec.json.decode(data) if data else None
-
         try:
-            return await asyncio.to_thread(run)
-        except (ApiException, OSError, ValueError, msgspec.DecodeError) as err:
-            raise _translate(err, what) from None
-        except Exception as err:  # urllib3 and friends raise their own types
-            raise _translate(err, what) from None
+            self.endpoint = endpoint or load_endpoint(settings.kubeconfig)
+            self.http = Http1Client(self.endpoint.server, self.endpoint.ssl_context)
+        except (KubeConfigError, ValueError) as err:
+            raise KubeError(str(err)) from None
+
+    def _headers(self, content_type: str = "") -> dict[str, str]:
+        headers = {"Accept": "application/json"}
+        if content_type:
+            headers["Content-Type"] = content_type
+        try:
+            auth = self.endpoint.authorization()
+        except KubeConfigError as err:
+            raise Retryable(str(err)) from None
+        if auth:
+            headers["Authorization"] = auth
+        return headers
+
+    async def close(self) -> None:
+        await self.http.close()
 
     async def _rest(self, what: str, method: str, path: str, body: Any = None,
                     content_type: str = "application/json", **query: Any) -> Any:
-        return await self._call(what, self._request, method, path, body, content_type, **query)
+        """One call; the decoded JSON answer (None when empty)."""
+        data = msgspec.json.encode(body) if body is not None else None
+        payload = await self._send(what, method, path, _query(query), data, content_type)
+        try:
+            return msgspec.json.decode(payload) if payload else None
+        except msgspec.DecodeError as err:
+            raise Retryable(f"{what}: the answer is not JSON: {err}") from None
+
+    async def _send(self, what: str, method: str, path: str, query: list[tuple[str, str]],
+                    data: bytes | None, content_type: str) -> bytes:
+        """The HTTP exchange: the answer's body, or this module's error for its status."""
+        headers = self._headers(content_type if data is not None else "")
+        try:
+            response = await self.http.request(method, _target(path, query), headers, data,
+                                               self.settings.qps_timeout_s)
+        except (OSError, TimeoutError, HttpError, asyncio.IncompleteReadError) as err:
+            raise Retryable(f"{what}: {err!r}") from None
+        if not 200 <= response.status < 300:
+            raise _status_error(response.status, response.body, what)
+        return response.body
 
     # --- pods -------------------------------------------------------------------
 
@@ -360,71 +347,69 @@ class Kube:
         self, stop: asyncio.Event, path: str, resource: str, field_selector: str, label_selector: str,
         version: str,
     ) -> AsyncIterator[tuple[str, Obj]]:
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
-        holder: dict[str, Any] = {}
-        kwargs: dict[str, Any] = {
-            "watch": True, "resource_version": version, "allow_watch_bookmarks": True,
-            "timeout_seconds": self.settings.watch_timeout_s, "field_selector": field_selector,
-            "label_selector": label_selector, "_preload_content": False,
-        }
-        fn: Callable[..., Any] = self._request
-        args: tuple[Any, ...] = ("GET", path)
-
-        def reader() -> None:
+        query = _query({"watch": True, "resource_version": version, "allow_watch_bookmarks": True,
+                        "timeout_seconds": self.settings.watch_timeout_s, "field_selector": field_selector,
+                        "label_selector": label_selector})
+        what = f"watch {resource}"
+        async for line in self._lines(stop, what, path, query):
             try:
-                response = fn(*args, **kwargs)
-                holder["response"] = response
-                for line in _lines(response):
-                    loop.call_soon_threadsafe(queue.put_nowait, ("line", line))
-                loop.call_soon_threadsafe(queue.put_nowait, ("end", None))
-            except Exception as err:
-                loop.call_soon_threadsafe(queue.put_nowait, ("error", err))
+                event = _watch_event(line)
+            except (msgspec.DecodeError, AttributeError, TypeError, ValueError) as err:
+                raise Retryable(f"{what}: an event that does not decode: {err}") from None
+            yield event
 
-        thread = threading.Thread(target=reader, name="kube-watch", daemon=True)
-        thread.start()
+    async def _lines(self, stop: asyncio.Event, what: str, path: str,
+                     query: list[tuple[str, str]]) -> AsyncIterator[bytes]:
+        """The watch's newline-delimited JSON lines, until the server ends it or ``stop``."""
         stopper = asyncio.ensure_future(stop.wait())
         try:
-            while True:
-                getter = asyncio.ensure_future(queue.get())
-                await asyncio.wait([getter, stopper], return_when=asyncio.FIRST_COMPLETED)
-                if not getter.done():
-                    getter.cancel()
-                    return
-                what, payload = getter.result()
-                if what == "end":
-                    return
-                if what == "error":
-                    raise _translate(payload, f"watch {resource}")
-                event = msgspec.json.decode(payload)
-                if event.get("type") == "ERROR":
-                    status = event.get("object", {})
-                    code = int(status.get("code") or 0)
-                    raise (Gone if code == 410 else Retryable)(str(status.get("message", "")), code)
-                yield str(event.get("type")), event.get("object") or {}
+            async with self.http.stream(_target(path, query), self._headers(),
+                                        self.settings.qps_timeout_s) as (status, _, chunks):
+                if not 200 <= status < 300:
+                    raise _status_error(status, b"".join([c async for c in chunks]), what)
+                pending = b""
+                while True:
+                    reading = asyncio.ensure_future(anext(chunks, b""))
+                    await asyncio.wait([reading, stopper], timeout=self.settings.watch_timeout_s + 30,
+                                       return_when=asyncio.FIRST_COMPLETED)
+                    if not reading.done():
+                        reading.cancel()
+                        with contextlib.suppress(asyncio.CancelledError):
+                            await reading
+                        if stop.is_set():
+                            return
+                        raise TimeoutError("the watch went silent")
+                    chunk = reading.result()
+                    if not chunk:
+                        break
+                    pending += chunk
+                    *lines, pending = pending.split(b"\n")
+                    for line in lines:
+                        if line.strip():
+                            yield line
+                if pending.strip():
+                    yield pending
+        except (OSError, TimeoutError, HttpError, asyncio.IncompleteReadError) as err:
+            raise Retryable(f"{what}: {err!r}") from None
         finally:
             stopper.cancel()
-            response = holder.get("response")
-            if response is not None:
-                with contextlib.suppress(Exception):
-                    response.shutdown()  # unblocks the reader thread's socket read (urllib3 >= 2.3)
-                with contextlib.suppress(Exception):
-                    response.close()
+
+
+def _target(path: str, query: list[tuple[str, str]]) -> str:
+    return path + ("?" + urllib.parse.urlencode(query) if query else "")
+
+
+def _watch_event(line: bytes) -> tuple[str, Obj]:
+    event = msgspec.json.decode(line)
+    if not isinstance(event, dict):
+        raise ValueError(f"a watch event is an object, not {type(event).__name__}")
+    if event.get("type") == "ERROR":
+        status = event.get("object", {})
+        code = int(status.get("code") or 0)
+        raise (Gone if code == 410 else Retryable)(str(status.get("message", "")), code)
+    return str(event.get("type")), event.get("object") or {}
 
 
 def _obj_key(obj: Obj) -> str:
     meta = obj.get("metadata") or {}
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-
-
-def _lines(response: Any) -> Any:
-    """Newline-delimited JSON lines from a streaming urllib3 response."""
-    pending = b""
-    for chunk in response.stream(amt=65536, decode_content=True):
-        pending += chunk
-        while b"\n" in pending:
-            line, pending = pending.split(b"\n", 1)
-            if line.strip():
-                yield line
-    if pending.strip():
-        yield pending

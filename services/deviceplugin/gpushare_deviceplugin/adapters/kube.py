@@ -24,6 +24,10 @@ async def watch_shadow_pods(settings: KubeSettings, node: str, stop: asyncio.Eve
     """Yield every ShadowPod on ``node`` (API JSON form) after each change, until ``stop``: only
     the system namespace is watched, where only the shadow-controller may create pods."""
     client = kube or Kube(settings)
-    async for pods in client.watch_pod_sets(stop, settings.system_namespace, field_selector=f"spec.nodeName={node}",
-                                            label_selector=SHADOW_SELECTOR):
-        yield pods
+    try:
+        async for pods in client.watch_pod_sets(stop, settings.system_namespace,
+                                                field_selector=f"spec.nodeName={node}", label_selector=SHADOW_SELECTOR):
+            yield pods
+    finally:
+        if kube is None:
+            await client.close()

@@ -43,5 +43,5 @@ class TokenReviewer:
             raise ReviewUnavailable(str(err)) from None
         return review_of(status)
 
-    def close(self) -> None:
-        self.kube.api.close()
+    async def close(self) -> None:
+        await self.kube.close()

@@ -1,7 +1,7 @@
 """Kubernetes API access for the node simulator and the scheduler.
 
 Built on the project's Kubernetes adapter (``gpushare_common.adapters.kube``:
-raw JSON objects, calls in threads, list + watch, its error tree
+raw JSON objects over aiohttp, list + watch, its error tree
 :class:`KubeError` / :class:`NotFound` / :class:`Conflict` / ...), adding what
 only a kubelet and a scheduler do: register the Node and write its status,
 write pod status, confirm deletions, bind pods.
@@ -14,7 +14,7 @@ import urllib.parse
 from collections.abc import AsyncIterator
 from typing import Any
 
-from gpushare_common.adapters.kube import TAINT_API, Conflict, Kube, KubeError, NotFound, load_api_client, resource_path
+from gpushare_common.adapters.kube import TAINT_API, Conflict, Kube, KubeError, NotFound, resource_path
 from gpushare_common.settings import KubeSettings
 
 from gpushare_sim.dra.scheduling import DraObjects
@@ -28,26 +28,20 @@ MERGE = "application/merge-patch+json"
 class SimKube(Kube):
     @classmethod
     def from_kubeconfig(cls, path: str) -> SimKube:
-        settings = KubeSettings(kubeconfig=path)
-        return cls(settings, load_api_client(settings))
-
-    def close(self) -> None:
-        self.api.close()
+        return cls(KubeSettings(kubeconfig=path))
 
     # --- the kubelet's writes ------------------------------------------------------
 
     async def ensure_node(self, name: str, labels: dict[str, str]) -> None:
         body: Any = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}}
         try:
-            await self._call(f"create node {name}", self.core.create_node, body)
+            await self._rest(f"create node {name}", "POST", "/api/v1/nodes", body)
         except Conflict:
-            patch = {"metadata": {"labels": labels}}
-            await self._call(f"label node {name}", self.core.patch_node, name, patch,
-                             _content_type=MERGE)  # fmt: skip
+            await self._rest(f"label node {name}", "PATCH", _node_path(name), {"metadata": {"labels": labels}}, MERGE)
 
     async def patch_node_status(self, name: str, status: Obj) -> None:
-        await self._call(f"patch node status {name}", self.core.patch_node_status, name,
-                         {"status": status}, _content_type=MERGE)  # fmt: skip
+        await self._rest(f"patch node status {name}", "PATCH", _node_path(name) + "/status", {"status": status},
+                         MERGE)
 
     async def write_pod_status(self, namespace: str, name: str, status: Obj) -> None:
         await self.patch_pod_status(namespace, name, {"status": status}, strategic=False)
@@ -126,5 +120,10 @@ class SimKube(Kube):
             "metadata": {"name": name, "namespace": namespace},
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }  # fmt: skip
-        await self._call(f"bind pod {namespace}/{name} to {node}",
-                         self.core.create_namespaced_pod_binding, name, namespace, body)  # fmt: skip
+        quoted = (urllib.parse.quote(p, safe="") for p in (namespace, name))
+        path = "/api/v1/namespaces/{}/pods/{}/binding".format(*quoted)
+        await self._rest(f"bind pod {namespace}/{name} to {node}", "POST", path, body)
+
+
+def _node_path(name: str) -> str:
+    return "/api/v1/nodes/" + urllib.parse.quote(name, safe="")
