@@ -8,6 +8,7 @@ import signal
 from pathlib import Path
 
 import pytest
+from gpushare_common.adapters import containerd as ctrd
 from gpushare_common.adapters.containerd import (
     ContainerdClient,
     ContainerdError,
@@ -128,3 +129,10 @@ def test_only_the_specs_annotations_are_read() -> None:
     for unreadable in (b"", b"not json", b"[1, 2]", b'{"annotations": {"a": 1}}', b"\x0a\x03abc"):
         assert spec_annotations(unreadable) == {}, unreadable
 
+
+def test_the_solver_port_names_the_same_errors() -> None:
+    from gpushare_solver import ports
+
+    assert (ports.ContainerdError, ports.TaskNotFound, ports.ContainerdUnavailable) == (
+        ctrd.ContainerdError, ctrd.TaskNotFound, ctrd.ContainerdUnavailable)
+    assert issubclass(ctrd.ContainerNotFound, ctrd.ContainerdError)
