@@ -7,6 +7,7 @@ import re
 import signal
 from pathlib import Path
 
+import grpc
 import pytest
 from gpushare_common.adapters import containerd as ctrd
 from gpushare_common.adapters.containerd import (
@@ -119,6 +120,22 @@ async def test_a_client_not_opened_is_unavailable(tmp_path: Path) -> None:
     assert not client.is_open
     with pytest.raises(ContainerdUnavailable, match="not opened"):
         await client.container("any")
+
+
+def test_a_deadline_is_unavailable_whichever_side_saw_it_first() -> None:
+    """A Wait past its deadline ends either in the client (DEADLINE_EXCEEDED) or in containerd,
+    which passes the deadline on to the shim and reports its lapse as UNKNOWN."""
+    client = ContainerdClient("/run/test/containerd.sock")
+    answers = [(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"),
+               (grpc.StatusCode.UNKNOWN, "context deadline exceeded: unknown"),
+               (grpc.StatusCode.UNAVAILABLE, "failed to connect to all addresses")]
+    for code, detail in answers:
+        err = client._translate(grpc.aio.AioRpcError(code, details=detail), "wait task x", TaskNotFound)
+        assert type(err) is ContainerdUnavailable and "/run/test/containerd.sock" in str(err), (code, err)
+    other = client._translate(grpc.aio.AioRpcError(grpc.StatusCode.UNKNOWN, details="shim died"), "kill", TaskNotFound)
+    assert type(other) is ContainerdError
+    missing = client._translate(grpc.aio.AioRpcError(grpc.StatusCode.NOT_FOUND, details="no"), "get", TaskNotFound)
+    assert type(missing) is TaskNotFound
 
 
 def test_only_the_specs_annotations_are_read() -> None:

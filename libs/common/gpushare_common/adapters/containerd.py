@@ -218,6 +218,9 @@ class ContainerdClient:
         code, detail = err.code(), err.details() or ""
         if code == grpc.StatusCode.NOT_FOUND:
             return not_found(what, detail)
-        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+        # containerd passes the call's deadline on to the shim and may answer first that it ran
+        # out (UNKNOWN "context deadline exceeded"): the same timeout as the client's own
+        timed_out = code == grpc.StatusCode.DEADLINE_EXCEEDED or "context deadline exceeded" in detail
+        if code == grpc.StatusCode.UNAVAILABLE or timed_out:
             return ContainerdUnavailable(what, f"{self.address}: {code.name} {detail}")
         return ContainerdError(what, f"{code.name} {detail}")
