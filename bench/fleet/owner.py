@@ -31,7 +31,8 @@ from gpushare_common.layout import Layout
 from gpushare_common.retry import Stopped
 from gpushare_common.settings import KubeSettings
 from gpushare_sim.containerd import Containerd
-from gpushare_solver.adapters.containerd import ContainerdError, Tasks
+from gpushare_solver.adapters.containerd import Tasks
+from gpushare_solver.ports import ContainerdError
 
 from bench.fleet.servers import NatsCluster
 from bench.procs import process

@@ -25,7 +25,7 @@ API:
   :class:`subprocess.CompletedProcess` with text output;
   :class:`ContainerdError` on a non-zero exit when ``check``.
 - ``run(rootfs, container_id, *command, runc_binary=None, annotations=None,
-  devices=(), detach=False, namespace="default")``: ``ctr run --rootfs`` with
+  labels=None, devices=(), detach=False, namespace="default")``: ``ctr run --rootfs`` with
   this instance's own runc state root and FIFO directory (so container IDs
   never collide with another containerd's; a plain ``ctr("run", ...)`` uses
   runc's default root, shared by every containerd on the machine).
@@ -152,6 +152,7 @@ class Containerd:
         *command: str,
         runc_binary: str | None = None,
         annotations: dict[str, str] | None = None,
+        labels: dict[str, str] | None = None,
         devices: tuple[str, ...] | list[str] = (),
         detach: bool = False,
         namespace: str = "default",
@@ -164,7 +165,9 @@ class Containerd:
         if runc_binary:
             args += ["--runc-binary", runc_binary]
         for key, value in (annotations or {}).items():
-            args += ["--annotation", f"{key}={value}"]
+            args += ["--annotation", f"{key}={value}"]  # into the OCI spec
+        for key, value in (labels or {}).items():
+            args += ["--label", f"{key}={value}"]  # on the container's metadata
         for device in devices:
             args += ["--device", device]
         if detach:

@@ -1,4 +1,4 @@
-"""Pid namespace -> container resolution: real pid namespaces (unshare), cgroup paths, ctr output."""
+"""Pid namespace -> container resolution: real pid namespaces (unshare), cgroup paths, task states."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from gpushare_kmod_bridge.adapters.containerd import identity, parse_tasks
+from gpushare_common.adapters.containerd import Task
+from gpushare_kmod_bridge.adapters.containerd import identity, live
 from gpushare_kmod_bridge.adapters.procfs import (
     KUBELET_PATTERN,
     CgroupSource,
@@ -122,25 +123,22 @@ def test_cgroup_matching_never_raises(text: str) -> None:
     assert found is None or len(found["container_id"]) == 64
 
 
-def test_parse_ctr_task_list() -> None:
-    text = "TASK    PID     STATUS\nbox1    1234    RUNNING\nbox2    0       STOPPED\nbox3    77      PAUSED\n"
-    assert parse_tasks(text) == [("box1", 1234), ("box3", 77)]
-
-
-@given(st.text(max_size=300))
-def test_parse_ctr_task_list_never_raises(text: str) -> None:
-    assert all(pid > 0 for _, pid in parse_tasks(text))
+def test_only_live_tasks_with_a_pid_are_resolved() -> None:
+    tasks = [Task("box1", 1234, "RUNNING"), Task("box2", 0, "STOPPED", 137), Task("box3", 77, "PAUSED"),
+             Task("box4", 0, "CREATED"), Task("box5", 88, "STOPPED"), Task("box6", 99, "PAUSING")]
+    assert [t.container_id for t in live(tasks)] == ["box1", "box3", "box6"]
 
 
 def test_identity_from_labels_or_annotations() -> None:
-    cri = {"Spec": {"annotations": {"io.kubernetes.cri.sandbox-namespace": "ns",
-                                    "io.kubernetes.cri.sandbox-name": "pod",
-                                    "io.kubernetes.cri.container-name": "main"}}}
-    labels = {"Labels": {"io.kubernetes.pod.namespace": "ns2", "io.kubernetes.pod.name": "p2",
-                         "io.kubernetes.container.name": "c2"}}
-    assert identity(cri) == ("ns/pod", "main")
-    assert identity(labels) == ("ns2/p2", "c2")
-    assert identity({"Labels": None, "Spec": None}) == ("", "")
+    cri = {"io.kubernetes.cri.sandbox-namespace": "ns", "io.kubernetes.cri.sandbox-name": "pod",
+           "io.kubernetes.cri.container-name": "main"}
+    kubelet = {"io.kubernetes.pod.namespace": "ns2", "io.kubernetes.pod.name": "p2",
+               "io.kubernetes.container.name": "c2"}
+    assert identity({}, cri) == ("ns/pod", "main")
+    assert identity(kubelet, {}) == ("ns2/p2", "c2")
+    assert identity(kubelet, cri) == ("ns2/p2", "c2")  # labels first
+    assert identity({"io.kubernetes.pod.namespace": "ns2"}, {}) == ("", "")  # half an identity is none
+    assert identity({}, {}) == ("", "")
 
 
 def test_merge_joins_sources_by_container_id() -> None:

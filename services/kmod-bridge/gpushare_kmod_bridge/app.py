@@ -52,8 +52,7 @@ def build_sources(settings: KmodBridgeSettings) -> list[ContainerSource]:
     if "cgroup" in settings.sources:
         sources.append(CgroupSource(settings.cgroup_pattern, settings.proc_root))
     if "containerd" in settings.sources:
-        sources.append(ContainerdSource(settings.containerd_address, settings.containerd_namespaces,
-                                        settings.ctr))
+        sources.append(ContainerdSource(settings.containerd_address, settings.containerd_namespaces))
     return sources
 
 
@@ -95,6 +94,9 @@ class Service:
         self.bridge.attach(self.link)
         self.skeleton.on_exit(self.bridge.close)
         self.skeleton.on_exit(self.link.transport.close)  # before NATS is drained
+        for source in self.resolver.sources:
+            if isinstance(source, ContainerdSource):
+                self.skeleton.on_exit(source.close)
 
     def _kernel_state(self, registered: bool, reason: str) -> None:
         self.health.set("kernel", registered, reason)

@@ -28,7 +28,6 @@ class KmodBridgeSettings:
     proc_root: str = "/proc"
     containerd_address: str = "/run/containerd/containerd.sock"
     containerd_namespaces: tuple[str, ...] = ("k8s.io",)
-    ctr: str = "ctr"
     refresh_s: float = 5.0
     persist: bool = True
     ioctl_types: tuple[int, ...] = ()  # empty: keep the module's filter

@@ -2,8 +2,9 @@
 
 In production these are ``gpushare_common.adapters.kube.Kube``, the solver's
 containerd adapter and the NATS bus; tests may pass anything with these methods.
-What crosses a port (a task's exit, the containerd errors) is defined here, so the
-solver's logic never imports an adapter.
+What crosses a port is named here, so the solver's logic never imports an adapter: a
+task's exit is defined here, the containerd errors are the shared containerd client's
+(``gpushare_common.adapters.containerd``), re-exported.
 """
 
 from __future__ import annotations
@@ -11,25 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from gpushare_common.adapters.containerd import ContainerdError as ContainerdError
+from gpushare_common.adapters.containerd import ContainerdUnavailable as ContainerdUnavailable
+from gpushare_common.adapters.containerd import TaskNotFound as TaskNotFound
 from gpushare_common.adapters.podresources import NodeDevices
 from gpushare_common.events import Event, KmodCommand, KmodReply
 
 Obj = dict[str, Any]
-
-
-class ContainerdError(Exception):
-    def __init__(self, what: str, detail: str = "") -> None:
-        self.what = what
-        self.detail = detail
-        super().__init__(f"containerd {what}: {detail}".rstrip(": "))
-
-
-class TaskNotFound(ContainerdError):
-    pass
-
-
-class ContainerdUnavailable(ContainerdError):
-    pass
 
 
 @dataclass(frozen=True, slots=True)

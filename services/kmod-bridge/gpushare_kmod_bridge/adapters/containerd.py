@@ -1,17 +1,19 @@
-"""Containers from containerd's task list (``ctr task ls``): one pid per running task.
+"""Containers from containerd's task list: one pid per live task (running or paused).
 
-Identity comes from the container's CRI labels or OCI annotations
-(containerd's ``io.kubernetes.cri.sandbox-namespace`` / ``-name`` /
-``container-name``, or the kubelet labels ``io.kubernetes.pod.namespace`` /
-``.name`` / ``io.kubernetes.container.name``), read once per container id
-with ``ctr containers info``.
+Talks to containerd with the shared gRPC client (:mod:`gpushare_common.adapters.containerd`):
+one task listing per namespace at each refresh. Identity comes from the container's CRI labels
+or OCI annotations (containerd's ``io.kubernetes.cri.sandbox-namespace`` / ``-name`` /
+``container-name``, or the kubelet labels ``io.kubernetes.pod.namespace`` / ``.name`` /
+``io.kubernetes.container.name``), read once per container id (one container listing for the
+tasks not seen before) and forgotten once its task is gone. Failures are the client's typed
+errors (:class:`~gpushare_common.adapters.containerd.ContainerdError`).
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
-from typing import Any
+from collections.abc import Mapping
+
+from gpushare_common.adapters.containerd import ContainerdClient, Task
 
 from ..resolver import ContainerProcs
 
@@ -20,70 +22,53 @@ _IDENTITY_KEYS = (
      "io.kubernetes.cri.container-name"),
     ("io.kubernetes.pod.namespace", "io.kubernetes.pod.name", "io.kubernetes.container.name"),
 )
+LIVE = ("RUNNING", "PAUSED", "PAUSING")  # states whose init pid still names the container's processes
 
 
-class CtrError(RuntimeError):
-    def __init__(self, args: list[str], detail: str) -> None:
-        super().__init__(f"{' '.join(args)}: {detail.strip()[-300:]}")
-
-
-def parse_tasks(text: str) -> list[tuple[str, int]]:
-    """``ctr task ls`` output -> (container id, pid) of running or paused tasks."""
-    tasks = []
-    for line in text.splitlines()[1:]:
-        fields = line.split()
-        if len(fields) >= 3 and fields[1].isdigit() and int(fields[1]) > 0 \
-                and fields[2] in ("RUNNING", "PAUSED", "PAUSING"):
-            tasks.append((fields[0], int(fields[1])))
-    return tasks
-
-
-def identity(info: dict[str, Any]) -> tuple[str, str]:
-    """(pod key, container name) from ``ctr containers info`` JSON; ("", "") when absent."""
-    spec = info.get("Spec") or {}
-    for values in (info.get("Labels") or {}, spec.get("annotations") or {}):
+def identity(labels: Mapping[str, str], annotations: Mapping[str, str]) -> tuple[str, str]:
+    """(pod key, container name) from a container's labels, else its annotations; ("", "") when absent."""
+    for values in (labels, annotations):
         for ns_key, pod_key, container_key in _IDENTITY_KEYS:
             if values.get(ns_key) and values.get(pod_key):
                 return f"{values[ns_key]}/{values[pod_key]}", str(values.get(container_key, ""))
     return "", ""
 
 
+def live(tasks: list[Task]) -> list[Task]:
+    """The tasks with a process to resolve: running or paused, with a pid."""
+    return [t for t in tasks if t.pid > 0 and t.status in LIVE]
+
+
 class ContainerdSource:
     name = "containerd"
 
-    def __init__(self, address: str, namespaces: tuple[str, ...] = ("k8s.io",), ctr: str = "ctr",
-                 timeout_s: float = 10.0) -> None:
-        self.address = address
+    def __init__(self, address: str, namespaces: tuple[str, ...] = ("k8s.io",), timeout_s: float = 10.0) -> None:
         self.namespaces = namespaces
-        self.ctr = ctr
-        self.timeout_s = timeout_s
+        self.client = ContainerdClient(address, call_timeout_s=timeout_s)
         self._identities: dict[tuple[str, str], tuple[str, str]] = {}
 
-    async def _run(self, namespace: str, *args: str) -> str:
-        argv = [self.ctr, "--address", self.address, "-n", namespace, *args]
-        proc = await asyncio.create_subprocess_exec(
-            *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-        try:
-            out, err = await asyncio.wait_for(proc.communicate(), self.timeout_s)
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
-            raise CtrError(argv, f"no answer within {self.timeout_s}s") from None
-        if proc.returncode != 0:
-            raise CtrError(argv, err.decode(errors="replace"))
-        return out.decode(errors="replace")
+    async def close(self) -> None:
+        await self.client.close()
 
-    async def _identity(self, namespace: str, container_id: str) -> tuple[str, str]:
-        key = (namespace, container_id)
-        if key not in self._identities:
-            info = json.loads(await self._run(namespace, "containers", "info", container_id))
-            self._identities[key] = identity(info)
-        return self._identities[key]
+    async def _learn(self, namespace: str, container_ids: list[str]) -> None:
+        """Read the identity of containers not seen before, in one listing (a container deleted
+        since its task was listed is simply not there, and its task is skipped)."""
+        filters = [f'id=="{container_id}"' for container_id in container_ids]
+        for container in await self.client.containers(*filters, namespace=namespace):
+            self._identities[namespace, container.id] = identity(container.labels, container.annotations)
 
     async def containers(self) -> list[ContainerProcs]:
-        found = []
+        self.client.open()  # no-op once open; the channel belongs to the running loop
+        found, listed = [], set()
         for namespace in self.namespaces:
-            for container_id, pid in parse_tasks(await self._run(namespace, "task", "ls")):
-                pod, container = await self._identity(namespace, container_id)
-                found.append(ContainerProcs(container_id, (pid,), pod, container))
+            tasks = live(await self.client.tasks(namespace))
+            listed |= {(namespace, t.container_id) for t in tasks}
+            unknown = [t.container_id for t in tasks if (namespace, t.container_id) not in self._identities]
+            if unknown:
+                await self._learn(namespace, unknown)
+            for task in tasks:
+                known = self._identities.get((namespace, task.container_id))
+                if known is not None:
+                    found.append(ContainerProcs(task.container_id, (task.pid,), *known))
+        self._identities = {key: value for key, value in self._identities.items() if key in listed}
         return found

@@ -1,130 +1,49 @@
-"""containerd's tasks service over gRPC: kill a container's processes and wait for them to exit.
+"""The solver's kills through containerd: signal a container's processes and wait for them to exit.
 
-The only module of the solver that talks to containerd. It uses the project's
-own minimal protos of ``containerd.services.tasks.v1.Tasks`` (compiled into
-``gpushare_common.adapters.kubeletapi``) and puts the namespace in the
-``containerd-namespace`` gRPC metadata, as containerd's own clients do.
-Errors are the task port's (``ports``): :class:`TaskNotFound` (no such task, or
-its process already finished), :class:`ContainerdUnavailable` (socket down,
-timeout) and :class:`ContainerdError` for everything else; no gRPC exception escapes.
+The only module of the solver that talks to containerd. :class:`Tasks` is the shared
+containerd client (:mod:`gpushare_common.adapters.containerd`: task get, list, kill and
+wait over gRPC, in one namespace) with the solver's way of killing on top: the init
+signalled directly through a pidfd, containerd's Kill as the sweep, many containers at once.
+Errors are the client's, re-exported by the task port (``ports``): :class:`TaskNotFound`
+(no such task, or its process already finished), :class:`ContainerdUnavailable` (socket
+down, timeout) and :class:`ContainerdError` for everything else; no gRPC exception escapes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import signal
 import time
-from types import TracebackType
 
-import grpc
-from gpushare_common.adapters.kubeletapi import (
-    containerd_task_types_pb2 as types_pb2,
-)
-from gpushare_common.adapters.kubeletapi import (
-    containerd_tasks_v1_pb2 as tasks_pb2,
-)
-from gpushare_common.adapters.kubeletapi import (
-    containerd_tasks_v1_pb2_grpc as tasks_grpc,
-)
+from gpushare_common.adapters.containerd import ContainerdClient
 from gpushare_common.logging import get_logger
 
-from ..ports import ContainerdError, ContainerdUnavailable, TaskExit, TaskNotFound
+from ..ports import ContainerdError, TaskExit, TaskNotFound
 from .signals import kill_init
 
 log = get_logger("solver.containerd")
 
 
-def _translate(err: grpc.aio.AioRpcError, what: str) -> ContainerdError:
-    code, detail = err.code(), err.details() or ""
-    if code == grpc.StatusCode.NOT_FOUND:
-        return TaskNotFound(what, detail)
-    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-        return ContainerdUnavailable(what, f"{code.name} {detail}")
-    return ContainerdError(what, f"{code.name} {detail}")
+class Tasks(ContainerdClient):
+    """A client of one containerd socket and namespace; use it as an async context manager.
 
-
-class Tasks:
-    """A client of one containerd socket and namespace; use it as an async context manager."""
+    ``direct``: signal a task's init through a pidfd first (see :meth:`kill_and_wait`)."""
 
     def __init__(self, address: str, namespace: str = "k8s.io", call_timeout_s: float = 5.0,
                  direct: bool = False) -> None:
-        self.address = address
+        super().__init__(address, namespace, call_timeout_s)
         self.direct = direct
         self._background: set[asyncio.Future[None]] = set()
-        self.namespace = namespace
-        self.call_timeout_s = call_timeout_s
-        self._metadata = (("containerd-namespace", namespace),)
-        self._channel: grpc.aio.Channel | None = None
-        self._stub: tasks_grpc.TasksStub | None = None
 
     async def __aenter__(self) -> Tasks:
         self.open()
         return self
 
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
-        await self.close()
-
-    def open(self) -> None:
-        target = self.address if "://" in self.address else f"unix://{self.address}"
-        self._channel = grpc.aio.insecure_channel(target)
-        self._stub = tasks_grpc.TasksStub(self._channel)
-
     async def close(self) -> None:
+        """Let the background sweeps finish (at most one call timeout), then close the channel."""
         if self._background:
             await asyncio.wait(set(self._background), timeout=self.call_timeout_s)
-        if self._channel is not None:
-            await self._channel.close()
-        self._channel, self._stub = None, None
-
-    @property
-    def stub(self) -> tasks_grpc.TasksStub:
-        if self._stub is None:
-            raise ContainerdUnavailable("call", "client not opened")
-        return self._stub
-
-    async def status(self, container_id: str) -> str:
-        """The task's status name (``RUNNING``, ``STOPPED``...); TaskNotFound when none."""
-        try:
-            reply = await self.stub.Get(tasks_pb2.GetRequest(container_id=container_id),
-                                        metadata=self._metadata, timeout=self.call_timeout_s)
-        except grpc.aio.AioRpcError as err:
-            raise _translate(err, f"get task {container_id}") from None
-        return str(types_pb2.Status.Name(reply.process.status))
-
-    async def running(self) -> dict[str, str]:
-        """Every task of the namespace: container id -> status name."""
-        try:
-            reply = await self.stub.List(tasks_pb2.ListTasksRequest(),
-                                         metadata=self._metadata, timeout=self.call_timeout_s)
-        except grpc.aio.AioRpcError as err:
-            raise _translate(err, "list tasks") from None
-        return {p.id or p.container_id: str(types_pb2.Status.Name(p.status)) for p in reply.tasks}
-
-    async def kill(self, container_id: str, sig: int = signal.SIGKILL) -> None:
-        request = tasks_pb2.KillRequest(container_id=container_id, signal=sig, all=True)
-        try:
-            await self.stub.Kill(request, metadata=self._metadata, timeout=self.call_timeout_s)
-        except grpc.aio.AioRpcError as err:
-            raise _translate(err, f"kill task {container_id}") from None
-
-    async def wait(self, container_id: str, timeout_s: float) -> int:
-        """Block until the task has exited; returns its exit status."""
-        try:
-            reply = await self.stub.Wait(tasks_pb2.WaitRequest(container_id=container_id),
-                                         metadata=self._metadata, timeout=timeout_s)
-        except grpc.aio.AioRpcError as err:
-            raise _translate(err, f"wait task {container_id}") from None
-        return int(reply.exit_status)
-
-    async def pid(self, container_id: str) -> int:
-        try:
-            reply = await self.stub.Get(tasks_pb2.GetRequest(container_id=container_id),
-                                        metadata=self._metadata, timeout=self.call_timeout_s)
-        except grpc.aio.AioRpcError as err:
-            raise _translate(err, f"get task {container_id}") from None
-        return int(reply.process.pid) if reply.process.status == types_pb2.RUNNING else 0
+        await super().close()
 
     async def pids(self, container_ids: list[str]) -> dict[str, int]:
         """The init pid of each running task (tasks not found or not running are left out)."""
