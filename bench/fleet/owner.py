@@ -7,8 +7,10 @@ the fleet. One trial: a dev machine's owner goes away, borrowers (real
 containers and pods) take its cards, the owner's simulated GPU call blocks in
 the stand-in, whose notice goes through the bridge, the stream and the
 solver's durable consumer; figure: how long the owner's call was held (the
-stand-in's own measure). A call held until the stand-in's timeout was released
-without the solver (the borrowers may still have run).
+stand-in's own measure). A call held past the stand-in's timeout was kept by HOLD (the
+kmod-bridge holds an owner-back the solver has not answered, the solver holds while its
+borrowers die): whether the owner went on beside a borrower is read from when containerd
+saw the last borrower exit.
 """
 
 from __future__ import annotations
@@ -59,6 +61,8 @@ class TrialResult:
 
     @property
     def by_timeout(self) -> bool:
+        """Held at least the kernel's timeout: the kmod-bridge or the solver kept the owner held
+        (HOLD) until the borrowers were dead."""
         return self.held_ms >= KERNEL_TIMEOUT_MS - 1
 
 
