@@ -6,7 +6,19 @@ import copy
 from typing import Any
 
 import pytest
-from gpushare_common.pods import PodError, PodKind, PodRules, ShareSpec, parse_share_resource, read_pod, using_of
+from gpushare_common.ids import ANN_DEVICES_IDS, KIND_IDS, signature_annotation
+from gpushare_common.pods import (
+    UNKNOWN,
+    PodError,
+    PodKind,
+    PodRules,
+    ShareSpec,
+    SignedAnnotation,
+    parse_share_resource,
+    pod_key,
+    read_pod,
+    using_of,
+)
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -94,6 +106,21 @@ json_values = st.recursive(
 )
 
 
+def _batch(requests: dict[str, Any], more: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A pod whose ``main`` requests ``requests`` and whose ``side`` requests ``more``."""
+    pod = pf.pod("p", requests={"main": {}, "side": {}})
+    pod["spec"]["containers"][0]["resources"] = {"requests": requests}
+    pod["spec"]["containers"][1]["resources"] = {"requests": more or {}}
+    return pod
+
+
+def _borrower(value: str = '{"nvidia.com/gpu":["GPU-0"]}', signature: str | None = "v2:00") -> dict[str, Any]:
+    annotations = {ANN_DEVICES_IDS + "*": value}
+    if signature is not None:
+        annotations[signature_annotation(KIND_IDS, "*")] = signature
+    return pf.spot("p", annotations=annotations)
+
+
 def _mutations() -> st.SearchStrategy[dict[str, Any]]:
     """Valid pods with one part replaced by arbitrary JSON."""
     paths = [("metadata",), ("metadata", "labels"), ("metadata", "annotations"), ("metadata", "name"),
@@ -106,7 +133,8 @@ def _mutations() -> st.SearchStrategy[dict[str, Any]]:
         target[path[-1]] = value
         return base
 
-    examples = [pf.shadow("p"), pf.share("p"), pf.spot("p"), pf.reserved("p")]
+    examples = [pf.shadow("p"), pf.share("p"), pf.spot("p"), pf.reserved("p"), _batch({"gpushare/vmem": "2"}),
+                _borrower()]
     bases = st.sampled_from(examples).map(copy.deepcopy)
     return st.builds(mutate, bases, st.sampled_from(paths), json_values)
 
@@ -114,9 +142,109 @@ def _mutations() -> st.SearchStrategy[dict[str, Any]]:
 @given(_mutations())
 def test_any_json_is_a_pod_or_a_pod_error(pod: dict[str, Any]) -> None:
     try:
-        read_pod(pod, RULES)
-    except PodError:
-        pass
+        view = read_pod(pod, RULES)
+    except PodError as err:
+        assert err.pod in (UNKNOWN, "ns/p", "gpushare-system/p")
+    else:
+        assert view.vcpu >= 0 and view.vmem >= 0
+        assert all(isinstance(a.value, str) and isinstance(a.signature, str) for a in view.devices_ids.values())
+
+
+def test_batch_requests_are_whole_devices_summed_over_containers() -> None:
+    view = read_pod(_batch({"gpushare/vcpu": "2", "gpushare/vmem": 3, "cpu": "1"}, {"gpushare/vmem": " 4 "}), RULES)
+    assert (view.kind, view.vcpu, view.vmem) == (PodKind.BATCH, 2, 7)
+    assert (read_pod(_batch({"cpu": "1"}), RULES).vcpu, read_pod(_batch({"cpu": "1"}), RULES).vmem) == (0, 0)
+    # limits are not requests (the API server copies an extended resource's limit into its request)
+    assert read_pod(pf.pod("g", requests={"main": {"gpushare/vcpu": "4"}}), RULES).vcpu == 0
+    acme = read_pod(_batch({"acme/vcpu": "5", "gpushare/vcpu": "1"}), PodRules(domain="acme"))
+    assert acme.vcpu == 5
+    with pytest.raises(PodError, match=r"gpushare/vmem request '1\.5': expected a whole number") as caught:
+        read_pod(_batch({"gpushare/vmem": "1.5"}), RULES)
+    assert caught.value.pod == "ns/p"
+
+
+@given(st.integers(min_value=0, max_value=10**17), st.integers(min_value=0, max_value=10**17))
+def test_batch_requests_round_trip(vcpu: int, vmem: int) -> None:
+    view = read_pod(_batch({"gpushare/vcpu": str(vcpu), "gpushare/vmem": vmem}), RULES)
+    assert (view.vcpu, view.vmem) == (vcpu, vmem)
+
+
+@given(st.one_of(json_values, st.floats(), st.integers(max_value=-1),
+                 st.sampled_from(["1k", "01", "2Gi", "+1", "1e3", "10000000000000000000"])))
+def test_a_batch_request_is_a_whole_number_or_a_pod_error(value: Any) -> None:
+    try:
+        view = read_pod(_batch({"gpushare/vcpu": value}), RULES)
+    except PodError as err:
+        assert err.pod == "ns/p" and "gpushare/vcpu request" in err.reason
+    else:
+        assert isinstance(value, str | int) and not isinstance(value, bool)
+        assert str(value).strip() == str(view.vcpu) and view.vcpu >= 0
+
+
+def test_the_allocate_annotations_are_read_with_their_signatures() -> None:
+    view = read_pod(_borrower(), RULES)
+    assert view.devices_ids == {"*": SignedAnnotation('{"nvidia.com/gpu":["GPU-0"]}', "v2:00")}
+    assert read_pod(_borrower(signature=None), RULES).devices_ids == {
+        "*": SignedAnnotation('{"nvidia.com/gpu":["GPU-0"]}', "")}
+    assert read_pod(pf.spot("p"), RULES).devices_ids == {}
+
+
+@given(st.dictionaries(st.sampled_from([ANN_DEVICES_IDS + "*", ANN_DEVICES_IDS + "main", "x",
+                                        signature_annotation(KIND_IDS, "*"), signature_annotation(KIND_IDS, "x")]),
+                       st.text(max_size=8), max_size=5))
+def test_allocate_annotations_are_taken_as_written(annotations: dict[str, str]) -> None:
+    view = read_pod(pf.spot("p", annotations=annotations), RULES)
+    assert set(view.devices_ids) == {n[len(ANN_DEVICES_IDS):] for n in annotations if n.startswith(ANN_DEVICES_IDS)}
+    for target, annotation in view.devices_ids.items():
+        assert annotation.value == annotations[ANN_DEVICES_IDS + target]
+        assert annotation.signature == annotations.get(signature_annotation(KIND_IDS, target), "")
+
+
+def test_the_resources_of_a_pod_and_its_key() -> None:
+    view = read_pod(pf.pod("p", requests={"a": {"nvidia.com/gpu": "1"}, "b": {"gpushare/spot-gpu": "1"}}), RULES)
+    assert view.resources == {"nvidia.com/gpu", "gpushare/spot-gpu"}
+    assert pod_key(pf.pod("p")) == "ns/p" == view.key
+    with pytest.raises(PodError, match="non-empty") as caught:
+        pod_key({"metadata": {"namespace": "ns"}})
+    assert caught.value.pod == UNKNOWN
+
+
+@given(st.lists(st.text(alphabet="abcdef0123456789", min_size=1, max_size=64), max_size=5),
+       st.lists(st.text(alphabet="abcdef0123456789", min_size=1, max_size=64), max_size=3))
+def test_container_ids_are_read_from_every_status_list(main: list[str], init: list[str]) -> None:
+    pod = pf.pod("p")
+    pod["status"] = {"containerStatuses": [{"name": f"m{i}", "containerID": f"containerd://{c}"}
+                                           for i, c in enumerate(main)],
+                     "initContainerStatuses": [{"name": f"i{i}", "containerID": f"containerd://{c}"}
+                                               for i, c in enumerate(init)]}
+    assert sorted(read_pod(pod, RULES).container_ids.values()) == sorted(main + init)
+
+
+@given(st.recursive(st.none() | st.text(max_size=12) | st.integers(),
+                    lambda children: st.lists(children, max_size=3) | st.dictionaries(
+                        st.sampled_from(["containerStatuses", "initContainerStatuses", "containerID", "name"]),
+                        children, max_size=3),
+                    max_leaves=12))
+def test_container_ids_of_any_status_shape_are_strings_taken_from_it(status: Any) -> None:
+    pod = pf.pod("p")
+    pod["status"] = status
+    try:
+        found = read_pod(pod, RULES).container_ids
+    except PodError as err:
+        assert not isinstance(status, dict) and status is not None and "status" in err.reason
+        return
+    assert all(isinstance(c, str) and c and any(t.endswith("://" + c) for t in _strings(status))
+               for c in found.values())
+
+
+def _strings(value: object) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
 
 
 def test_a_forged_shadow_pod_is_flagged_and_grants_nothing() -> None:

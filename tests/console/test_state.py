@@ -97,6 +97,12 @@ def test_deletes_resets_and_bad_values_change_the_state_as_they_should() -> None
     state.pods_changed("DELETED", _pod("busy"), [])
     state.pods_changed("ADDED", {"metadata": {"namespace": "ml"}}, [])
     assert list(state.pods) == ["ml/share-1"] and state.problems["pods"] == 1
+    state.pods_changed("DELETED", {"metadata": {"name": "share-1"}}, [])  # no namespace: which pod?
+    assert list(state.pods) == ["ml/share-1"] and state.problems["pods"] == 2
+    state.pods_changed("DELETED", {**_pod("share-1"), "spec": "junk"}, [])  # its key is all a deletion needs
+    assert state.pods == {}
+    state.nodes_changed("DELETED", {"metadata": []}, [])
+    assert state.problems["nodes"] == 1
     state.nodes_changed("DELETED", _node(), [])
     assert state.nodes == {}
 

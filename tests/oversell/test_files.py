@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from gpushare_common.pods import PodRules, read_pod
 from gpushare_detector.adapters.cgroups import read_node, read_pods
 from gpushare_detector.capacity import Policy
 from gpushare_detector.capacity_service import Snapshot, compute
@@ -73,7 +74,7 @@ def oversold_tasks() -> list[OversoldPod]:
     for second, (name, priority) in enumerate(ov.DATA_TASKS):
         body = ov.data_task(name, priority)
         body["metadata"].update(namespace="oversell", creationTimestamp=f"2026-01-01T00:00:0{second}Z")
-        task = oversold_pod(body)
+        task = oversold_pod(read_pod(body, PodRules()))
         assert task is not None
         found.append(task)
     return found

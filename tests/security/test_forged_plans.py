@@ -32,6 +32,7 @@ def test_refusal_table() -> None:
     assert refusal(mine, Seen("u1", "node-b"), NODE) == "on-another-node"
     assert refusal(mine, Seen("u2", NODE), NODE) == "uid-mismatch"  # recreated under the same name
     assert refusal(Victim(), Seen("u9", NODE), NODE) == ""  # no uid recorded: the node decides
+    assert refusal(mine, Seen("", "", malformed="spec.priority"), NODE) == "malformed-pod"  # who is it?
 
 
 async def create_pod(kube: Kube, key: str, node: str) -> str:

@@ -56,5 +56,22 @@ async def test_status_follows_samples_and_lists_evictions_in_order() -> None:
     assert len(evicted) == 1 and status["cpu_used_ratio"] == 0.25
 
 
+async def test_pods_that_do_not_decode_or_are_going_are_no_candidates() -> None:
+    pods, evicted = FakePods(), []
+    oversold(pods, "batch/odd", 0, "2026-01-01T00:00:09Z")
+    pods.pods["batch/odd"]["spec"]["containers"][0]["resources"]["requests"]["gpushare/vmem"] = "1.5"
+    oversold(pods, "batch/done", 0, "2026-01-01T00:00:08Z")
+    pods.pods["batch/done"]["status"]["phase"] = "Succeeded"
+    oversold(pods, "batch/leaving", 0, "2026-01-01T00:00:07Z")
+    pods.pods["batch/leaving"]["metadata"]["deletionTimestamp"] = "2026-01-01T00:01:00Z"
+    oversold(pods, "batch/ok", 0, "2026-01-01T00:00:00Z")
+
+    async def evict(trigger: str, victims: dict[str, str]) -> None:
+        evicted.append(victims)
+
+    await PressureWatch(NODE, PressurePolicy(), pods, evict).on_event(sample(15.0))
+    assert evicted == [{"batch/ok": "uid-ok"}]
+
+
 async def _never(trigger: str, victims: dict[str, str]) -> None:
     raise AssertionError(f"nothing should be evicted, got {victims} for {trigger}")

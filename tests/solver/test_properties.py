@@ -1,4 +1,4 @@
-"""Property tests: container ids from pod statuses, and random event sequences against the handlers."""
+"""Property tests: eviction record ids, and random event sequences against the handlers."""
 
 from __future__ import annotations
 
@@ -12,40 +12,12 @@ from gpushare_common.events import (
 )
 from gpushare_common.ids import parse_spot_device_id
 from gpushare_solver.handlers import handle
-from gpushare_solver.reclaim import container_ids, record_id
+from gpushare_solver.reclaim import record_id
 from gpushare_solver.state import HandlerError, SolverState
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 NODE = "n1"
-IDS = st.text(alphabet="abcdef0123456789", min_size=1, max_size=64)
-
-
-@given(st.lists(IDS, max_size=5), st.lists(IDS, max_size=3))
-def test_container_ids_are_read_from_every_status_list(main: list[str], init: list[str]) -> None:
-    pod = {"status": {"containerStatuses": [{"containerID": f"containerd://{c}"} for c in main],
-                      "initContainerStatuses": [{"containerID": f"containerd://{c}"} for c in init]}}
-    assert sorted(container_ids(pod)) == sorted(main + init)
-
-
-@given(st.recursive(st.none() | st.text(max_size=12) | st.integers(),
-                    lambda children: st.lists(children, max_size=3) | st.dictionaries(
-                        st.sampled_from(["containerStatuses", "initContainerStatuses", "containerID"]),
-                        children, max_size=3),
-                    max_leaves=12))
-def test_container_ids_of_any_status_shape_are_strings_taken_from_it(status: object) -> None:
-    found = container_ids({"status": status})
-    assert all(isinstance(c, str) and c and any(t.endswith("://" + c) for t in _strings(status)) for c in found)
-
-
-def _strings(value: object) -> list[str]:
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, dict):
-        return [s for v in value.values() for s in _strings(v)]
-    if isinstance(value, list):
-        return [s for v in value for s in _strings(v)]
-    return []
 
 
 @given(st.text(max_size=20), st.text(max_size=20))

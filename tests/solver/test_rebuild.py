@@ -30,6 +30,7 @@ from gpushare_common.pods import MANAGED_BY, SHADOW_CONTROLLER, PodRules
 from gpushare_common.settings import NatsSettings
 from gpushare_solver import app
 from gpushare_solver.actions import DeviceList
+from gpushare_solver.nodepods import read_pods
 from gpushare_solver.rebuild import rebuild
 from gpushare_solver.settings import SolverSettings
 from gpushare_solver.state import SolverState
@@ -92,7 +93,7 @@ def test_shadow_pods_and_their_users_from_the_using_condition() -> None:
         share("apps/c", f"{SYSTEM}/other"),  # names another ShadowPod: left to the detector
         share("apps/d", f"{SYSTEM}/sh"),  # the annotation alone does not say which device
     ]
-    actions, found = rebuild(state, pods, None, RULES)
+    actions, found = rebuild(state, read_pods(pods, RULES, NODE), None)
     assert state.cache.snapshot() == {
         f"{SYSTEM}/dev": {f"{SYSTEM}/dev-{i}": "" for i in range(4)},
         f"{SYSTEM}/sh": {f"{SYSTEM}/sh-0": "apps/a", f"{SYSTEM}/sh-1": "apps/b"},
@@ -113,7 +114,7 @@ def test_a_terminating_shadow_pod_and_users_gone_or_finished() -> None:
     deleting["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     done = share("apps/done", f"{SYSTEM}/sh")
     done["status"]["phase"] = "Succeeded"
-    actions, found = rebuild(state, [deleting, done], None, RULES)
+    actions, found = rebuild(state, read_pods([deleting, done], RULES, NODE), None)
     assert state.terminating == {f"{SYSTEM}/sh"} and state.cache.users_of(f"{SYSTEM}/sh") == set()
     assert actions == [DeviceList(resource="share-gpu-2", devices=(), reason="rebuilt from the cluster")]
     assert found.skipped == {"user-not-on-node": 2}
@@ -124,7 +125,7 @@ def test_borrowers_from_a_signed_allocate_annotation_only() -> None:
     pods = [borrower("spot/b1", ["GPU-0", "GPU-1"]), borrower("spot/forged", ["GPU-2"], key_bytes=b"x" * 32),
             borrower("spot/plain", ["GPU-3"], key_bytes=None), pod("spot/noann", requests={"gpushare/spot-gpu": "1"}),
             borrower("spot/twice", ["GPU-1"])]
-    actions, found = rebuild(state, pods, KEY, RULES)
+    actions, found = rebuild(state, read_pods(pods, RULES, NODE), KEY)
     assert actions == [] and found.borrowers == 2
     assert state.borrowers() == {"spot-GPU-0": "spot/b1", "spot-GPU-1": "spot/b1"}
     assert state.cache.snapshot()[IDLE_SPACE] == {"spot-GPU-0": "spot/b1", "spot-GPU-1": "spot/b1"}
@@ -138,13 +139,13 @@ def test_pods_that_may_hold_cards_are_counted() -> None:
             pod("dev/rdma", requests={"example.com/hca": "1"}), share("apps/a", f"{SYSTEM}/sh"),
             borrower("spot/b1", ["GPU-0"]), pod("batch/x", requests={"gpushare/vcpu": "2", "cpu": "1"}),
             pod("web/y", requests={"memory": "1Gi", "hugepages-2Mi": "2Mi"})]
-    _, found = rebuild(SolverState(), pods, KEY, RULES)
+    _, found = rebuild(SolverState(), read_pods(pods, RULES, NODE), KEY)
     assert found.unknown_holders == 3  # the ShadowPod, the two pods with other extended resources
 
 
 def test_without_the_node_key_borrowers_are_left_to_the_detector() -> None:
     state = SolverState()
-    _, found = rebuild(state, [borrower("spot/b1", ["GPU-0"])], None, RULES)
+    _, found = rebuild(state, read_pods([borrower("spot/b1", ["GPU-0"])], RULES, NODE), None)
     assert state.cache.snapshot() == {} and found.skipped == {"borrower-without-allocate-annotation": 1}
 
 
@@ -157,15 +158,28 @@ def test_a_malformed_shadow_pod_is_skipped(bad: dict[str, str]) -> None:
     state = SolverState()
     broken = shadow(f"{SYSTEM}/sh")
     broken["metadata"]["annotations"].update(bad)
-    _, found = rebuild(state, [broken], None, RULES)
+    _, found = rebuild(state, read_pods([broken], RULES, NODE), None)
     assert state.cache.snapshot() == {} and found.skipped == {"malformed-pod": 1}
+
+
+def test_a_pod_that_does_not_decode_is_counted_and_kept_present() -> None:
+    """Nothing says a pod that does not decode finished: reconciliation keeps what the cache holds for it."""
+    broken = shadow(f"{SYSTEM}/sh")
+    broken["metadata"]["annotations"][ANN_SHARE_SPEC] = "two"
+    done = share("apps/done", None)
+    done["status"]["phase"] = "Succeeded"
+    read = read_pods([broken, done, share("apps/a", None), {"metadata": {"name": "x"}}], RULES, NODE)
+    assert read.present() == {f"{SYSTEM}/sh", "apps/a"}
+    assert [e.pod for e in read.malformed] == [f"{SYSTEM}/sh", "?"]
+    _, found = rebuild(SolverState(), read, None)
+    assert found.skipped == {"malformed-pod": 2}
 
 
 def test_a_using_condition_that_does_not_read_gives_no_users() -> None:
     state = SolverState()
     broken = shadow(f"{SYSTEM}/sh", users={f"{SYSTEM}/sh-0": "apps/a"})
     broken["status"]["conditions"][0]["message"] = "[not, json"
-    _, found = rebuild(state, [broken, share("apps/a", f"{SYSTEM}/sh")], None, RULES)
+    _, found = rebuild(state, read_pods([broken, share("apps/a", f"{SYSTEM}/sh")], RULES, NODE), None)
     assert state.cache.snapshot() == {f"{SYSTEM}/sh": {f"{SYSTEM}/sh-0": "", f"{SYSTEM}/sh-1": ""}}
     assert found.shadow_pods == 1 and found.users == 0
 
@@ -175,7 +189,7 @@ def test_a_tenants_fake_shadow_pod_is_no_owner() -> None:
     and its "users" are not its users."""
     state = SolverState()
     fake = shadow("mallory/sh", users={"mallory/sh-0": "apps/a"})
-    _, found = rebuild(state, [fake, share("apps/a", "mallory/sh")], None, RULES)
+    _, found = rebuild(state, read_pods([fake, share("apps/a", "mallory/sh")], RULES, NODE), None)
     assert state.cache.snapshot() == {} and found.skipped == {"forged-shadow-pod": 1}
 
 
@@ -197,7 +211,7 @@ FIELDS = st.sampled_from(["metadata", "spec", "status", "labels", "annotations",
 ), max_size=5))
 def test_any_pod_shape_is_rebuilt_or_skipped_never_raises(pods: list[Obj]) -> None:
     state = SolverState()
-    rebuild(state, pods, KEY, RULES)
+    rebuild(state, read_pods(pods, RULES, NODE), KEY)
     for owner, devices in state.cache.snapshot().items():
         assert all(isinstance(d, str) and isinstance(u, str) for d, u in devices.items()), owner
 

@@ -1,4 +1,5 @@
-"""The reclaim keeps the owner held in the kernel while slow borrowers die, then releases it."""
+"""The reclaim keeps the owner held in the kernel while slow borrowers die, then releases it; a
+borrower whose pod does not decode is refused."""
 
 from __future__ import annotations
 
@@ -68,9 +69,11 @@ class Kernel:
         return [t for t, c in self.sent if c.op == op]
 
 
-def reclaimer(kernel: Kernel, tasks: SlowTasks, release_deadline_s: float = 10.0) -> Reclaimer:
-    pods = FakePods()
-    pods.add("spot/b1", NODE, ["b1-main"])
+def reclaimer(kernel: Kernel, tasks: SlowTasks, release_deadline_s: float = 10.0,
+              pods: FakePods | None = None) -> Reclaimer:
+    if pods is None:
+        pods = FakePods()
+        pods.add("spot/b1", NODE, ["b1-main"])
     settings = SolverSettings(release_deadline_s=release_deadline_s, kill_timeout_s=30.0)
     victims = {"spot/b1": Victim(uid="uid-b1", owner=OWNER)}  # taken out of the cache by a handler
     found = Reclaimer(NODE, settings, pods, tasks, kernel, "eviction", SolverMetrics(CollectorRegistry()),
@@ -153,3 +156,16 @@ async def wait(predicate: object, what: str, timeout: float = 5.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         await asyncio.sleep(0.005)
+
+
+async def test_a_borrower_whose_pod_does_not_decode_is_not_learnt_and_refused() -> None:
+    kernel, tasks, pods = Kernel(), SlowTasks(), FakePods()
+    pods.add("spot/b1", NODE, ["b1-main"])
+    pods.pods["spot/b1"]["spec"]["priority"] = "high"
+    tasks.exited.set()
+    found = reclaimer(kernel, tasks, pods=pods)
+    await found.learn("spot/b1")
+    assert found.known == {}
+    await asyncio.wait_for(reclaim(found), 5)
+    assert pods.deleted == [] and found.metrics.refused.labels("malformed-pod")._value.get() == 1
+    assert [c.op for _, c in kernel.sent] == ["release"]

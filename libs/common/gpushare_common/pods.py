@@ -15,6 +15,7 @@ ShadowPod label anywhere else is not a ShadowPod; it is read as what it requests
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
@@ -29,6 +30,7 @@ MANAGED_BY = "app.kubernetes.io/managed-by"
 SHADOW_CONTROLLER = "gpushare-shadow-controller"
 SYSTEM_NAMESPACE = "gpushare-system"
 MAX_SHARE = 1024
+_COUNT = re.compile(r"(0|[1-9][0-9]{0,17})\Z")  # a whole number of devices
 
 
 class PodKind(StrEnum):
@@ -40,8 +42,11 @@ class PodKind(StrEnum):
     ORDINARY = "ordinary"
 
 
+UNKNOWN = "?"  # the pod of a PodError raised before its namespace and name were read
+
+
 class PodError(ValueError):
-    """A pod object that cannot be read: which pod and what is wrong."""
+    """A pod object that cannot be read: which pod (its key, or ``UNKNOWN``) and what is wrong."""
 
     def __init__(self, pod: str, reason: str) -> None:
         self.pod = pod
@@ -66,6 +71,13 @@ def parse_share_resource(resource: str, domain: str) -> ShareSpec | None:
     if not resource.startswith(f"{domain}/") or kind is None or not count.isdigit() or count.startswith("0"):
         return None
     return ShareSpec(kind, int(count)) if 1 <= int(count) <= MAX_SHARE else None
+
+
+class SignedAnnotation(msgspec.Struct, frozen=True):
+    """An annotation's value as written, with its signature annotation ("" when there is none)."""
+
+    value: str
+    signature: str = ""
 
 
 class PodRules(msgspec.Struct, frozen=True, kw_only=True):
@@ -143,10 +155,18 @@ class Pod(msgspec.Struct, frozen=True, kw_only=True):
     conditions: dict[str, str] = {}  # condition type -> its status (True, False, Unknown)
     restarts: dict[str, int] = {}  # container -> restartCount from its status
     claims: dict[str, tuple[str, ...]] = {}  # container -> the pod's resource claims it uses (DRA)
+    vcpu: int = 0  # <domain>/vcpu devices its containers request together
+    vmem: int = 0  # <domain>/vmem devices its containers request together
+    devices_ids: dict[str, SignedAnnotation] = {}  # target -> container-devices-ids.<target>, its signature
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def resources(self) -> frozenset[str]:
+        """Every resource any of its containers requests or limits."""
+        return frozenset(r for rs in self.containers.values() for r in rs)
 
     @property
     def ready(self) -> bool:
@@ -189,11 +209,17 @@ def _strings(key: str, value: Any, where: str) -> Mapping[str, str]:
 def _identity(doc: Mapping[str, Any]) -> tuple[str, str]:
     meta = doc.get("metadata")
     if not isinstance(meta, Mapping):
-        raise PodError("?", "no metadata")
+        raise PodError(UNKNOWN, "no metadata")
     namespace, name = meta.get("namespace"), meta.get("name")
     if not isinstance(namespace, str) or not isinstance(name, str) or not namespace or not name:
-        raise PodError("?", "metadata.namespace and metadata.name must be non-empty strings")
+        raise PodError(UNKNOWN, "metadata.namespace and metadata.name must be non-empty strings")
     return namespace, name
+
+
+def pod_key(doc: Mapping[str, Any]) -> str:
+    """``namespace/name`` of a pod object (all a deleted pod needs); :class:`PodError` without them."""
+    namespace, name = _identity(doc)
+    return f"{namespace}/{name}"
 
 
 def _requests(key: str, container: Mapping[str, Any]) -> tuple[str, ...]:
@@ -228,6 +254,38 @@ def _claims(key: str, spec: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
             raise PodError(key, "resources.claims must be a list of {name}")
         if claims:
             found[str(container["name"])] = tuple(sorted({str(c["name"]) for c in claims}))
+    return found
+
+
+def _batch(key: str, spec: Mapping[str, Any], rules: PodRules) -> tuple[int, int]:
+    """The ``<domain>/vcpu`` and ``<domain>/vmem`` devices the containers request together
+    (``resources.requests``, the shapes checked by :func:`_containers`): each a whole number."""
+    totals = {"vcpu": 0, "vmem": 0}
+    for container in spec.get("containers") or []:
+        requests = (container.get("resources") or {}).get("requests") or {}
+        for resource in totals:
+            name = f"{rules.domain}/{resource}"
+            if name in requests:
+                totals[resource] += _count(key, name, requests[name])
+    return totals["vcpu"], totals["vmem"]
+
+
+def _count(key: str, name: str, value: Any) -> int:
+    text = str(value).strip() if isinstance(value, str | int) and not isinstance(value, bool) else None
+    if text is None or not _COUNT.match(text):
+        raise PodError(key, f"{name} request {value!r}: expected a whole number of devices")
+    return int(text)
+
+
+def _devices_ids(annotations: Mapping[str, str]) -> dict[str, SignedAnnotation]:
+    """Each ``container-devices-ids.<target>`` annotation (target -> its value), with the
+    ``signature-ids.<target>`` that signs it; checking the signature needs the node's key."""
+    found: dict[str, SignedAnnotation] = {}
+    for name, value in sorted(annotations.items()):
+        if name.startswith(ids.ANN_DEVICES_IDS):
+            target = name[len(ids.ANN_DEVICES_IDS):]
+            signature = annotations.get(ids.signature_annotation(ids.KIND_IDS, target), "")
+            found[target] = SignedAnnotation(value, signature)
     return found
 
 
@@ -366,6 +424,7 @@ def read_pod(doc: Mapping[str, Any], rules: PodRules) -> Pod:
     share, share_devices = share_spec(key, annotations) if kind is PodKind.SHADOW else None, 0
     if kind is PodKind.SHARE:
         share, share_devices = _share_request(spec, rules)
+    vcpu, vmem = _batch(key, spec, rules)
     return Pod(
         namespace=namespace, name=name, uid=str(meta.get("uid") or ""), node=str(spec.get("nodeName") or ""),
         phase=str(status.get("phase") or ""), terminating=bool(meta.get("deletionTimestamp")),
@@ -377,5 +436,5 @@ def read_pod(doc: Mapping[str, Any], rules: PodRules) -> Pod:
         using=using_of(status.get("conditions")) if kind is PodKind.SHADOW else {},
         isolation=annotations.get(ids.ANN_ISOLATION, "") if kind in (PodKind.SHADOW, PodKind.SHARE) else "",
         conditions=_conditions(status), restarts=_restarts(status),
-        claims=_claims(key, spec),
+        claims=_claims(key, spec), vcpu=vcpu, vmem=vmem, devices_ids=_devices_ids(annotations),
     )  # fmt: skip

@@ -26,7 +26,7 @@ from gpushare_common.cardmap import CardFacts, CardUse, card_map
 from gpushare_common.events import DeviceHealth, SpareCapacity
 from gpushare_common.logging import get_logger
 from gpushare_common.mapping import MappingCache, OwnerEntry
-from gpushare_common.pods import Pod, PodError, PodRules, read_pod
+from gpushare_common.pods import Pod, PodError, PodRules, pod_key, read_pod
 from gpushare_common.subjects import node_from_token
 
 from .timeline import Timeline
@@ -43,12 +43,18 @@ class NodeInfo(msgspec.Struct, frozen=True, kw_only=True):
     allocatable: dict[str, str] = {}
 
 
-def read_node(doc: Mapping[str, Any]) -> NodeInfo:
-    """A Node object's name, readiness and resources; ValueError naming what is malformed."""
-    meta, spec, status = doc.get("metadata"), doc.get("spec") or {}, doc.get("status") or {}
+def node_name(doc: Mapping[str, Any]) -> str:
+    """A Node object's name; ValueError without one."""
+    meta = doc.get("metadata")
     name = meta.get("name") if isinstance(meta, Mapping) else None
     if not isinstance(name, str) or not name:
         raise ValueError("node without metadata.name")
+    return name
+
+
+def read_node(doc: Mapping[str, Any]) -> NodeInfo:
+    """A Node object's name, readiness and resources; ValueError naming what is malformed."""
+    name, spec, status = node_name(doc), doc.get("spec") or {}, doc.get("status") or {}
     if not isinstance(spec, Mapping) or not isinstance(status, Mapping):
         raise ValueError(f"node {name}: spec and status must be objects")
     listed = status.get("conditions")
@@ -128,7 +134,7 @@ class ClusterState:
     # --- Kubernetes -------------------------------------------------------------
 
     def nodes_changed(self, kind: str, obj: Obj | None, items: list[Obj]) -> None:
-        self._changed("nodes", self.nodes, self._put_node, kind, obj, items)
+        self._changed("nodes", self.nodes, self._put_node, node_name, kind, obj, items)
 
     def _put_node(self, doc: Obj) -> None:
         try:
@@ -139,20 +145,22 @@ class ClusterState:
         self.nodes[node.name] = node
 
     def pods_changed(self, kind: str, obj: Obj | None, items: list[Obj]) -> None:
-        self._changed("pods", self.pods, self._put_pod, kind, obj, items)
+        self._changed("pods", self.pods, self._put_pod, pod_key, kind, obj, items)
 
-    def _changed(self, source: str, book: dict[str, Any], put: Callable[[Obj], None], kind: str,
-                 obj: Obj | None, items: list[Obj]) -> None:  # fmt: skip
-        """A list (``SYNC``: the whole set) or one watch event of nodes or pods."""
+    def _changed(self, source: str, book: dict[str, Any], put: Callable[[Obj], None],
+                 key_of: Callable[[Obj], str], kind: str, obj: Obj | None, items: list[Obj]) -> None:  # fmt: skip
+        """A list (``SYNC``: the whole set) or one watch event of nodes or pods; a deleted object
+        is known by its key alone (``key_of``: ValueError when it has none)."""
         if kind == "SYNC":
             book.clear()
             for doc in items:
                 put(doc)
             self.synced.add(source)
         elif obj is not None and kind == "DELETED":
-            meta = obj.get("metadata") or {}
-            book.pop(f"{meta['namespace']}/{meta.get('name', '')}" if meta.get("namespace") else
-                     str(meta.get("name", "")), None)  # fmt: skip
+            try:
+                book.pop(key_of(obj), None)
+            except ValueError as err:
+                self._problem(source, "?", str(err))
         elif obj is not None:
             put(obj)
         self.changes.bump()

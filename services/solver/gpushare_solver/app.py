@@ -85,7 +85,7 @@ async def started(common: CommonSettings, settings: SolverSettings, stop: asynci
         policy = PressurePolicy(settings.memory_threshold, settings.cpu_threshold,
                                 settings.pressure_cooldown_s)
         watch = PressureWatch(node, policy, solver.pods,
-                              lambda trigger, pods: solver.evict(trigger, PRESSURE, pods))
+                              lambda trigger, pods: solver.evict(trigger, PRESSURE, pods), rules=solver.rules)
         await svc.serve(lambda: {**solver.status(), "pressure": watch.status()})
         await solver.open()
         await solver.recover()

@@ -9,8 +9,10 @@ from typing import Any
 from gpushare_common.adapters.kube import KubeError
 from gpushare_common.events import AnyEvent, SpareCapacity
 from gpushare_common.logging import get_logger
+from gpushare_common.pods import PodRules
 
-from .ports import Obj, PodApi
+from .nodepods import read_pods
+from .ports import PodApi
 from .pressure import (
     NodeUsage,
     OversoldPod,
@@ -28,8 +30,9 @@ class PressureWatch:
     """On each capacity sample: if the node is under pressure, evict oversold pods."""
 
     def __init__(self, node: str, policy: PressurePolicy, pods: PodApi, evict: Evict,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, rules: PodRules | None = None) -> None:
         self.node, self.policy, self.pods, self.evict, self.clock = node, policy, pods, evict, clock
+        self.rules = rules or PodRules()
         self.units: dict[str, float] = {}
         self.last_eviction: float | None = None
         self.last_usage: NodeUsage | None = None
@@ -79,20 +82,10 @@ class PressureWatch:
         except KubeError as err:
             log.warning("cannot list pods under pressure", node=self.node, error=str(err))
             return []
-        return [p for p in (self._oversold(obj) for obj in pods if _alive(obj)) if p is not None]
-
-    def _oversold(self, obj: Obj) -> OversoldPod | None:
-        try:
-            return oversold_pod(obj)
-        except PressureInputError as err:
-            log.warning("pod with unreadable oversold requests skipped", node=self.node, error=str(err))
-            return None
+        found = (oversold_pod(p) for p in read_pods(pods, self.rules, self.node).pods
+                 if not p.terminating and not p.finished)
+        return [p for p in found if p is not None]
 
 
 def _ratio(used: float, total: float) -> float | None:
     return round(used / total, 4) if total > 0 else None
-
-
-def _alive(pod: Obj) -> bool:
-    meta, status = pod.get("metadata") or {}, pod.get("status") or {}
-    return not meta.get("deletionTimestamp") and status.get("phase") not in ("Succeeded", "Failed")

@@ -10,19 +10,19 @@ evicted for a cooldown, so the next figures reflect what was freed.
 
 Inputs are the ``inputs`` of the detector's SpareCapacity events
 (``node_cpu_used_m``, ``node_cpu_total_m``, ``node_memory_used``,
-``node_memory_total``) and the pods bound to the node.
+``node_memory_total``) and the pods bound to the node, as :func:`gpushare_common.pods.read_pod`
+reads them (``Pod.vcpu``, ``Pod.vmem``: the devices its containers request).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+
+from gpushare_common.pods import Pod
 
 PRESSURE = "pressure"
-_COUNT = re.compile(r"(0|[1-9][0-9]{0,17})\Z")
 
 
 class PressureInputError(ValueError):
@@ -77,39 +77,19 @@ class OversoldPod:
     uid: str = ""
 
 
-def parse_count(where: str, value: object) -> int:
-    """An extended-resource quantity: a whole, non-negative number of devices."""
-    text = str(value).strip() if isinstance(value, str | int) and not isinstance(value, bool) else None
-    if text is None or not _COUNT.match(text):
-        raise PressureInputError(where, value, "a whole number of devices")
-    return int(text)
-
-
-def _created(pod: Mapping[str, Any]) -> float:
-    stamp = str((pod.get("metadata") or {}).get("creationTimestamp") or "")
+def _created(stamp: str) -> float:
     try:
         return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
     except ValueError:
         return 0.0
 
 
-def oversold_pod(pod: Mapping[str, Any], domain: str = "gpushare") -> OversoldPod | None:
+def oversold_pod(pod: Pod) -> OversoldPod | None:
     """The pod's oversold requests, or None when it requests neither vcpu nor vmem."""
-    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
-    key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-    totals = {"vcpu": 0, "vmem": 0}
-    for container in spec.get("containers") or []:
-        requests = (container.get("resources") or {}).get("requests") or {}
-        for resource in totals:
-            name = f"{domain}/{resource}"
-            if name in requests:
-                totals[resource] += parse_count(f"{key} {name}", requests[name])
-    if not any(totals.values()):
+    if not pod.vcpu and not pod.vmem:
         return None
-    priority = spec.get("priority")
-    return OversoldPod(key=key, priority=priority if isinstance(priority, int) else 0,
-                       created=_created(pod), vcpu=totals["vcpu"], vmem=totals["vmem"],
-                       uid=str(meta.get("uid") or ""))
+    return OversoldPod(key=pod.key, priority=pod.priority, created=_created(pod.created), vcpu=pod.vcpu,
+                       vmem=pod.vmem, uid=pod.uid)
 
 
 def eviction_order(pods: list[OversoldPod]) -> list[OversoldPod]:

@@ -26,7 +26,6 @@ carries no signed Allocate annotation. Desired health is not derived here.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from gpushare_common.ids import (
     ANN_DEVICES_IDS,
@@ -34,17 +33,15 @@ from gpushare_common.ids import (
     IdError,
     parse_devices_ids,
     share_device_ids,
-    signature_annotation,
     spot_device_id,
     verify,
 )
 from gpushare_common.mapping import IDLE_SPACE, MappingError
-from gpushare_common.pods import Pod, PodError, PodKind, PodRules, read_pod
+from gpushare_common.pods import Pod, PodKind
 
 from .actions import Action, DeviceList
+from .nodepods import NodePods
 from .state import SHADOW, SolverState
-
-Obj = dict[str, Any]
 
 
 @dataclass
@@ -59,20 +56,6 @@ class Rebuilt:
 
     def skip(self, reason: str) -> None:
         self.skipped[reason] = self.skipped.get(reason, 0) + 1
-
-
-def _meta(pod: Obj) -> Obj:
-    meta = pod.get("metadata")
-    return meta if isinstance(meta, dict) else {}
-
-
-def _strings(pod: Obj, key: str) -> dict[str, str]:
-    found = _meta(pod).get(key)
-    return {k: v for k, v in found.items() if isinstance(v, str)} if isinstance(found, dict) else {}
-
-
-def _key(pod: Obj) -> str:
-    return f"{_meta(pod).get('namespace', '')}/{_meta(pod).get('name', '')}"
 
 
 def _rebuild_shadow(view: Pod, live: dict[str, Pod], state: SolverState, found: Rebuilt) -> str:
@@ -97,56 +80,36 @@ def _rebuild_shadow(view: Pod, live: dict[str, Pod], state: SolverState, found: 
     return view.share.resource
 
 
-def _resources(pod: Obj) -> set[str]:
-    """Every resource name any container of the pod requests or limits."""
-    spec = pod.get("spec")
-    containers = spec.get("containers") if isinstance(spec, dict) else None
-    names: set[str] = set()
-    for container in containers if isinstance(containers, list) else []:
-        resources = container.get("resources") if isinstance(container, dict) else None
-        for kind in ("requests", "limits"):
-            named = resources.get(kind) if isinstance(resources, dict) else None
-            if isinstance(named, dict):
-                names.update(str(n) for n in named)
-    return names
+def _requests_spot(view: Pod, resource: str) -> bool:
+    return any(n.rsplit("/", 1)[-1] == resource for n in view.resources)
 
 
-def _requests_spot(pod: Obj, resource: str) -> bool:
-    return any(n.rsplit("/", 1)[-1] == resource for n in _resources(pod))
-
-
-def _may_hold_cards(pod: Obj, spot_resource: str) -> bool:
+def _may_hold_cards(view: Pod, spot_resource: str) -> bool:
     """Whether the pod requests an extended resource that is not one of gpushare's own (a
     vendor's card, say): the kubelet alone knows which devices it got."""
-    for name in _resources(pod):
+    for name in view.resources:
         domain, _, token = name.rpartition("/")
         if domain and not (token == spot_resource or token.startswith("share-") or token in ("vcpu", "vmem")):
             return True
     return False
 
 
-def _signed_spot_devices(pod: Obj, key: bytes) -> list[str]:
+def _signed_spot_devices(view: Pod, key: bytes) -> list[str]:
     """The spot devices of every signed ``container-devices-ids`` annotation; ValueError if unsigned."""
-    annotations = _strings(pod, "annotations")
     devices: list[str] = []
-    for name, value in sorted(annotations.items()):
-        if not name.startswith(ANN_DEVICES_IDS):
-            continue
-        target = name[len(ANN_DEVICES_IDS):]
-        node = str((pod.get("spec") or {}).get("nodeName") or "")  # the node whose key signed it
-        signature = annotations.get(signature_annotation(KIND_IDS, target))
-        if not verify(key, KIND_IDS, node, target, value, signature):
-            raise ValueError(f"{name}: missing or wrong signature")
-        request = parse_devices_ids(target, value)
+    for target, annotation in view.devices_ids.items():  # signed with the key of the pod's node
+        if not verify(key, KIND_IDS, view.node, target, annotation.value, annotation.signature):
+            raise ValueError(f"{ANN_DEVICES_IDS}{target}: missing or wrong signature")
+        request = parse_devices_ids(target, annotation.value)
         devices += [spot_device_id(card) for _, cards in request.devices for card in cards]
     return list(dict.fromkeys(devices))
 
 
-def _rebuild_borrower(pod: Obj, state: SolverState, key: bytes | None, found: Rebuilt) -> None:
-    if not _requests_spot(pod, state.spot_resource):
+def _rebuild_borrower(view: Pod, state: SolverState, key: bytes | None, found: Rebuilt) -> None:
+    if not _requests_spot(view, state.spot_resource):
         return
     try:
-        devices = _signed_spot_devices(pod, key) if key is not None else []
+        devices = _signed_spot_devices(view, key) if key is not None else []
     except (ValueError, IdError):
         found.skip("unsigned-or-malformed-allocate-annotation")
         return
@@ -156,41 +119,28 @@ def _rebuild_borrower(pod: Obj, state: SolverState, key: bytes | None, found: Re
     state.lend(devices)
     for device in devices:
         try:
-            state.cache.use(IDLE_SPACE, _key(pod), device)
+            state.cache.use(IDLE_SPACE, view.key, device)
         except MappingError:
             found.skip("spot-device-claimed-twice")
     found.borrowers += 1
 
 
-def _read(pods: list[Obj], rules: PodRules, found: Rebuilt) -> dict[str, tuple[Pod, Obj]]:
-    """The node's pods that are not finished, read once; malformed ones are skipped and counted."""
-    views: dict[str, tuple[Pod, Obj]] = {}
-    for pod in pods:
-        try:
-            view = read_pod(pod, rules)
-        except PodError:
-            found.skip("malformed-pod")
-            continue
-        if view.forged_shadow:
-            found.skip("forged-shadow-pod")
-        if not view.finished:
-            views[view.key] = (view, pod)
-    return views
-
-
-def rebuild(state: SolverState, pods: list[Obj], key: bytes | None,
-            rules: PodRules) -> tuple[list[Action], Rebuilt]:  # fmt: skip
+def rebuild(state: SolverState, pods: NodePods, key: bytes | None) -> tuple[list[Action], Rebuilt]:
     """Fill an empty cache from the node's pods; the share resources' device lists to publish."""
     found = Rebuilt()
-    read = _read(pods, rules, found)
-    live = {k: view for k, (view, _) in read.items()}
+    for _ in pods.malformed:
+        found.skip("malformed-pod")
+    for view in pods.pods:
+        if view.forged_shadow:
+            found.skip("forged-shadow-pod")
+    live = {view.key: view for view in pods.pods if not view.finished}
     resources: set[str] = set()
-    for view, pod in read.values():
-        found.unknown_holders += _may_hold_cards(pod, state.spot_resource)
+    for view in live.values():
+        found.unknown_holders += _may_hold_cards(view, state.spot_resource)
         if resource := _rebuild_shadow(view, live, state, found):
             resources.add(resource)
         else:
-            _rebuild_borrower(pod, state, key, found)
+            _rebuild_borrower(view, state, key, found)
     actions: list[Action] = [DeviceList(resource=r, devices=state.devices_of_resource(r),
                                         reason="rebuilt from the cluster") for r in sorted(resources)]
     return actions, found

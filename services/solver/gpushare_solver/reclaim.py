@@ -42,12 +42,12 @@ from gpushare_common.events import EvictionRecord, KmodCommand
 from gpushare_common.ids import parse_pod_key
 from gpushare_common.logging import get_logger
 from gpushare_common.mapping import IDLE_SPACE
-from gpushare_common.pods import PodRules
+from gpushare_common.pods import PodError, PodRules, read_pod
 from gpushare_common.retry import Backoff, Stopped, retry
 
 from .actions import Reclaim, ReclaimProgress
 from .metrics import SolverMetrics
-from .ports import Allocations, ContainerdError, Obj, Outbox, PodApi, TaskApi
+from .ports import Allocations, ContainerdError, Outbox, PodApi, TaskApi
 from .settings import SolverSettings
 from .spot import OWNER_BACK
 from .state import Evicted, Victim
@@ -61,35 +61,25 @@ def record_id(trigger_id: str, pod: str) -> str:
     return hashlib.sha256(f"{trigger_id}\n{pod}".encode()).hexdigest()[:32]
 
 
-def container_ids(pod: Obj) -> list[str]:
-    """The runtime ids of every container of the pod (``containerd://<id>``); odd shapes are skipped."""
-    status = pod.get("status")
-    found: list[str] = []
-    if not isinstance(status, dict):
-        return found
-    for key in ("initContainerStatuses", "containerStatuses", "ephemeralContainerStatuses"):
-        items = status.get(key)
-        for item in items if isinstance(items, list) else []:
-            runtime_id = item.get("containerID") if isinstance(item, dict) else None
-            if isinstance(runtime_id, str) and "://" in runtime_id and runtime_id.split("://", 1)[1]:
-                found.append(runtime_id.split("://", 1)[1])
-    return found
-
-
 @dataclass(frozen=True, slots=True)
 class Seen:
-    """A pod as the API last showed it: who it is, where it runs, its containers."""
+    """A pod as the API last showed it: who it is, where it runs, its containers; or why it
+    could not be read (``malformed``)."""
 
     uid: str
     node: str
     containers: tuple[str, ...] = ()
+    malformed: str = ""
 
 
 def refusal(victim: Victim | None, seen: Seen | None, node: str) -> str:
     """Why a pod must not be killed or deleted ("" when it may): it was not taken out of the
-    cache by this solver, it runs on another node, or it is another pod of the same name."""
+    cache by this solver, it does not decode (who it is and where it runs are unknown), it runs
+    on another node, or it is another pod of the same name."""
     if victim is None:
         return "not-taken-out-of-the-cache"
+    if seen is not None and seen.malformed:
+        return "malformed-pod"
     if seen is None or not seen.uid:
         return ""  # gone already: nothing to kill, nothing to delete
     if seen.node != node:
@@ -144,7 +134,7 @@ class Reclaimer:
             self.known[pod] = seen
             with contextlib.suppress(ContainerdError):
                 self.pids.update(await self.tasks.pids(list(seen.containers)))
-        elif seen is None:
+        elif seen is None or seen.malformed:
             self.known.pop(pod, None)
 
     def forget(self, pod: str) -> None:
@@ -310,10 +300,12 @@ class Reclaimer:
             obj = await self.pods.get_pod(namespace, name)
         except NotFound:
             return None
-        spec, meta = obj.get("spec"), obj.get("metadata")
-        node = spec.get("nodeName") if isinstance(spec, dict) else ""
-        uid = meta.get("uid") if isinstance(meta, dict) else ""
-        return Seen(str(uid or ""), str(node or ""), tuple(container_ids(obj)))
+        try:
+            view = read_pod(obj, self.rules)
+        except PodError as err:
+            log.warning("pod does not decode", node=self.node, pod=pod, reason=err.reason)
+            return Seen("", "", malformed=err.reason)
+        return Seen(view.uid, view.node, tuple(view.container_ids.values()))
 
     async def _release(self, action: Reclaim, progress: ReclaimProgress, received: float) -> None:
         """Wake the owner. A release that cannot be delivered is tried again for

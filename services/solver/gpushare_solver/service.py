@@ -47,8 +47,9 @@ from .executor import Executor
 from .handlers import handle
 from .journal import JournalDoc, Seen
 from .metrics import SolverMetrics
+from .nodepods import NodePods, read_pods
 from .outbox import BusOutbox
-from .ports import Allocations, Obj, PodApi, TaskApi
+from .ports import Allocations, PodApi, TaskApi
 from .rebuild import rebuild
 from .reclaim import Reclaimer
 from .reconcile import reconcile
@@ -158,11 +159,10 @@ class Solver:
         except KubeError as err:
             log.warning("cannot list pods; reconciliation skipped", node=self.node, error=str(err))
             return
-        present = {f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in pods
-                   if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")}
+        read = read_pods(pods, self.rules, self.node)
         async with self._lock:
-            actions = self._rebuild(pods) if self.rebuild_needed else []
-            actions += reconcile(self.state, self.node, present)
+            actions = self._rebuild(read) if self.rebuild_needed else []
+            actions += reconcile(self.state, self.node, read.present())
             await self._run(f"reconcile-{uuid.uuid4().hex}", "reconcile", actions, time.time())
             self._cards_changed()
 
@@ -171,10 +171,10 @@ class Solver:
         self.metrics.cards.update(card_map(self.state.cache, self.state.inventory, self.state.shadow_cards,
                                            self.state.health))
 
-    def _rebuild(self, pods: list[Obj]) -> list[Any]:
+    def _rebuild(self, pods: NodePods) -> list[Any]:
         """An empty bucket: what the pods tell; the rest comes with the detector's republication,
         which the ids remembered must not drop."""
-        actions, found = rebuild(self.state, pods, self._signing_key(), self.rules)
+        actions, found = rebuild(self.state, pods, self._signing_key())
         self.seen = Seen(self.settings.seen_events)
         self.rebuild_needed = False
         if found.unknown_holders:  # who holds which card comes with the detector's republication
