@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any
 
 import pytest
@@ -161,6 +162,9 @@ def test_batch_requests_are_whole_devices_summed_over_containers() -> None:
     with pytest.raises(PodError, match=r"gpushare/vmem request '1\.5': expected a whole number") as caught:
         read_pod(_batch({"gpushare/vmem": "1.5"}), RULES)
     assert caught.value.pod == "ns/p"
+    # the API server writes a quantity back in its canonical form: 1000 is "1k", 2048 "2Ki"
+    assert read_pod(_batch({"gpushare/vcpu": "1k", "gpushare/vmem": "2Ki"}), RULES).vcpu == 1000
+    assert read_pod(_batch({"gpushare/vmem": "2Ki"}), RULES).vmem == 2048
 
 
 @given(st.integers(min_value=0, max_value=10**17), st.integers(min_value=0, max_value=10**17))
@@ -170,7 +174,7 @@ def test_batch_requests_round_trip(vcpu: int, vmem: int) -> None:
 
 
 @given(st.one_of(json_values, st.floats(), st.integers(max_value=-1),
-                 st.sampled_from(["1k", "01", "2Gi", "+1", "1e3", "10000000000000000000"])))
+                 st.sampled_from(["1k", "01", "2Gi", "+1", "1e3", "500m", "3Ki", "10000000000000000000"])))
 def test_a_batch_request_is_a_whole_number_or_a_pod_error(value: Any) -> None:
     try:
         view = read_pod(_batch({"gpushare/vcpu": value}), RULES)
@@ -178,7 +182,11 @@ def test_a_batch_request_is_a_whole_number_or_a_pod_error(value: Any) -> None:
         assert err.pod == "ns/p" and "gpushare/vcpu request" in err.reason
     else:
         assert isinstance(value, str | int) and not isinstance(value, bool)
-        assert str(value).strip() == str(view.vcpu) and view.vcpu >= 0
+        found = re.fullmatch(r"([0-9]+)(k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?", str(value).strip())
+        assert found is not None
+        unit = {None: 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+                "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}[found.group(2)]
+        assert view.vcpu == int(found.group(1)) * unit
 
 
 def test_the_allocate_annotations_are_read_with_their_signatures() -> None:

@@ -30,7 +30,11 @@ MANAGED_BY = "app.kubernetes.io/managed-by"
 SHADOW_CONTROLLER = "gpushare-shadow-controller"
 SYSTEM_NAMESPACE = "gpushare-system"
 MAX_SHARE = 1024
-_COUNT = re.compile(r"(0|[1-9][0-9]{0,17})\Z")  # a whole number of devices
+# a Kubernetes quantity of an extended resource (whole units): digits, maybe a decimal or binary
+# suffix, as the API server writes it back (1000 -> "1k", 2048 -> "2Ki")
+_COUNT = re.compile(r"([0-9]{1,18})(k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?\Z")
+_SUFFIX = {None: 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+           "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 
 
 class PodKind(StrEnum):
@@ -272,9 +276,11 @@ def _batch(key: str, spec: Mapping[str, Any], rules: PodRules) -> tuple[int, int
 
 def _count(key: str, name: str, value: Any) -> int:
     text = str(value).strip() if isinstance(value, str | int) and not isinstance(value, bool) else None
-    if text is None or not _COUNT.match(text):
-        raise PodError(key, f"{name} request {value!r}: expected a whole number of devices")
-    return int(text)
+    found = _COUNT.match(text) if text is not None else None
+    if found is None:
+        raise PodError(key, f"{name} request {value!r}: expected a whole number of devices (a quantity "
+                            "such as 3, 1k or 2Ki)")
+    return int(found.group(1)) * _SUFFIX[found.group(2)]
 
 
 def _devices_ids(annotations: Mapping[str, str]) -> dict[str, SignedAnnotation]:
