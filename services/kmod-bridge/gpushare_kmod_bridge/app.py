@@ -26,7 +26,6 @@ from prometheus_client import CollectorRegistry
 
 from . import protocol
 from .adapters.containerd import ContainerdSource
-from .adapters.netlink import NetlinkTransport
 from .adapters.procfs import CgroupSource, cgroup_of, host_pidns, pidns_of
 from .adapters.simsocket import SimTransport
 from .bridge import Bridge
@@ -44,6 +43,8 @@ log = get_logger(SERVICE)
 def build_transport(settings: KmodBridgeSettings) -> Transport:
     if settings.transport == "sim":
         return SimTransport(settings.sim_socket)
+    from .adapters.netlink import NetlinkTransport  # pyroute2 (12 MB) only where the module is
+
     return NetlinkTransport(settings.netlink_unit)
 
 
