@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from gpushare_common.adapters.kube import Kube
+from gpushare_common.bus import Bus
 from gpushare_common.events import EvictionRecord, LowPowerEvent, ReservedEvent, SpotEvent
 from gpushare_common.settings import NatsSettings
 from gpushare_kmod_bridge.app import Service as BridgeService
@@ -47,6 +48,28 @@ async def kmod_bridge(nats: NatsSettings, kubeconfig: Path, stand_in: KernelStan
         await service.stop()
 
 
+async def the_owner(world: World, bus: Bus, containerd: Containerd) -> tuple[int, int, ContainerProcs, Recorder]:
+    """The owner's init pid and pid namespace, as the kmod-bridge sees it, and the eviction records."""
+    async with Tasks(str(containerd.address), NAMESPACE) as tasks:
+        owner_pid = await tasks.pid("alice-main")
+    records = Recorder()
+    await bus.subscribe(bus.subjects.eviction(NODE), records)
+    return (owner_pid, os.stat(f"/proc/{owner_pid}/ns/pid").st_ino,
+            ContainerProcs("alice-main", (owner_pid,), OWNER, "c0"), records)
+
+
+async def lend_to_b1(world: World, running: app.Running) -> None:
+    """The owner holds GPU-0, goes away, and spot/b1 borrows its card."""
+    for event in (
+        ReservedEvent(node=NODE, pod=OWNER, container="c0", vendor_resource="nvidia.com/gpu", state="using",
+                      devices=("GPU-0",), lendable=True),
+        LowPowerEvent(node=NODE, owner=OWNER, using=False, devices=("GPU-0",)),
+        SpotEvent(node=NODE, pod="spot/b1", container="c0", state="using", devices=("spot-GPU-0",)),
+    ):
+        await world.publish(type(event).__struct_config__.tag, event)  # type: ignore[attr-defined]
+    await wait_for(lambda: running.solver.state.borrowers() == {"spot-GPU-0": "spot/b1"}, what="the card lent")
+
+
 async def test_owner_call_blocks_until_borrowers_are_gone(
     nats_settings: NatsSettings, kube_api: KubeApi, kube: Kube, containerd: Containerd, rootfs: Path,
     kernel: KernelStandIn,  # noqa: F811
@@ -55,25 +78,12 @@ async def test_owner_call_blocks_until_borrowers_are_gone(
         world = World(containerd, rootfs, kube, bus, NODE)
         await world.add_pod(OWNER, ["alice-main"])
         await world.add_pod("spot/b1", ["b1-main"])
-        async with Tasks(str(containerd.address), NAMESPACE) as tasks:
-            owner_pid = await tasks.pid("alice-main")
-        pidns = os.stat(f"/proc/{owner_pid}/ns/pid").st_ino
-        owner = ContainerProcs("alice-main", (owner_pid,), OWNER, "c0")
-        records = Recorder()
-        await bus.subscribe(bus.subjects.eviction(NODE), records)
+        owner_pid, pidns, owner, records = await the_owner(world, bus, containerd)
         stop = asyncio.Event()
         async with kmod_bridge(nats_settings, kube_api.kubeconfig, kernel, owner), \
                 app.started(common_settings(nats_settings, kube_api.kubeconfig, NODE),
                             solver_settings(containerd), stop, pods=kube) as running:
-            for event in (
-                ReservedEvent(node=NODE, pod=OWNER, container="c0", vendor_resource="nvidia.com/gpu",
-                             state="using", devices=("GPU-0",), lendable=True),
-                LowPowerEvent(node=NODE, owner=OWNER, using=False, devices=("GPU-0",)),
-                SpotEvent(node=NODE, pod="spot/b1", container="c0", state="using", devices=("spot-GPU-0",)),
-            ):
-                await world.publish(type(event).__struct_config__.tag, event)  # type: ignore[attr-defined]
-            await wait_for(lambda: running.solver.state.borrowers() == {"spot-GPU-0": "spot/b1"},
-                           what="the card lent")
+            await lend_to_b1(world, running)
             blocked_ms = await asyncio.wait_for(ioctl(kernel.hook_path, pidns, pid=owner_pid), 10)
             assert blocked_ms < 2000, "the owner must be released well before the kernel's timeout"
             assert world.task_status("b1-main") == "STOPPED"
@@ -101,26 +111,13 @@ async def test_a_borrower_not_reported_yet_dies_before_the_owner_is_released(
         kubelet.table.update({"spot/b1": {"c0": {SPOT: ("spot-GPU-0",)}},
                               "spot/late": {"c0": {SPOT: ("spot-GPU-0",)}},
                               "spot/other": {"c0": {SPOT: ("spot-GPU-1",)}}})  # another card: left alone
-        async with Tasks(str(containerd.address), NAMESPACE) as tasks:
-            owner_pid = await tasks.pid("alice-main")
-        pidns = os.stat(f"/proc/{owner_pid}/ns/pid").st_ino
-        owner = ContainerProcs("alice-main", (owner_pid,), OWNER, "c0")
-        records = Recorder()
-        await bus.subscribe(bus.subjects.eviction(NODE), records)
+        owner_pid, pidns, owner, records = await the_owner(world, bus, containerd)
         stop = asyncio.Event()
         settings = solver_settings(containerd, pod_resources_socket=str(kubelet.socket))
         async with kmod_bridge(nats_settings, kube_api.kubeconfig, kernel, owner), \
                 app.started(common_settings(nats_settings, kube_api.kubeconfig, NODE), settings, stop,
                             pods=kube) as running:
-            for event in (
-                ReservedEvent(node=NODE, pod=OWNER, container="c0", vendor_resource="nvidia.com/gpu",
-                             state="using", devices=("GPU-0",), lendable=True),
-                LowPowerEvent(node=NODE, owner=OWNER, using=False, devices=("GPU-0",)),
-                SpotEvent(node=NODE, pod="spot/b1", container="c0", state="using", devices=("spot-GPU-0",)),
-            ):
-                await world.publish(type(event).__struct_config__.tag, event)  # type: ignore[attr-defined]
-            await wait_for(lambda: running.solver.state.borrowers() == {"spot-GPU-0": "spot/b1"},
-                           what="the card lent")
+            await lend_to_b1(world, running)
             async with Tasks(str(containerd.address), NAMESPACE) as tasks:
                 late_pid = await tasks.pid("late-main")
             late_ns = os.stat(f"/proc/{late_pid}/ns/pid").st_ino
