@@ -102,8 +102,8 @@ static uint64_t probe_until(uint64_t a, uint64_t b, pid_t *kept, int *nkept)
 }
 
 /*
- * Owner A's namespace is added, then a control namespace Z is made; both
- * die. The kernel gives out the lowest free id, A's is lower than Z's, and
+ * Owner A's namespace is added, then a control namespace Z is made (above A:
+ * a lower hole freed meanwhile is filled first); both die. The kernel gives out the lowest free id, A's is lower than Z's, and
  * A's died first: a new namespace gets Z's id while A's stays pinned by
  * the entry, and A's once DELETE dropped the reference.
  */
@@ -119,6 +119,12 @@ void check_pin(void)
 	a_id = a.pidns;
 	add = at1(GPUSHARE_KMOD_CMD_ADD, &a);
 	z = ns_child(&z_id);
+	while (z > 0 && z_id && z_id < a_id && nkept < PROBES) {
+		/* an id below A's freed late (an earlier check's namespace, an RCU grace period
+		 * after its reaping): keep it filled and make Z again, above A */
+		kept[nkept++] = z;
+		z = ns_child(&z_id);
+	}
 	owner_stop(&a);
 	reap(z);
 	pinned = probe_until(a_id, z_id, kept, &nkept);
