@@ -10,7 +10,7 @@ from gpushare_common.ids import IdError, parse_spot_device_id
 from gpushare_common.mapping import IDLE_SPACE, MappingError
 
 from .actions import Action, Kmod, Reclaim, Release
-from .cards import CARD_GONE, RESERVED_REASON, lend_free
+from .cards import CARD_GONE, RESERVED_REASON, lend_free, withdraw
 from .cards import health as _health
 from .cards import spot_ids as _spot_ids
 from .state import RESERVED, SPOT_OWNER, HandlerError, SolverState
@@ -24,13 +24,7 @@ def reserved_using(event: ReservedEvent, state: SolverState) -> list[Action]:
     if entry is not None and entry.kind == SPOT_OWNER and set(entry.devices) == set(event.devices):
         return []  # the owner is away; its holding the cards is not news
     state.cache.create(event.pod, event.devices, kind=RESERVED, resource=event.vendor_resource)
-    spot = _spot_ids(event.devices)
-    lent = [d for d in spot if d in state.lent()]
-    borrowers = state.withdraw(spot)
-    actions: list[Action] = [_health(state, spot, False, f"reserved by {event.pod}")]
-    if borrowers or lent:
-        actions.append(Reclaim(reason=RESERVED_REASON, pods=tuple(borrowers), owner=event.pod, lent=tuple(lent)))
-    return actions
+    return withdraw(event.devices, state, RESERVED_REASON, event.pod)
 
 
 def reserved_cleared(event: ReservedEvent, state: SolverState) -> list[Action]:
