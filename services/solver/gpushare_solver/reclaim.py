@@ -121,8 +121,7 @@ class Reclaimer:
         for pod, (outcome, delete_ms, error) in zip(pods, outcomes, strict=True):
             await self._record(action, progress, trigger_id, received, pod, (outcome, delete_ms, error))
             self.victims().pop(pod, None)
-            victim = progress.found.get(pod)
-            self.evicted.add(pod, progress.uids.get(pod) or (victim.uid if victim else ""))
+            self.evicted.add(pod, progress.uids.get(pod, ""))
         if action.reason == OWNER_BACK:
             self.metrics.owner_back_done(received, progress.dead_at, progress.released_at,
                                          time.time() if pods else 0.0)
