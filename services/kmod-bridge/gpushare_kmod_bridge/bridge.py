@@ -17,9 +17,9 @@
   the bridge itself keeps the owner held (HOLD every third of the kernel's
   timeout, for at most ``hold_s``): the owner-back may wait on a NATS
   failover or a solver restart longer than the kernel's timeout, and the
-  owner must not run beside borrowers nobody has killed yet. A notice from a namespace whose entry is stale (another
-  container lives there now) wakes the caller at once (DELETE) and
-  publishes nothing.
+  owner must not run beside borrowers nobody has killed yet. A notice from
+  a namespace whose entry is stale (another container lives there now)
+  wakes the caller at once (DELETE) and publishes nothing.
 - ``on_registered``: the ioctl filter when one is configured, then the watch
   set again with fresh pids (ADD, then DETECT; a detected namespace still
   being reclaimed is only added, its notice comes again); an entry whose
