@@ -86,7 +86,6 @@ class Preparer:
         self.state = state
         self._lock = asyncio.Lock()
         self._profiles: dict[str, isolation.Isolation] = {}  # vendor resource -> its parsed profile
-        self._made: set[str] = set()  # capped shares' directories made already
 
     # --- prepare -------------------------------------------------------------------------
 
@@ -148,10 +147,7 @@ class Preparer:
             "percent": max(100 * item.shares // self.node.shares, 1),
             "shadow_dir": f"{self.node.isolation_dir.rstrip('/')}/{self.node.pool}_{item.card.name}"}
         edits = isolation.compute(found, values, f"share of {item.card.id}")
-        new = [m["source"] for m in edits.mounts if m["source"] not in self._made]
-        if new:
-            self.files.make_dirs(new)
-            self._made.update(new)
+        self.files.make_dirs([m["source"] for m in edits.mounts])
         return edits
 
     def _write(self, prepared: PreparedClaim) -> None:
