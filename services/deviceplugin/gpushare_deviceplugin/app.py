@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import importlib
 import time
 from typing import Any
 
@@ -31,6 +30,7 @@ from gpushare_common.topology import CardTopology, card_topology
 from gpushare_common.vendors import VendorResource
 from prometheus_client import CollectorRegistry
 
+from .adapters import kube as kube_adapter
 from .devices import HEALTHY, UNHEALTHY
 from .handlers.base import Signer
 from .handlers.share import shadow_view
@@ -40,7 +40,6 @@ from .plugins.supervisor import Supervisor
 from .settings import DevicePluginSettings
 
 SERVICE = "deviceplugin"
-KUBE_ADAPTER = f"{__package__}.adapters.kube"
 log = get_logger(SERVICE)
 
 
@@ -153,14 +152,7 @@ class Service:
         return where
 
     async def _feed_shadows(self) -> None:
-        # the Kubernetes client is heavy: load it only when used, and off the event loop
-        adapter: Any = await asyncio.to_thread(importlib.import_module, KUBE_ADAPTER)
-        kube = await asyncio.to_thread(adapter.Kube, self.common.kube)
-        frozen = False
-        async for pods in adapter.watch_shadow_pods(self.common.kube, self.node, self.stopping,
-                                                    kube):
-            if not frozen:  # the client's modules are loaded now
-                frozen = freeze_heap()
+        async for pods in kube_adapter.watch_shadow_pods(self.common.kube, self.node, self.stopping):
             self.plugins.replace_shadows(v for p in pods if (v := shadow_view(p, self.rules)) is not None)
 
     # --- views ------------------------------------------------------------------

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import time
 from typing import Any
 
@@ -32,6 +31,7 @@ from gpushare_common.topology import CardTopology, card_topology
 from gpushare_common.vendors import VendorResource
 from prometheus_client import CollectorRegistry
 
+from .adapters import kube as kube_adapter
 from .adapters import kubelet
 from .adapters.files import NodeFiles
 from .claims import ClaimRef
@@ -43,7 +43,6 @@ from .slices import build_slice, lendable_cards
 from .state import PreparedClaim
 
 SERVICE = "dra-driver"
-KUBE_ADAPTER = f"{__package__}.adapters.kube"
 SPOT_TOKEN = "spot-gpu"
 log = get_logger(SERVICE)
 
@@ -159,11 +158,10 @@ class Service:
         self.tasks.spawn("nats", self._nats(), critical=False)
 
     async def _kube(self) -> None:
-        adapter: Any = await asyncio.to_thread(importlib.import_module, KUBE_ADAPTER)
-        kube = await asyncio.to_thread(adapter.connect, self.common.kube)
+        kube = kube_adapter.connect(self.common.kube)
         self.skeleton.on_exit(kube.close)
-        self.claims, self.slices = adapter.Claims(kube), adapter.Slices(kube, self.node, self.settings.driver)
-        await self._publish_loop(adapter.PublishError)
+        self.claims, self.slices = kube_adapter.Claims(kube), kube_adapter.Slices(kube, self.node, self.settings.driver)
+        await self._publish_loop(kube_adapter.PublishError)
 
     async def _keep_sockets(self) -> None:
         """Serve again a socket that vanished (a kubelet that wiped its directories)."""
