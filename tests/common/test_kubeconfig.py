@@ -221,3 +221,19 @@ async def test_tls_with_the_cluster_ca_a_client_certificate_and_a_token(
         assert (await insecure.get_node("n1"))["metadata"]["name"] == "n1"
     finally:
         await insecure.close()
+
+
+def test_a_service_with_an_unusable_kubeconfig_exits_2_with_one_line(tmp_path: Path) -> None:
+    import os
+    import sys
+
+    path = kubeconfig(tmp_path / "cfg", {"server": "https://h:1"}, {"exec": {"command": "aws"}})
+    env = {**os.environ, "GPUSHARE_NODE_NAME": "n1", "GPUSHARE_KUBE_KUBECONFIG": str(path),
+           "GPUSHARE_NATS_URL": "nats://127.0.0.1:1", "GPUSHARE_HTTP_PORT": "0"}
+    done = subprocess.run([sys.executable, "-m", "gpushare_shadow_controller"], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"gpushare-shadow-controller: Kubernetes configuration {path}: user exec plugins are not supported: "
+        "give the user a token, a tokenFile or a client certificate")
+    assert "Traceback" not in done.stderr

@@ -16,6 +16,7 @@ import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
+from .adapters.kubeconfig import KubeConfigError
 from .ids import IdError
 from .logging import get_logger
 from .retry import wait_any
@@ -104,10 +105,15 @@ ServiceMain = Callable[[asyncio.Event], Awaitable[int | None]]
 def service_main(name: str, build: Callable[[], ServiceMain]) -> int:
     """A service's entry point: ``build()`` reads every setting (and sets up logging) and
     returns the service's ``main(stop)``. A bad setting prints one line that names the
-    variable and what it expects, and exits 2 before anything starts."""
+    variable and what it expects, and exits 2 before anything starts; so does a Kubernetes
+    configuration that cannot be used (read when the service connects)."""
     try:
         service = build()
-    except (SettingsError, IdError) as err:
+    except (SettingsError, IdError, KubeConfigError) as err:
         print(f"gpushare-{name}: {err}", file=sys.stderr)
         return 2
-    return run_service(name, service)
+    try:
+        return run_service(name, service)
+    except KubeConfigError as err:  # read when the service connects: a setting all the same
+        print(f"gpushare-{name}: {err}", file=sys.stderr)
+        return 2

@@ -125,12 +125,13 @@ class Kube:
     """Raw REST calls to the API server over kept-alive connections; :meth:`close` when done."""
 
     def __init__(self, settings: KubeSettings, endpoint: Endpoint | None = None) -> None:
+        """:class:`KubeConfigError` (a setting, not a call) when the configuration cannot be used."""
         self.settings = settings
+        self.endpoint = endpoint or load_endpoint(settings.kubeconfig)
         try:
-            self.endpoint = endpoint or load_endpoint(settings.kubeconfig)
             self.http = Http1Client(self.endpoint.server, self.endpoint.ssl_context)
-        except (KubeConfigError, ValueError) as err:
-            raise KubeError(str(err)) from None
+        except ValueError as err:
+            raise KubeConfigError(self.endpoint.source or "endpoint", str(err)) from None
 
     def _headers(self, content_type: str = "") -> dict[str, str]:
         headers = {"Accept": "application/json"}
