@@ -19,6 +19,7 @@ class RawServer:
         self.answer = answer
         self.close_after = close_after  # close each connection after this many answers (0: never)
         self.connections = 0
+        self.closed = 0
         self.requests: list[bytes] = []
         self.server: asyncio.Server | None = None
 
@@ -44,6 +45,7 @@ class RawServer:
             pass
         finally:
             writer.close()
+            self.closed += 1
 
     @property
     def url(self) -> str:
@@ -95,7 +97,9 @@ async def test_a_connection_the_server_closed_is_replaced_once(cleanup: list[Raw
     cleanup.append(raw)
     client = Http1Client(raw.url)
     assert (await client.request("GET", "/a", {})).body == b"x"
-    await asyncio.sleep(0.05)  # the server closed the kept-alive connection
+    async with asyncio.timeout(5):
+        while raw.closed < 1:  # the server closed the kept-alive connection
+            await asyncio.sleep(0.005)
     assert (await client.request("POST", "/b", {}, b"1")).body == b"x"
     assert raw.connections == 2 and len(raw.requests) == 2  # sent once on the new connection
     await client.close()
