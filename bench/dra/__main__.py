@@ -1,15 +1,26 @@
 """The DRA driver as the kubelet meets it: the real service process over its DRA socket, the API
-emulator, a vendor plugin and NATS.
+emulator in its own process (as an API server is on a cluster), a vendor plugin and NATS. The
+driver's CDI directory is on tmpfs, as ``/var/run/cdi`` is on a node; the kubelet's side of
+each call is a blocking gRPC stub (nothing else runs in the measuring process meanwhile).
 
-  python -m bench.dra [--claims 1000] [--toggles 200]
+  python -m bench.dra [--claims 1000] [--toggles 200] [--placement all|one-core|split|any]
 
-Figures:
+Figures, for each placement of the processes: "one-core", every process on one core; "split",
+the node's processes (the kubelet's side, the driver, the vendor plugin) on one core and the
+control plane (API emulator, NATS) on another, as a cluster's API server is not on the node;
+"any", wherever the scheduler puts them:
 - NodePrepareResources of a claim of one shared device (a new claim each time: the claim read
   from the API, its allocation checked, its CDI spec written and recorded) p50/p99, target p99
-  <= 5 ms; the same call for a claim already prepared; NodeUnprepareResources;
+  <= 5 ms; the same call for a claim already prepared (the driver answers from memory: this
+  machine's gRPC round trip, the floor under every other figure); NodeUnprepareResources;
 - the node's ResourceSlice written again after its inventory changed (a card turns unhealthy,
   then healthy, at the vendor plugin) until the API serves it, p50/p99, target p99 <= 50 ms;
-- the driver's resident memory.
+- the driver's resident memory;
+- the machine: one wakeup of a process by another (a byte through a pipe and back) on the same
+  core and across cores. Where the cores are virtual, a wakeup across them can cost a
+  millisecond (a halted virtual CPU is woken through the hypervisor); every call above takes
+  several such wakeups: the tails of "any" carry this cost, "split" for its API read only, and
+  "one-core" not at all (it pays with one core for everything instead).
 """
 
 from __future__ import annotations
@@ -38,7 +49,6 @@ from gpushare_sim.node.adapters.kube import SimKube
 from bench.deviceplugin.__main__ import collector_paused, rss_mb
 from bench.report import Row, emit, percentile
 from tests.deviceplugin.stubs import VendorPluginStub
-from tests.support.kubeapi import start_kube_api
 from tests.support.nats import NatsServer, free_port
 
 PART = "dra"
@@ -93,23 +103,23 @@ async def make_claim(kube: SimKube, index: int) -> pb.Claim:
     return pb.Claim(namespace="bench", name=name, uid=made["metadata"]["uid"])
 
 
-async def prepare_cycle(stub: Any, claims: list[pb.Claim]) -> tuple[list[float], list[float], list[float]]:
+def prepare_cycle(stub: Any, claims: list[pb.Claim]) -> tuple[list[float], list[float], list[float]]:
     prepare, again, unprepare = [], [], []
     live: list[pb.Claim] = []
     with collector_paused():
         for claim in claims:
             started = time.perf_counter()
-            reply = await stub.NodePrepareResources(pb.NodePrepareResourcesRequest(claims=[claim]))
+            reply = stub.NodePrepareResources(pb.NodePrepareResourcesRequest(claims=[claim]), timeout=10)
             prepare.append(time.perf_counter() - started)
             assert not reply.claims[claim.uid].error, reply.claims[claim.uid].error
             started = time.perf_counter()
-            await stub.NodePrepareResources(pb.NodePrepareResourcesRequest(claims=[claim]))
+            stub.NodePrepareResources(pb.NodePrepareResourcesRequest(claims=[claim]), timeout=10)
             again.append(time.perf_counter() - started)
             live.append(claim)
             if len(live) > LIVE:
                 old = live.pop(0)
                 started = time.perf_counter()
-                await stub.NodeUnprepareResources(pb.NodeUnprepareResourcesRequest(claims=[old]))
+                stub.NodeUnprepareResources(pb.NodeUnprepareResourcesRequest(claims=[old]), timeout=10)
                 unprepare.append(time.perf_counter() - started)
     return prepare, again, unprepare
 
@@ -132,15 +142,58 @@ async def republish(kube: SimKube, vendor: VendorPluginStub, count: int) -> list
     return latencies
 
 
-def latency_rows(name: str, samples: list[float], target_p99_ms: float | None = None) -> list[Row]:
+def latency_rows(name: str, samples: list[float], target_p99_ms: float | None = None,
+                 placement: str = "") -> list[Row]:
     p50, p99 = percentile(samples, 50) * 1e3, percentile(samples, 99) * 1e3
     target = f"<= {target_p99_ms} ms" if target_p99_ms else ""
-    return [Row(PART, f"{name} p50 (n={len(samples)})", p50, "ms"),
-            Row(PART, f"{name} p99 (n={len(samples)})", p99, "ms", target,
+    where = f", {placement}" if placement else ""
+    return [Row(PART, f"{name} p50 (n={len(samples)}){where}", p50, "ms"),
+            Row(PART, f"{name} p99 (n={len(samples)}){where}", p99, "ms", target,
                 None if target_p99_ms is None else p99 <= target_p99_ms)]
 
 
-async def measure(args: argparse.Namespace, work: Path, nats: NatsServer, kubeconfig: Path) -> list[Row]:
+def wakeups(first: int, second: int, rounds: int = 4000) -> list[float]:
+    """Round trips of one byte between this process on CPU ``first`` and a child on ``second``
+    (a pause now and then lets the CPUs go idle, as between a node's calls)."""
+    there, here = os.pipe(), os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child echoes until told to stop
+        os.sched_setaffinity(0, {second})
+        while (byte := os.read(there[0], 1)) != b"q":
+            os.write(here[1], byte)
+        os._exit(0)
+    saved = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {first})
+    samples = []
+    try:
+        for index in range(rounds):
+            started = time.perf_counter()
+            os.write(there[1], b"x")
+            os.read(here[0], 1)
+            samples.append(time.perf_counter() - started)
+            if index % 10 == 0:
+                time.sleep(0.002)
+    finally:
+        os.write(there[1], b"q")
+        os.waitpid(child, 0)
+        os.sched_setaffinity(0, saved)
+        for fd in (*there, *here):
+            os.close(fd)
+    return samples[100:]
+
+
+def machine_rows() -> list[Row]:
+    cpus = sorted(os.sched_getaffinity(0))
+    rows = latency_rows("machine: process wakeup round trip, same core", wakeups(cpus[0], cpus[0]))
+    rows = [Row(r.part, r.metric, r.value * 1e3, "us") for r in rows]
+    if len(cpus) > 1:
+        across = latency_rows("machine: process wakeup round trip, across cores", wakeups(cpus[0], cpus[-1]))
+        rows += [Row(r.part, r.metric, r.value * 1e3, "us") for r in across]
+    return rows
+
+
+async def measure(args: argparse.Namespace, work: Path, nats: NatsServer, kubeconfig: Path,
+                  placement: str) -> list[Row]:
     vendor = VendorPluginStub(str(work / "vendor.sock"), CARDS)
     await vendor.start()
     kube = SimKube.from_kubeconfig(str(kubeconfig))
@@ -153,19 +206,18 @@ async def measure(args: argparse.Namespace, work: Path, nats: NatsServer, kubeco
                 if time.monotonic() > deadline or proc.poll() is not None:
                     raise RuntimeError(f"the driver did not come up: {(work / 'driver.log').read_text()[-2000:]}")
                 await asyncio.sleep(0.05)
-            async with grpc.aio.insecure_channel(f"unix://{work / 'plugin' / 'dra.sock'}") as channel:
+            with grpc.insecure_channel(f"unix://{work / 'plugin' / 'dra.sock'}") as channel:
                 stub = pb_grpc.DRAPluginStub(channel)
-                await prepare_cycle(stub, claims[:50])  # warm-up
-                prepare, again, unprepare = await prepare_cycle(stub, claims[50:])
-            rows = latency_rows("NodePrepareResources, a claim of one shared device", prepare, 5)
-            rows += latency_rows("NodePrepareResources, the claim already prepared", again)
-            rows += latency_rows("NodeUnprepareResources", unprepare)
+                prepare_cycle(stub, claims[:50])  # warm-up
+                prepare, again, unprepare = prepare_cycle(stub, claims[50:])
+            rows = latency_rows("NodePrepareResources, a claim of one shared device", prepare, 5, placement)
+            rows += latency_rows("NodePrepareResources, the claim already prepared", again, None, placement)
+            rows += latency_rows("NodeUnprepareResources", unprepare, None, placement)
             await republish(kube, vendor, 10)  # warm-up
             rows += latency_rows("inventory change -> slice served by the API", await republish(
-                kube, vendor, args.toggles), 50)
+                kube, vendor, args.toggles), 50, placement)
             rss, _ = rss_mb(proc.pid)
-            rows.append(Row(PART, "driver RSS after the runs", rss, "MB"))
-            rows.append(Row(PART, "machine load average (1 min) at the end", os.getloadavg()[0], "runnable"))
+            rows.append(Row(PART, f"driver RSS after the runs, {placement}", rss, "MB"))
         return rows
     finally:
         await kube.close()
@@ -176,16 +228,91 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.dra")
     parser.add_argument("--claims", type=int, default=1000)
     parser.add_argument("--toggles", type=int, default=200)
+    parser.add_argument("--placement", choices=("all", "one-core", "split", "any"), default="all",
+                        help="one-core: every process on one CPU; split: the node's processes on one CPU, the "
+                             "API emulator and NATS on another; any: where the scheduler puts them")
     args = parser.parse_args()
     args.claims = max(args.claims, 60)
+    cpus = os.sched_getaffinity(0)
+    placements = {"one-core": ({min(cpus)}, {min(cpus)}), "split": ({min(cpus)}, {max(cpus)}),
+                  "any": (cpus, cpus)}
+    if len(cpus) < 2:
+        placements = {"any": (cpus, cpus)}
+    rows: list[Row] = []
+    for placement, (node, control) in placements.items():
+        if args.placement not in ("all", placement):
+            continue
+        print(f"measuring with the node on CPUs {sorted(node)}, the control plane on {sorted(control)} "
+              f"({placement})", file=sys.stderr, flush=True)
+        try:
+            rows += run_once(args, placement, node, control)
+        finally:
+            os.sched_setaffinity(0, cpus)
+    rows += machine_rows()
+    rows.append(Row(PART, "machine load average (1 min) at the end", os.getloadavg()[0], "runnable"))
+    emit(rows)
+
+
+def run_once(args: argparse.Namespace, placement: str, node: set[int], control: set[int]) -> list[Row]:
+    """NATS and the API emulator (on the ``control`` CPUs), this process and the driver (on the
+    ``node`` CPUs) started afresh; the rows of one placement. A child inherits the CPUs this
+    process has when it starts it."""
+    os.sched_setaffinity(0, control)
     nats = NatsServer().start()
     try:
-        with tempfile.TemporaryDirectory(prefix="drab-", dir="/tmp") as tmp, start_kube_api() as api:
-            api.namespaces("bench")
-            rows = asyncio.run(measure(args, Path(tmp), nats, api.kubeconfig))
+        with tempfile.TemporaryDirectory(prefix="gpushare-bench-dra-", dir=tmpfs()) as tmp, \
+                api_process(Path(tmp)) as kubeconfig:
+            os.sched_setaffinity(0, node)
+            return asyncio.run(measure(args, Path(tmp), nats, kubeconfig, placement))
     finally:
         nats.cleanup()
-    emit(rows)
+
+
+def tmpfs() -> str | None:
+    """A tmpfs directory (the node's /var/run is one), else the default temporary directory."""
+    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+
+
+@contextlib.contextmanager
+def api_process(work: Path) -> Iterator[Path]:
+    """The API emulator as its own process, with the namespace ``bench``; its kubeconfig."""
+    kubeconfig = work / "kubeconfig"
+    log = work / "apiserver.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "gpushare_sim.apiserver", "--kubeconfig", str(kubeconfig)],
+                                stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        while not kubeconfig.exists():
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError(f"the API emulator did not come up: {log.read_text()[-2000:]}")
+            time.sleep(0.05)
+        asyncio.run(create_namespace(kubeconfig, "bench"))
+        yield kubeconfig
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+async def create_namespace(kubeconfig: Path, name: str) -> None:
+    kube = SimKube.from_kubeconfig(str(kubeconfig))
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                await kube.create_object("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                                                "metadata": {"name": name}})
+                return
+            except OSError:  # not listening yet
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.05)
+    finally:
+        await kube.close()
 
 
 if __name__ == "__main__":

@@ -3,7 +3,9 @@ and bad input refused with nothing written."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -194,3 +196,53 @@ def test_an_unreadable_state_file_is_an_error_naming_it(tmp_path: Path) -> None:
     path.write_text('{"claims": {"a": {"namespace": 1}}}')
     with pytest.raises(StateError, match=str(path)):
         NodeFiles(str(tmp_path / "cdi"), str(path)).load_state()
+
+
+class SlowClaims(Claims):
+    """Reads that take ``delay_s`` each, counting how many are under way at once."""
+
+    def __init__(self, delay_s: float) -> None:
+        super().__init__()
+        self.delay_s = delay_s
+        self.reading = self.most = 0
+
+    async def get_claim(self, namespace: str, name: str) -> dict[str, Any]:
+        self.reading += 1
+        self.most = max(self.most, self.reading)
+        try:
+            await asyncio.sleep(self.delay_s)
+            return await super().get_claim(namespace, name)
+        finally:
+            self.reading -= 1
+
+
+async def test_claims_are_read_at_once_and_outside_the_lock(tmp_path: Path) -> None:
+    claims = SlowClaims(0.2)
+    refs = [claims.add(claim(name=f"c{i}", results=[result(f"gpu-{NODE}-{i % 2}", "25")])) for i in range(4)]
+    preparer = make(tmp_path, claims)
+    started = time.monotonic()
+    # two calls of the kubelet (two pods) at the same time, one of them with three claims
+    first, second = await asyncio.gather(preparer.prepare(refs[:3]), preparer.prepare(refs[3:]))
+    elapsed = time.monotonic() - started
+    assert all(isinstance(r, PreparedClaim) for r in [*first.values(), *second.values()])
+    assert claims.most == 4, "every claim's read was under way at once"
+    assert elapsed < 0.6, f"reads serialised: {elapsed:.2f} s for four reads of 0.2 s"
+    assert len(cdi_files(tmp_path)) == 4
+
+
+async def test_a_claim_prepared_by_a_call_made_meanwhile_is_written_once(tmp_path: Path) -> None:
+    claims = SlowClaims(0.1)
+    ref = claims.add(claim(results=[result(f"gpu-{NODE}-0", "25")]))
+    preparer = make(tmp_path, claims)
+    writes = 0
+    write_spec = preparer.files.write_spec
+
+    def counted(name: str, doc: dict[str, Any]) -> None:
+        nonlocal writes
+        writes += 1
+        write_spec(name, doc)
+
+    preparer.files.write_spec = counted  # type: ignore[method-assign]
+    first, second = await asyncio.gather(preparer.prepare([ref]), preparer.prepare([ref]))
+    assert first == second and isinstance(first[ref.uid], PreparedClaim)
+    assert writes == 1

@@ -15,7 +15,6 @@ live subjects take over.
 from __future__ import annotations
 
 import asyncio
-import gc
 import time
 from typing import Any
 
@@ -171,15 +170,6 @@ class Service:
         }
 
 
-def freeze_heap() -> bool:
-    """Move every object alive after start-up out of the collector's sight: a full
-    collection over the imported modules would otherwise pause Allocate for milliseconds."""
-    gc.collect()
-    gc.freeze()
-    log.info("start-up heap frozen", objects=gc.get_freeze_count())
-    return True
-
-
 async def run(common: CommonSettings, settings: DevicePluginSettings, key: bytes,
               stop: asyncio.Event, vendors: dict[str, VendorResource] | None = None) -> int:
     service = Service(common, settings, key, vendors=vendors, stop=stop)
@@ -187,6 +177,6 @@ async def run(common: CommonSettings, settings: DevicePluginSettings, key: bytes
         service.start_plugins()
         await svc.serve(service.status)
         svc.spawn("nats connect", service.connect(), critical=False)
-        freeze_heap()
+        log.info("start-up heap frozen", objects=svc.freeze_heap())
         await svc.run_until_stopped()
     return svc.exit_code

@@ -126,10 +126,9 @@ class Service:
             self.cards_changed.set()
         return results
 
-    def shared_cards(self) -> set[str]:
+    def shared_cards(self) -> frozenset[str]:
         """Cards with shares prepared here: not lent to spot claims while they are shared."""
-        return {card for claim in self.preparer.state.claims.values()
-                for card, role in zip(claim.cards, claim.roles, strict=False) if role == dra.ROLE_SHARE}
+        return self.preparer.shared_cards()
 
     def device_health(self) -> tuple[int, list[tuple[str, str, bool]]]:
         return self.board.version, [(self.pool, c.name, c.healthy) for c in self.inventory.cards]
@@ -295,5 +294,6 @@ async def run(common: CommonSettings, settings: DraSettings, vendors: dict[str, 
     async with service.skeleton as svc:
         await service.start()
         await svc.serve(service.status)
+        log.info("start-up heap frozen", node=service.node, objects=svc.freeze_heap())
         await svc.run_until_stopped()
     return svc.exit_code

@@ -1,7 +1,8 @@
 """NodePrepareResources and NodeUnprepareResources: idempotent, persisted, all or nothing.
 
 Prepare, per claim: a claim already prepared answers what it answered before (nothing is
-written twice); otherwise the claim is read from the API, its allocation checked
+written twice); otherwise the claim is read from the API (outside the lock, the claims of one
+call at once), its allocation checked
 (:mod:`.claims`), its CDI spec built and checked (:mod:`.cdi`), and the spec file written
 with the claim's record in its annotations (:mod:`.state`): one atomic write, after which the
 claim is prepared for a restarted driver too; a claim that fails at any step writes nothing
@@ -14,6 +15,7 @@ record) and removes spec files of this driver that record nothing (a crash mid-w
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -86,21 +88,53 @@ class Preparer:
         self.state = state
         self._lock = asyncio.Lock()
         self._profiles: dict[str, isolation.Isolation] = {}  # vendor resource -> its parsed profile
+        self._shares: Counter[str] = Counter()  # card -> shares of it prepared here
+        self._count_shares()
+
+    def shared_cards(self) -> frozenset[str]:
+        """Cards with shares prepared here (kept up to date at every change, not recounted)."""
+        return frozenset(self._shares)
+
+    def _count_shares(self) -> None:
+        self._shares = Counter(card for claim in self.state.claims.values()
+                               for card, role in zip(claim.cards, claim.roles, strict=False)
+                               if role == dra.ROLE_SHARE)
+
+    def _add_shares(self, claim: PreparedClaim, step: int) -> None:
+        for card, role in zip(claim.cards, claim.roles, strict=False):
+            if role == dra.ROLE_SHARE:
+                self._shares[card] += step
+                if self._shares[card] <= 0:
+                    del self._shares[card]
 
     # --- prepare -------------------------------------------------------------------------
 
     async def prepare(self, refs: Sequence[ClaimRef]) -> dict[str, PreparedClaim | str]:
-        """Per claim UID: what was prepared, or why not (a string)."""
+        """Per claim UID: what was prepared, or why not (a string). The claims not prepared yet
+        are read from the API first, all at once and outside the lock (the kubelet prepares
+        several pods' claims at the same time: one slow read must not hold the others up)."""
         check_refs(refs)
+        wanted = [ref for ref in refs if ref.uid not in self.state.claims]
+        read = await asyncio.gather(*(self._read(ref) for ref in wanted))
+        bodies = {ref.uid: body for ref, body in zip(wanted, read, strict=True)}
         async with self._lock:
-            return {ref.uid: await self._prepare_one(ref) for ref in refs}
+            return {ref.uid: await self._prepare_one(ref, bodies.get(ref.uid)) for ref in refs}
 
-    async def _prepare_one(self, ref: ClaimRef) -> PreparedClaim | str:
-        known = self.state.claims.get(ref.uid)
-        if known is not None:
-            return known
+    async def _read(self, ref: ClaimRef) -> Obj | str:
         try:
-            claim = await self.claims.get_claim(ref.namespace, ref.name)
+            return await self.claims.get_claim(ref.namespace, ref.name)
+        except ClaimUnreadable as err:
+            return str(err)
+
+    async def _prepare_one(self, ref: ClaimRef, claim: Obj | str | None) -> PreparedClaim | str:
+        known = self.state.claims.get(ref.uid)
+        if known is not None:  # prepared before, or by a call that held the lock while this one read
+            return known
+        if claim is None:  # prepared when this call came, unprepared since (rare): read it now
+            claim = await self._read(ref)
+        try:
+            if isinstance(claim, str):
+                raise ClaimUnreadable(claim)
             devices = allocated(claim, ref, self.node.driver, self.node.pool, self.node.cards(),
                                 self.node.shares)
             prepared = self._build(ref, devices)
@@ -153,6 +187,7 @@ class Preparer:
     def _write(self, prepared: PreparedClaim) -> None:
         self.files.write_spec(prepared.file, prepared.spec)
         self.state.claims[prepared.uid] = prepared
+        self._add_shares(prepared, 1)
 
     # --- unprepare -----------------------------------------------------------------------
 
@@ -171,6 +206,7 @@ class Preparer:
         except OSError as err:
             return f"claim {ref.key}: cannot remove {known.file}: {err}"
         del self.state.claims[ref.uid]
+        self._add_shares(known, -1)
         log.info("claim unprepared", claim=ref.key, uid=ref.uid)
         return ""
 
@@ -197,6 +233,7 @@ class Preparer:
                 found[claim.uid] = claim
                 rewritten.append(name)
         self.state.claims = found
+        self._count_shares()
         self.files.drop_state()
         return leaks, rewritten
 

@@ -69,7 +69,8 @@ class NodeFiles:
 
     def make_dirs(self, paths: Sequence[str]) -> None:
         for path in paths:
-            os.makedirs(path, mode=0o777, exist_ok=True)
+            if not os.path.isdir(path):  # one stat when it is there (every prepare after the first)
+                os.makedirs(path, mode=0o777, exist_ok=True)
 
     def drop_state(self) -> None:
         """Remove the state file of older versions (its records now live in the spec files)."""
