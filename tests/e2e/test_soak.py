@@ -16,12 +16,22 @@ FIXED_SEED = 20261201
 
 
 def soak(seed: int, minutes: float, nats_servers: int) -> str:
-    result = subprocess.run([sys.executable, "-m", "gpushare_sim.soak", "--minutes", str(minutes),
+    proc = subprocess.Popen([sys.executable, "-m", "gpushare_sim.soak", "--minutes", str(minutes),
                              "--seed", str(seed), "--fault-every", "15", "--nats-cluster", str(nats_servers)],
-                            capture_output=True, text=True, timeout=minutes * 60 + 600, check=False)  # fmt: skip
-    print(result.stdout[-6000:])  # the table (and, on a failure, the seed and the timeline)
-    assert result.returncode == 0, f"soak with seed {seed} failed:\n{result.stdout[-20000:]}\n{result.stderr[-4000:]}"
-    return result.stdout
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        stdout, stderr = proc.communicate(timeout=minutes * 60 + 600)
+    except subprocess.TimeoutExpired:  # interrupted, the soak keeps its logs and prints its timeline
+        proc.terminate()
+        try:
+            stdout, stderr = proc.communicate(timeout=90)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            stdout, stderr = proc.communicate()
+        stdout = f"{stdout}\n(the soak ran past its time and was interrupted)"
+    print(stdout[-6000:])  # the table (and, on a failure, the seed and the timeline)
+    assert proc.returncode == 0, f"soak with seed {seed} failed:\n{stdout[-20000:]}\n{stderr[-4000:]}"
+    return stdout
 
 
 @pytest.mark.parametrize(("seed", "nats_servers"), [

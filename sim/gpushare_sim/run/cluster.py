@@ -43,6 +43,7 @@ from gpushare_common.settings import (
 )
 
 from gpushare_sim import natsd
+from gpushare_sim.run.evidence import keep_evidence
 from gpushare_sim.run.narrate import Timeline
 from gpushare_sim.run.natsauth import NatsAuth
 from gpushare_sim.run.procs import Child, ChildError, free_port, wait_path, wait_port
@@ -62,6 +63,7 @@ class ClusterSettings:
     nats_servers: int = 1  # 3: a NATS cluster (routes on loopback), stream and buckets at 3 replicas
     nats_auth: bool = True  # the auth callout and per-node tokens (False: an open server, for debugging)
     console: bool = True  # the cluster view in the browser (services/console)
+    evidence: str = ""  # a label: the logs are kept under .run/<label>-error-<time> when the run ends in an error
 
 
 @dataclass
@@ -133,13 +135,21 @@ class Cluster:
         try:
             await self.start()
         except BaseException:
+            self._keep_on_error()
             await self.stop()
             raise
         return self
 
     async def __aexit__(self, kind: type[BaseException] | None, error: BaseException | None,
                         tb: TracebackType | None) -> None:  # fmt: skip
+        if error is not None:
+            self._keep_on_error()
         await self.stop()
+
+    def _keep_on_error(self) -> None:
+        """An error (or an interruption) ends the run: keep its logs when a label was given."""
+        if self.settings.evidence and self.logs.exists():
+            keep_evidence(self.logs, f"{self.settings.evidence}-error")
 
     async def start(self) -> None:
         say = self.timeline.step

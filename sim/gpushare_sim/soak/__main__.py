@@ -20,6 +20,7 @@ import random
 import signal
 import sys
 import time
+import traceback
 from contextlib import AsyncExitStack
 
 from gpushare_common import logging as gslog
@@ -60,7 +61,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 async def soak(args: argparse.Namespace, timeline: Timeline) -> int:
     rng = random.Random(args.seed)
-    settings = ClusterSettings(nodes=args.nodes, nats_servers=args.nats_cluster, keep_dir=args.keep_logs)
+    settings = ClusterSettings(nodes=args.nodes, nats_servers=args.nats_cluster, keep_dir=args.keep_logs,
+                               evidence=f"soak-{args.seed}")  # an error or an interruption keeps the logs too
     async with Cluster(settings, timeline) as cluster, AsyncExitStack() as stack:
         kube, bus = await open_clients(cluster, stack)
         s = Scenario("soak", cluster, timeline, kube, bus)
@@ -69,6 +71,9 @@ async def soak(args: argparse.Namespace, timeline: Timeline) -> int:
         run = Soak(s, checks, rng, time.monotonic() + args.minutes * 60, args.slow_share, args.borrower_mib)
         async with recording(s):
             await play(run, Faults(cluster), args)
+        if args.minutes >= 1 and run.checks.owner_backs == 0 and cluster.nodes:
+            run.checks.fail("coverage", f"no owner-back was exercised in {args.minutes:g} min: the owners' "
+                                        "cycles never lent a card and came back (see the timeline)")
         if run.checks.violations:
             keep_evidence(cluster.run_dir / "logs", f"soak-{args.seed}")
         print(table(args, run), flush=True)
@@ -156,6 +161,10 @@ def main(argv: list[str] | None = None) -> int:
         except asyncio.CancelledError:
             print(f"interrupted (seed {args.seed})", flush=True)
             return 130
+        except Exception:
+            print(f"\nSOAK FAILED with an error (seed {args.seed}):\n{traceback.format_exc()}"
+                  "\n--- timeline ---\n" + "\n".join(timeline.lines), flush=True)
+            return 1
 
     with contextlib.suppress(KeyboardInterrupt):
         return asyncio.run(guarded())
