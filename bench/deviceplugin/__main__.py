@@ -32,6 +32,7 @@ from gpushare_common.bus import Bus
 from gpushare_common.settings import NatsSettings
 from kubernetes import client
 
+from bench.procs import process
 from bench.report import Row, emit, percentile
 from tests.deviceplugin.stubs import KubeletStub, VendorPluginStub
 from tests.support.kubeapi import start_kube_api
@@ -61,33 +62,25 @@ def service_env(work: Path, nats_url: str, kubeconfig: Path) -> dict[str, str]:
     }
 
 
+SYSTEM = "gpushare-system"
+
+
 def create_shadow_pod(api: client.ApiClient) -> None:
     core = client.CoreV1Api(api)
     body: dict[str, Any] = {
         "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "shadow-0", "namespace": "bench",
-                     "labels": {ids.LABEL_POD_DESCRIPTION: ids.SHADOW_POD_LABEL_VALUE},
+        "metadata": {"name": "shadow-0", "namespace": SYSTEM,  # a ShadowPod counts only there, and labelled so
+                     "labels": {ids.LABEL_POD_DESCRIPTION: ids.SHADOW_POD_LABEL_VALUE,
+                                "app.kubernetes.io/managed-by": "gpushare-shadow-controller"},
                      "annotations": {ids.ANN_SHARE_SPEC: "4", ids.ANN_SHARE_KIND: "share"}},
         "spec": {"nodeName": NODE, "containers": [{"name": "main", "image": "pause"}]},
     }
-    core.create_namespaced_pod("bench", body)  # type: ignore[arg-type]
-    core.patch_namespaced_pod_status("shadow-0", "bench", {"status": {"phase": "Running"}})
+    core.create_namespaced_pod(SYSTEM, body)  # type: ignore[arg-type]
+    core.patch_namespaced_pod_status("shadow-0", SYSTEM, {"status": {"phase": "Running"}})
 
 
-@contextlib.contextmanager
-def service_process(env: dict[str, str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "gpushare_deviceplugin"], env=env,
-                                stdout=out, stderr=subprocess.STDOUT)
-    try:
-        yield proc
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+def service_process(env: dict[str, str], log: Path) -> contextlib.AbstractContextManager[subprocess.Popen[bytes]]:
+    return process([sys.executable, "-m", "gpushare_deviceplugin"], env, log=log)
 
 
 def all_listed(kubelet: KubeletStub) -> bool:
@@ -195,7 +188,7 @@ async def measure(args: argparse.Namespace, work: Path, nats: NatsServer, kubeco
             rows += latency_rows("Allocate spot", await allocations(
                 kubelet, SPOT, "spot-GPU-1", args.allocations), 2)
             rows += latency_rows("Allocate share", await allocations(
-                kubelet, SHARE, "bench/shadow-0-1", args.allocations), 2)
+                kubelet, SHARE, f"{SYSTEM}/shadow-0-1", args.allocations), 2)
             rss, peak = rss_mb(proc.pid)
             inside = await asyncio.to_thread(served_within_2ms, env["GPUSHARE_HTTP_PORT"])
             rows.append(Row(PART, "Allocate handled within 2 ms inside the service", inside, "%"))

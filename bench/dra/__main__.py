@@ -29,8 +29,6 @@ import argparse
 import asyncio
 import contextlib
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -47,6 +45,7 @@ from gpushare_common.adapters.kubeletapi import dra_v1_pb2_grpc as pb_grpc
 from gpushare_sim.node.adapters.kube import SimKube
 
 from bench.deviceplugin.__main__ import collector_paused, rss_mb
+from bench.procs import process
 from bench.report import Row, emit, percentile
 from tests.deviceplugin.stubs import VendorPluginStub
 from tests.support.nats import NatsServer, free_port
@@ -70,22 +69,6 @@ def driver_env(work: Path, nats_url: str, kubeconfig: Path) -> dict[str, str]:
         "GPUSHARE_DRA_ISOLATION_DIR": str(work / "isolation"),
         "GPUSHARE_DRA_CARD_MEMORY_MIB": "nvidia.com/gpu=81920",
     }
-
-
-@contextlib.contextmanager
-def driver_process(env: dict[str, str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "gpushare_dra_driver"], env=env, stdout=out,
-                                stderr=subprocess.STDOUT)
-    try:
-        yield proc
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 async def make_claim(kube: SimKube, index: int) -> pb.Claim:
@@ -200,7 +183,7 @@ async def measure(args: argparse.Namespace, work: Path, nats: NatsServer, kubeco
     env = driver_env(work, nats.url, kubeconfig)
     try:
         claims = [await make_claim(kube, i) for i in range(args.claims)]
-        with driver_process(env, work / "driver.log") as proc:
+        with process([sys.executable, "-m", "gpushare_dra_driver"], env, log=work / "driver.log") as proc:
             deadline = time.monotonic() + 60
             while not (work / "plugin" / "dra.sock").exists() or not await kube.list_resource_slices():
                 if time.monotonic() > deadline or proc.poll() is not None:
@@ -278,10 +261,7 @@ def api_process(work: Path) -> Iterator[Path]:
     """The API emulator as its own process, with the namespace ``bench``; its kubeconfig."""
     kubeconfig = work / "kubeconfig"
     log = work / "apiserver.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "gpushare_sim.apiserver", "--kubeconfig", str(kubeconfig)],
-                                stdout=out, stderr=subprocess.STDOUT)
-    try:
+    with process([sys.executable, "-m", "gpushare_sim.apiserver", "--kubeconfig", str(kubeconfig)], log=log) as proc:
         deadline = time.monotonic() + 30
         while not kubeconfig.exists():
             if time.monotonic() > deadline or proc.poll() is not None:
@@ -289,13 +269,6 @@ def api_process(work: Path) -> Iterator[Path]:
             time.sleep(0.05)
         asyncio.run(create_namespace(kubeconfig, "bench"))
         yield kubeconfig
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 async def create_namespace(kubeconfig: Path, name: str) -> None:
