@@ -65,11 +65,11 @@ async def core_typed(settings: NatsSettings, subject: str, count: int) -> float:
 
     sub = await sub_bus.subscribe(subject, handler)
     sub._pending_msgs_limit = count + 1
-    await sub_bus.nc.flush()
+    await sub_bus.client.flush()
     start = time.perf_counter()
     for _ in range(count):
         await pub_bus.publish(subject, EVENT)
-    await pub_bus.nc.flush()
+    await pub_bus.client.flush()
     await asyncio.wait_for(done.wait(), 120)
     elapsed = time.perf_counter() - start
     await sub_bus.drain()
@@ -87,13 +87,13 @@ async def request_latency(settings: NatsSettings, subject: str, count: int) -> t
         return reply
 
     await server_bus.serve(subject, responder)
-    await server_bus.nc.flush()
+    await server_bus.client.flush()
     command = events.KmodCommand(node="n1", op="stats")
     raw_payload = events.encode(command)
     raw, typed = [], []
     for _ in range(count):
         t0 = time.perf_counter()
-        await client_bus.nc.request(subject, raw_payload, timeout=2)
+        await client_bus.client.request(subject, raw_payload, timeout=2)
         t1 = time.perf_counter()
         await client_bus.request(subject, command)
         t2 = time.perf_counter()
@@ -107,12 +107,13 @@ async def request_latency(settings: NatsSettings, subject: str, count: int) -> t
 async def fill_stream(settings: NatsSettings, subject: str, count: int) -> None:
     bus = Bus(settings, "bench-fill")
     await bus.connect()
+    await bus.ensure_layout()  # this bench installs its own stream (a cluster's installer does it there)
     await bus.wait_for_stream()
     payload = events.encode(EVENT)
     for _ in range(count):
-        await bus.nc.publish(subject, payload)
-    await bus.nc.flush()
-    while (await bus.js.stream_info(settings.stream)).state.messages < count:
+        await bus.client.publish(subject, payload)
+    await bus.client.flush()
+    while (await bus.client.jetstream().stream_info(settings.stream)).state.messages < count:
         await asyncio.sleep(0.05)
     await bus.drain()
 

@@ -45,7 +45,7 @@ from gpushare_common.adapters.kubeletapi import dra_v1_pb2_grpc as pb_grpc
 from gpushare_sim.node.adapters.kube import SimKube
 
 from bench.deviceplugin.__main__ import collector_paused, rss_mb
-from bench.procs import process
+from bench.procs import create_namespaces, process
 from bench.report import Row, emit, percentile
 from tests.deviceplugin.stubs import VendorPluginStub
 from tests.support.nats import NatsServer, free_port
@@ -267,25 +267,8 @@ def api_process(work: Path) -> Iterator[Path]:
             if time.monotonic() > deadline or proc.poll() is not None:
                 raise RuntimeError(f"the API emulator did not come up: {log.read_text()[-2000:]}")
             time.sleep(0.05)
-        asyncio.run(create_namespace(kubeconfig, "bench"))
+        asyncio.run(create_namespaces(kubeconfig, ["bench"]))
         yield kubeconfig
-
-
-async def create_namespace(kubeconfig: Path, name: str) -> None:
-    kube = SimKube.from_kubeconfig(str(kubeconfig))
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                await kube.create_object("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
-                                                                "metadata": {"name": name}})
-                return
-            except OSError:  # not listening yet
-                if time.monotonic() > deadline:
-                    raise
-                await asyncio.sleep(0.05)
-    finally:
-        await kube.close()
 
 
 if __name__ == "__main__":

@@ -20,11 +20,12 @@ from typing import Any
 from gpushare_common.events import AnyEvent, KmodCommand, KmodReply
 from gpushare_sim.containerd import Containerd
 
-from bench.procs import process
+from bench.procs import create_namespaces, process
 from tests.runtime.conftest import make_rootfs
 from tests.support.nats import NatsServer, free_port
 
 NODE = "bench-solver-node"
+DEV = "dev"  # the owner's namespace
 PREFIX = "benchsolver.v1"
 
 
@@ -95,6 +96,7 @@ async def started() -> AsyncIterator[Node]:
                 [sys.executable, "-m", "gpushare_sim.apiserver", "--port", str(free_port()),
                  "--kubeconfig", str(work / "kubeconfig")]) as api:
             _wait_file(work / "kubeconfig", api, "API emulator")
+            await create_namespaces(work / "kubeconfig", [DEV, "spot"])
             node = Node(nats.url, work / "kubeconfig", ctrd, make_rootfs(work / "rootfs"), free_port())
             with process([sys.executable, "-m", "gpushare_solver"], solver_env(node)) as solver:
                 deadline = time.monotonic() + 30

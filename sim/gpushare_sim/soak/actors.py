@@ -90,12 +90,17 @@ async def one_borrower(soak: Soak, node: str, owner: str, card: str, report_dir:
     slow = rng.random() < soak.slow_share
     command = LIST + (f"exec hog --mib {soak.borrower_mib} --threads 64 --child" if slow else "exec sleep 3600")
     soak.checks.borrowers.add(f"{soak.s.namespace}/{borrower}")
+    known = len(soak.s.evictions)
     await create(soak, pinned(pod_body(borrower, [container("main", ["sh", "-c", command], {SPOT: "1"})]), node))
     try:
-        seen = await soak.s.devices_seen(borrower, timeout=120)
+        seen = await devices_unless_evicted(soak, borrower, known)
     except TimeoutError:
         await delete(soak, borrower)
         raise
+    if isinstance(seen, events.EvictionRecord):  # its card was taken back before it ran (a ShadowPod
+        soak.figures.count(f"borrowers-evicted-before-running ({seen.reason})")  # reserved it): next one
+        await soak.s.wait_gone(borrower, 60)
+        return
     if seen != [card]:  # it borrowed a free card: it simply leaves after a while
         soak.figures.count("borrowers-on-free-cards")
         await asyncio.sleep(rng.uniform(1.0, 5.0))
@@ -103,7 +108,29 @@ async def one_borrower(soak: Soak, node: str, owner: str, card: str, report_dir:
         await soak.s.wait_gone(borrower, 60)
         return
     await asyncio.sleep(rng.uniform(0.0, 3.0))
+    early = _evicted(soak, borrower, known)
+    if early is not None:  # evicted while it ran, before its owner came back (a ShadowPod reserved the card)
+        soak.figures.count(f"borrowers-evicted-before-the-owner ({early.reason})")
+        await soak.s.wait_gone(borrower, 60)
+        return
     await owner_back(soak, node, owner, borrower, report_dir, slow)
+
+
+async def devices_unless_evicted(soak: Soak, borrower: str, known: int,
+                                 timeout: float = 120.0) -> list[str] | events.EvictionRecord:
+    """The borrower's devices once it runs, or its eviction record when it is evicted first."""
+    seen = asyncio.ensure_future(soak.s.devices_seen(borrower, timeout=timeout))
+    evicted = asyncio.ensure_future(wait_until(lambda: _evicted(soak, borrower, known), timeout,
+                                               f"eviction of {borrower}"))
+    try:
+        await asyncio.wait({seen, evicted}, return_when=asyncio.FIRST_COMPLETED)
+        if evicted.done() and not evicted.cancelled() and evicted.exception() is None:
+            return evicted.result()
+        return await seen
+    finally:
+        for task in (seen, evicted):
+            task.cancel()
+        await asyncio.gather(seen, evicted, return_exceptions=True)
 
 
 async def owner_back(soak: Soak, node: str, owner: str, borrower: str, report_dir: Path, slow: bool) -> None:
