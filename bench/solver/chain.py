@@ -13,7 +13,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-from gpushare_common.bus import Bus
+from gpushare_common.bus import Bus, Transient
 from gpushare_common.events import KmodCommand
 from gpushare_solver.outbox import BusOutbox
 
@@ -67,11 +67,15 @@ async def detect_ready(bus: Bus, owner: str, timeout: float = 20.0) -> None:
     outbox = BusOutbox(bus, NODE, 2.0)
     deadline = time.monotonic() + timeout
     while True:
-        reply = await outbox.kmod(KmodCommand(node=NODE, op="detect", pods=(owner,)))
-        if reply.status >= 0 and reply.pidns:
-            return
+        try:
+            reply = await outbox.kmod(KmodCommand(node=NODE, op="detect", pods=(owner,)))
+            if reply.status >= 0 and reply.pidns:
+                return
+            why = reply.message
+        except Transient as err:  # the bridge is not serving yet
+            why = str(err)
         if time.monotonic() > deadline:
-            raise TimeoutError(f"the kmod-bridge never resolved {owner}: {reply.message}")
+            raise TimeoutError(f"the kmod-bridge never resolved {owner}: {why}")
         await asyncio.sleep(0.1)
 
 

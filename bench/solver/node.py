@@ -21,6 +21,7 @@ from gpushare_common.events import AnyEvent, KmodCommand, KmodReply
 from gpushare_sim.containerd import Containerd
 
 from bench.procs import create_namespaces, process
+from tests.detector.podres_server import serve_pod_resources
 from tests.runtime.conftest import make_rootfs
 from tests.support.nats import NatsServer, free_port
 
@@ -62,6 +63,7 @@ class Node:
     ctrd: Containerd
     rootfs: Path
     http_port: int
+    pod_resources: Path  # the kubelet's pod-resources socket (a stand-in serving the real API)
 
     def status(self) -> dict[str, Any]:
         url = f"http://127.0.0.1:{self.http_port}/status"
@@ -84,6 +86,7 @@ def solver_env(node: Node) -> dict[str, str]:
             "GPUSHARE_NATS_KV_PREFIX": "benchsolver", "GPUSHARE_HTTP_HOST": "127.0.0.1",
             "GPUSHARE_HTTP_PORT": str(node.http_port), "GPUSHARE_KUBE_KUBECONFIG": str(node.kubeconfig),
             "GPUSHARE_SOLVER_CONTAINERD_ADDRESS": str(node.ctrd.address),
+            "GPUSHARE_SOLVER_POD_RESOURCES_SOCKET": str(node.pod_resources),  # looked up at every reclaim
             "GPUSHARE_LOG_LEVEL": "WARNING"}
 
 
@@ -97,13 +100,15 @@ async def started() -> AsyncIterator[Node]:
                  "--kubeconfig", str(work / "kubeconfig")]) as api:
             _wait_file(work / "kubeconfig", api, "API emulator")
             await create_namespaces(work / "kubeconfig", [DEV, "spot"])
-            node = Node(nats.url, work / "kubeconfig", ctrd, make_rootfs(work / "rootfs"), free_port())
-            with process([sys.executable, "-m", "gpushare_solver"], solver_env(node)) as solver:
-                deadline = time.monotonic() + 30
-                while not await asyncio.to_thread(node.ready):
-                    if solver.poll() is not None or time.monotonic() > deadline:
-                        raise RuntimeError("the solver did not become ready")
-                    await asyncio.sleep(0.05)
-                yield node
+            node = Node(nats.url, work / "kubeconfig", ctrd, make_rootfs(work / "rootfs"), free_port(),
+                        work / "pod-resources.sock")
+            async with serve_pod_resources(node.pod_resources):  # the kubelet's, listing no spot devices
+                with process([sys.executable, "-m", "gpushare_solver"], solver_env(node)) as solver:
+                    deadline = time.monotonic() + 30
+                    while not await asyncio.to_thread(node.ready):
+                        if solver.poll() is not None or time.monotonic() > deadline:
+                            raise RuntimeError("the solver did not become ready")
+                        await asyncio.sleep(0.05)
+                    yield node
     finally:
         nats.cleanup()
