@@ -45,10 +45,10 @@ def node_pods(count: int) -> tuple[list[dict[str, object]], dict[str, dict[str, 
         share = i % 25
         if share < 2:
             pods.append(pf.shadow(f"shadow-{i}"))
-            table[f"ns/shadow-{i}"] = {"main": {"nvidia.com/gpu": (f"GPU-{i}",)}}
+            table[f"{pf.SYSTEM}/shadow-{i}"] = {"main": {"nvidia.com/gpu": (f"GPU-{i}",)}}
         elif share < 8:
             pods.append(pf.share(f"share-{i}"))
-            table[f"ns/share-{i}"] = {"app": {"gpushare/share-gpu-4": (f"ns/shadow-{i - i % 25}-{share % 4}",)}}
+            table[f"ns/share-{i}"] = {"app": {"gpushare/share-gpu-4": (f"{pf.SYSTEM}/shadow-{i - i % 25}-{share % 4}",)}}
         elif share < 11:
             pods.append(pf.spot(f"spot-{i}"))
             table[f"ns/spot-{i}"] = {"job": {"gpushare/spot-gpu": (f"spot-GPU-{i}",)}}
@@ -64,10 +64,10 @@ def load_pods(api: KubeApi, pods: list[dict[str, object]]) -> None:
     core = kubernetes.client.CoreV1Api(api.client)
     core.create_namespace({"metadata": {"name": "ns"}})
     for pod in pods:
-        core.create_namespaced_pod("ns", pod)
         meta = pod["metadata"]
         assert isinstance(meta, dict)
-        core.patch_namespaced_pod_status(meta["name"], "ns", {"status": {"phase": "Running"}})
+        core.create_namespaced_pod(meta["namespace"], pod)  # ShadowPods in the system namespace
+        core.patch_namespaced_pod_status(meta["name"], meta["namespace"], {"status": {"phase": "Running"}})
 
 
 async def resync_cpu(detector: object, rounds: int) -> list[float]:
@@ -116,7 +116,7 @@ async def churn(api: KubeApi, podres: PodResourcesServer, detector: object, seen
 BYTECODE = {"PYTHONDONTWRITEBYTECODE": "", "PYTHONPYCACHEPREFIX": str(Path(tempfile.gettempdir()) /
                                                                      "gpushare-bench-pycache")}
 FLOOR = ("import gpushare_detector.app\n"
-         "from kubernetes.client.api import core_v1_api, coordination_v1_api\n"
+         "import gpushare_common.adapters.kube\n"  # the service's own Kubernetes client
          "print([l.split()[1] for l in open('/proc/self/status') if l.startswith('VmRSS')][0])")
 
 
@@ -165,6 +165,7 @@ async def measure(args: argparse.Namespace, nats: NatsSettings, api: KubeApi, po
                   workdir: Path) -> list[Row]:
     bus = Bus(nats, "bench-detector")
     await bus.connect()
+    await bus.ensure_layout()  # this bench installs its own stream (a cluster's installer does it there)
     await bus.wait_for_stream()
     seen = Collector()
     await bus.subscribe(bus.subjects.node_events(NODE), seen)
