@@ -48,7 +48,8 @@ def node_pods(count: int) -> tuple[list[dict[str, object]], dict[str, dict[str, 
             table[f"{pf.SYSTEM}/shadow-{i}"] = {"main": {"nvidia.com/gpu": (f"GPU-{i}",)}}
         elif share < 8:
             pods.append(pf.share(f"share-{i}"))
-            table[f"ns/share-{i}"] = {"app": {"gpushare/share-gpu-4": (f"{pf.SYSTEM}/shadow-{i - i % 25}-{share % 4}",)}}
+            shadow_device = f"{pf.SYSTEM}/shadow-{i - i % 25}-{share % 4}"
+            table[f"ns/share-{i}"] = {"app": {"gpushare/share-gpu-4": (shadow_device,)}}
         elif share < 11:
             pods.append(pf.spot(f"spot-{i}"))
             table[f"ns/spot-{i}"] = {"job": {"gpushare/spot-gpu": (f"spot-GPU-{i}",)}}
