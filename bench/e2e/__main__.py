@@ -21,6 +21,7 @@ from contextlib import AsyncExitStack
 from dataclasses import replace
 
 from gpushare_sim.run.cluster import Cluster, ClusterSettings
+from gpushare_sim.run.kubeapi import ensure_namespace
 from gpushare_sim.run.narrate import Timeline
 from gpushare_sim.run.services import ServiceSettings
 from gpushare_sim.scenarios.kit import Scenario, open_clients, recording
@@ -93,7 +94,9 @@ async def run(args: argparse.Namespace) -> list[Row]:
         sampler = asyncio.create_task(sample_rss(cluster, peaks, stop))
         try:
             started = time.monotonic()
-            async with recording(Scenario("bench-e2e", cluster, timeline, kube, bus)) as s:
+            scenario = Scenario("bench-e2e", cluster, timeline, kube, bus)
+            await asyncio.to_thread(ensure_namespace, cluster.kubeconfig, scenario.namespace)
+            async with recording(scenario) as s:
                 done = await trials(s, args.trials, args.quiet)
             timeline.step(f"{len(done)} owner-back trials in {time.monotonic() - started:.0f}s")
         finally:
