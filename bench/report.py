@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 import statistics
 import time
@@ -49,8 +50,10 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def save(rows: list[Row], path: Path = RESULTS) -> None:
-    """Merge rows into the JSON file (keyed by part and metric), keeping other parts' figures."""
+def save(rows: list[Row], path: Path | None = None) -> None:
+    """Merge rows into the JSON file (keyed by part and metric), keeping other parts' figures;
+    ``GPUSHARE_BENCH_RESULTS`` names another file."""
+    path = path or Path(os.environ.get("GPUSHARE_BENCH_RESULTS") or RESULTS)
     doc = json.loads(path.read_text()) if path.exists() else {"rows": []}
     keep = [r for r in doc.get("rows", []) if (r["part"], r["metric"]) not in
             {(x.part, x.metric) for x in rows}]
