@@ -1,6 +1,8 @@
 """Every benchmark runs end to end at a tiny size (so none of them rots unnoticed as the
 services change) and its table has the figures it promises. Targets are not judged here:
-these runs are too small and this machine too noisy; ``make bench`` judges them."""
+these runs are too small and this machine too noisy; ``make bench`` judges them. Not here:
+``bench.kmod`` (a minute in its VM; the module's own VM tests boot the same one) and
+``bench.fleet`` (tests/bench/test_fleet.py)."""
 
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ TINY: list[tuple[str, list[str], str, bool]] = [
     ("apiserver", ["--pods", "50", "--nodes", "2", "--patches", "10"], "patch latency during fan-out, p99", False),
     ("nats_auth", ["--rounds", "10"], "connect token via callout + TokenReview p99", False),
     ("kmod_bridge", ["--rounds", "10"], "notice->delivered p99 (sim, host)", False),
+    ("runtime", ["--cycles", "3", "--siblings", "2"], "same-pod: overhead median", True),
     ("solver", ["--trials", "3", "--chain", "3"], "owner back -> release sent p99 (n=3)", True),
     ("simnode", ["--pods", "2", "--allocations", "5"], "pod start (containerd) p50", True),
     ("e2e", ["--trials", "2", "--quiet"], "owner-back ioctl -> owner's call returns p99", True),
