@@ -41,6 +41,7 @@ from bench.procs import process
 from bench.solver.__main__ import remove_container, run_container
 from bench.solver.chain import OWNER_CONTAINER, _bridge_env, detect_ready, owner_ioctl, start_owner
 from bench.solver.node import NODE, Node, _wait_file, solver_env
+from tests.detector.podres_server import serve_pod_resources
 from tests.runtime.conftest import make_rootfs
 from tests.solver.world import NAMESPACE, container_statuses, pod_body
 from tests.support.kubeapi import client_for
@@ -211,22 +212,24 @@ async def _started(cluster: NatsCluster, layout: Layout, logs: Path, cards: int,
                                         "--kubeconfig", str(work / "kubeconfig")], log=logs / "apiserver.log") as api:
         _wait_file(work / "kubeconfig", api, "API emulator")
         await asyncio.to_thread(_namespaces, work / "kubeconfig", "dev", "spot")
-        node = Node(cluster.url, work / "kubeconfig", ctrd, make_rootfs(work / "rootfs"), free_port())
-        with process([sys.executable, "-m", "gpushare_solver"], {**solver_env(node), **env},
-                     log=logs / "solver.log") as solver, kernel_and_bridge(node, env, work) as hook:  # fmt: skip
-            await _ready(node, solver)
-            async with contextlib.AsyncExitStack() as stack:
-                settings = cluster.settings(prefix=layout.prefix, stream=layout.stream, kv_prefix=layout.kv_prefix)
-                bus = Bus(settings, "bench")
-                await bus.connect()
-                stack.push_async_callback(bus.drain)
-                kube = Kube(KubeSettings(kubeconfig=str(node.kubeconfig)))
-                stack.push_async_callback(kube.close)
-                tasks = await stack.enter_async_context(Tasks(str(ctrd.address), NAMESPACE))
-                owner = start_owner(node)
-                await kube.create_pod("dev", pod_body("owner", NODE, [OWNER_CONTAINER]))
-                real = RealNode(node, bus, kube, tasks, hook, owner, cards)
-                await real.publish("generic", ReservedEvent(node=NODE, pod=OWNER, container="c0", state="using",
-                                                           vendor_resource="nvidia.com/gpu",
-                                                           devices=tuple(real.cards)))  # fmt: skip
-                yield real
+        node = Node(cluster.url, work / "kubeconfig", ctrd, make_rootfs(work / "rootfs"), free_port(),
+                    work / "pod-resources.sock")
+        async with serve_pod_resources(node.pod_resources):  # the kubelet's, for the reclaim's lookup
+            with process([sys.executable, "-m", "gpushare_solver"], {**solver_env(node), **env},
+                         log=logs / "solver.log") as solver, kernel_and_bridge(node, env, work) as hook:  # fmt: skip
+                await _ready(node, solver)
+                async with contextlib.AsyncExitStack() as stack:
+                    settings = cluster.settings(prefix=layout.prefix, stream=layout.stream, kv_prefix=layout.kv_prefix)
+                    bus = Bus(settings, "bench")
+                    await bus.connect()
+                    stack.push_async_callback(bus.drain)
+                    kube = Kube(KubeSettings(kubeconfig=str(node.kubeconfig)))
+                    stack.push_async_callback(kube.close)
+                    tasks = await stack.enter_async_context(Tasks(str(ctrd.address), NAMESPACE))
+                    owner = start_owner(node)
+                    await kube.create_pod("dev", pod_body("owner", NODE, [OWNER_CONTAINER]))
+                    real = RealNode(node, bus, kube, tasks, hook, owner, cards)
+                    await real.publish("generic", ReservedEvent(node=NODE, pod=OWNER, container="c0", state="using",
+                                                               vendor_resource="nvidia.com/gpu",
+                                                               devices=tuple(real.cards)))  # fmt: skip
+                    yield real
