@@ -40,3 +40,10 @@ def test_any_text_has_an_expiry_or_none(text: str) -> None:
 def test_renewal_is_never_negative_nor_after_expiry(issued: float, lifetime: float, now: float) -> None:
     delay = renew_in(issued + lifetime, issued, now)
     assert delay >= 0 and (now + delay <= issued + lifetime or delay == 0)
+
+
+def test_rounding_never_puts_the_renewal_past_the_expiry() -> None:
+    # found by the property above: (expires - now) + now rounds one ulp past expires
+    issued, now = 16777218.28670388, 1.360759174451232
+    delay = renew_in(issued, issued, now)
+    assert delay > 0 and now + delay <= issued

@@ -15,6 +15,7 @@ import asyncio
 import base64
 import binascii
 import json
+import math
 import time
 from collections.abc import Awaitable, Callable
 
@@ -41,7 +42,11 @@ def renew_in(expires: float, issued: float, now: float | None = None) -> float:
     """Seconds from ``now`` until a connection whose token was read at ``issued`` should renew."""
     now = time.time() if now is None else now
     margin = min(MAX_MARGIN_S, max(expires - issued, 0.0) / 10)
-    return max(expires - margin - now, 0.0)
+    renew_at = expires - margin
+    delay = max(renew_at - now, 0.0)
+    while delay > 0.0 and now + delay > renew_at:  # rounding must not put the renewal past its instant
+        delay = max(delay - math.ulp(now + delay), 0.0)
+    return delay
 
 
 class Renewal:
