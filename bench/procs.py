@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import subprocess
-import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
-from gpushare_sim.node.adapters.kube import SimKube
 from gpushare_sim.run.lifeline import owned
 
 
@@ -33,22 +30,3 @@ def process(args: list[str], env: dict[str, str] | None = None, quiet: bool = Fa
             proc.kill()
             proc.wait()
 
-
-async def create_namespaces(kubeconfig: Path, names: Iterable[str], within_s: float = 30.0) -> None:
-    """Create these namespaces in the API emulator (waiting for it to listen): a namespaced
-    object needs its namespace, as on a cluster."""
-    kube = SimKube.from_kubeconfig(str(kubeconfig))
-    try:
-        deadline = time.monotonic() + within_s
-        for name in names:
-            while True:
-                try:
-                    await kube.create_object("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
-                                                                    "metadata": {"name": name}})
-                    break
-                except OSError:  # not listening yet
-                    if time.monotonic() > deadline:
-                        raise
-                    await asyncio.sleep(0.05)
-    finally:
-        await kube.close()

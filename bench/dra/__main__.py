@@ -43,9 +43,10 @@ from gpushare_common.adapters.kube import resource_path
 from gpushare_common.adapters.kubeletapi import dra_v1_pb2 as pb
 from gpushare_common.adapters.kubeletapi import dra_v1_pb2_grpc as pb_grpc
 from gpushare_sim.node.adapters.kube import SimKube
+from gpushare_sim.run.kubeapi import ensure_namespace
 
 from bench.deviceplugin.__main__ import collector_paused, rss_mb
-from bench.procs import create_namespaces, process
+from bench.procs import process
 from bench.report import Row, emit, percentile
 from tests.deviceplugin.stubs import VendorPluginStub
 from tests.support.nats import NatsServer, free_port
@@ -267,7 +268,7 @@ def api_process(work: Path) -> Iterator[Path]:
             if time.monotonic() > deadline or proc.poll() is not None:
                 raise RuntimeError(f"the API emulator did not come up: {log.read_text()[-2000:]}")
             time.sleep(0.05)
-        asyncio.run(create_namespaces(kubeconfig, ["bench"]))
+        ensure_namespace(kubeconfig, "bench")
         yield kubeconfig
 
 

@@ -25,7 +25,6 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import kubernetes
 from gpushare_common.adapters.kube import Kube, KubeError
 from gpushare_common.bus import Bus, BusError
 from gpushare_common.events import Event, LowPowerEvent, ReservedEvent, SpotEvent
@@ -33,6 +32,7 @@ from gpushare_common.layout import Layout
 from gpushare_common.retry import Stopped
 from gpushare_common.settings import KubeSettings
 from gpushare_sim.containerd import Containerd
+from gpushare_sim.run.kubeapi import ensure_namespace
 from gpushare_solver.adapters.containerd import Tasks
 from gpushare_solver.ports import ContainerdError
 
@@ -44,7 +44,6 @@ from bench.solver.node import NODE, Node, _wait_file, solver_env
 from tests.detector.podres_server import serve_pod_resources
 from tests.runtime.conftest import make_rootfs
 from tests.solver.world import NAMESPACE, container_statuses, pod_body
-from tests.support.kubeapi import client_for
 from tests.support.nats import free_port
 
 OWNER = "dev/owner"
@@ -185,16 +184,6 @@ async def _ready(node: Node, solver: object) -> None:
         await asyncio.sleep(0.1)
 
 
-def _namespaces(kubeconfig: Path, *names: str) -> None:
-    client = client_for(kubeconfig)
-    try:
-        core = kubernetes.client.CoreV1Api(client)
-        for name in names:
-            core.create_namespace(kubernetes.client.V1Namespace(metadata=kubernetes.client.V1ObjectMeta(name=name)))
-    finally:
-        client.close()
-
-
 @contextlib.asynccontextmanager
 async def real_node(cluster: NatsCluster, layout: Layout, logs: Path, cards: int) -> AsyncIterator[RealNode]:
     work = Path(tempfile.mkdtemp(prefix="bench-fleet-node-"))
@@ -211,7 +200,8 @@ async def _started(cluster: NatsCluster, layout: Layout, logs: Path, cards: int,
     with Containerd() as ctrd, process([sys.executable, "-m", "gpushare_sim.apiserver", "--port", str(free_port()),
                                         "--kubeconfig", str(work / "kubeconfig")], log=logs / "apiserver.log") as api:
         _wait_file(work / "kubeconfig", api, "API emulator")
-        await asyncio.to_thread(_namespaces, work / "kubeconfig", "dev", "spot")
+        for namespace in ("dev", "spot"):
+            await asyncio.to_thread(ensure_namespace, work / "kubeconfig", namespace)
         node = Node(cluster.url, work / "kubeconfig", ctrd, make_rootfs(work / "rootfs"), free_port(),
                     work / "pod-resources.sock")
         async with serve_pod_resources(node.pod_resources):  # the kubelet's, for the reclaim's lookup

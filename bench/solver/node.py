@@ -19,8 +19,9 @@ from typing import Any
 
 from gpushare_common.events import AnyEvent, KmodCommand, KmodReply
 from gpushare_sim.containerd import Containerd
+from gpushare_sim.run.kubeapi import ensure_namespace
 
-from bench.procs import create_namespaces, process
+from bench.procs import process
 from tests.detector.podres_server import serve_pod_resources
 from tests.runtime.conftest import make_rootfs
 from tests.support.nats import NatsServer, free_port
@@ -99,7 +100,8 @@ async def started() -> AsyncIterator[Node]:
                 [sys.executable, "-m", "gpushare_sim.apiserver", "--port", str(free_port()),
                  "--kubeconfig", str(work / "kubeconfig")]) as api:
             _wait_file(work / "kubeconfig", api, "API emulator")
-            await create_namespaces(work / "kubeconfig", [DEV, "spot"])
+            for namespace in (DEV, "spot"):
+                await asyncio.to_thread(ensure_namespace, work / "kubeconfig", namespace)
             node = Node(nats.url, work / "kubeconfig", ctrd, make_rootfs(work / "rootfs"), free_port(),
                         work / "pod-resources.sock")
             async with serve_pod_resources(node.pod_resources):  # the kubelet's, listing no spot devices

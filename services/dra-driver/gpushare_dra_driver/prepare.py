@@ -15,7 +15,6 @@ record) and removes spec files of this driver that record nothing (a crash mid-w
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -88,24 +87,11 @@ class Preparer:
         self.state = state
         self._lock = asyncio.Lock()
         self._profiles: dict[str, isolation.Isolation] = {}  # vendor resource -> its parsed profile
-        self._shares: Counter[str] = Counter()  # card -> shares of it prepared here
-        self._count_shares()
 
     def shared_cards(self) -> frozenset[str]:
-        """Cards with shares prepared here (kept up to date at every change, not recounted)."""
-        return frozenset(self._shares)
-
-    def _count_shares(self) -> None:
-        self._shares = Counter(card for claim in self.state.claims.values()
-                               for card, role in zip(claim.cards, claim.roles, strict=False)
-                               if role == dra.ROLE_SHARE)
-
-    def _add_shares(self, claim: PreparedClaim, step: int) -> None:
-        for card, role in zip(claim.cards, claim.roles, strict=False):
-            if role == dra.ROLE_SHARE:
-                self._shares[card] += step
-                if self._shares[card] <= 0:
-                    del self._shares[card]
+        """Cards with shares prepared here."""
+        return frozenset(card for claim in self.state.claims.values()
+                         for card, role in zip(claim.cards, claim.roles, strict=False) if role == dra.ROLE_SHARE)
 
     # --- prepare -------------------------------------------------------------------------
 
@@ -187,7 +173,6 @@ class Preparer:
     def _write(self, prepared: PreparedClaim) -> None:
         self.files.write_spec(prepared.file, prepared.spec)
         self.state.claims[prepared.uid] = prepared
-        self._add_shares(prepared, 1)
 
     # --- unprepare -----------------------------------------------------------------------
 
@@ -206,7 +191,6 @@ class Preparer:
         except OSError as err:
             return f"claim {ref.key}: cannot remove {known.file}: {err}"
         del self.state.claims[ref.uid]
-        self._add_shares(known, -1)
         log.info("claim unprepared", claim=ref.key, uid=ref.uid)
         return ""
 
@@ -233,7 +217,6 @@ class Preparer:
                 found[claim.uid] = claim
                 rewritten.append(name)
         self.state.claims = found
-        self._count_shares()
         self.files.drop_state()
         return leaks, rewritten
 
