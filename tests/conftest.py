@@ -8,11 +8,17 @@ from collections.abc import Iterator
 
 import pytest
 from gpushare_common.settings import NatsSettings
+from hypothesis import settings
 
 from tests.support import lifeline, procs
 from tests.support.nats import NatsServer, nats_binary, unique_prefix
 
 lifeline.install()  # every process a test starts dies with the test runner
+
+# property tests check what a parser or a rule does, never how fast: on a busy machine an example
+# may take longer than Hypothesis's default 200 ms deadline, which would fail the test by chance
+settings.register_profile("gpushare", deadline=None)
+settings.load_profile("gpushare")
 
 
 @pytest.fixture(scope="session")
