@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import re
 from typing import Any
 
 import pytest
@@ -22,6 +21,7 @@ from gpushare_common.pods import (
 )
 from hypothesis import given
 from hypothesis import strategies as st
+from kubernetes.utils.quantity import parse_quantity as client_parse_quantity
 
 from tests.detector import podfactory as pf
 
@@ -174,19 +174,16 @@ def test_batch_requests_round_trip(vcpu: int, vmem: int) -> None:
 
 
 @given(st.one_of(json_values, st.floats(), st.integers(max_value=-1),
-                 st.sampled_from(["1k", "01", "2Gi", "+1", "1e3", "500m", "3Ki", "10000000000000000000"])))
+                 st.sampled_from(["1k", "01", "2Gi", "+1", "1e3", "500m", "2000m", "3Ki", "1.5", "1e19",
+                                  "10000000000000000000"])))
 def test_a_batch_request_is_a_whole_number_or_a_pod_error(value: Any) -> None:
     try:
         view = read_pod(_batch({"gpushare/vcpu": value}), RULES)
     except PodError as err:
         assert err.pod == "ns/p" and "gpushare/vcpu request" in err.reason
-    else:
+    else:  # the Kubernetes client's own reading of the quantity agrees, and it is a whole number
         assert isinstance(value, str | int) and not isinstance(value, bool)
-        found = re.fullmatch(r"([0-9]+)(k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?", str(value).strip())
-        assert found is not None
-        unit = {None: 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
-                "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}[found.group(2)]
-        assert view.vcpu == int(found.group(1)) * unit
+        assert view.vcpu == client_parse_quantity(str(value).strip()) and 0 <= view.vcpu < 2**63
 
 
 def test_the_allocate_annotations_are_read_with_their_signatures() -> None:
@@ -308,8 +305,16 @@ def test_a_share_pod_asks_for_one_share_and_counts_its_devices() -> None:
     two = pf.pod("app", requests={"a": {"gpushare/share-gpu-4": "1"}, "b": {"gpushare/share-gpu-4": "2"}})
     view = read_pod(two, RULES)
     assert (view.kind, view.share, view.share_devices) == (PodKind.SHARE, ShareSpec("share", 4), 3)
-    odd = pf.pod("odd", requests={"a": {"gpushare/share-dev-gpu-8": "x"}})
-    assert read_pod(odd, RULES).share_devices == 1
+    canonical = pf.pod("k", requests={"a": {"gpushare/share-gpu-4": "2000m"}, "b": {"gpushare/share-gpu-4": "1k"}})
+    assert read_pod(canonical, RULES).share_devices == 1002
+
+
+@pytest.mark.parametrize("amount", ["x", "0", "-1", "1.5", "500m", "1K", "", None, 1.0, True])
+def test_a_share_request_that_is_no_positive_whole_number_is_refused(amount: Any) -> None:
+    odd = pf.pod("odd", requests={"a": {"gpushare/share-dev-gpu-8": amount}})
+    with pytest.raises(PodError, match="gpushare/share-dev-gpu-8 request") as caught:
+        read_pod(odd, RULES)
+    assert caught.value.pod == "ns/odd" and "counts whole devices" in caught.value.reason
 
 
 def test_readiness_restarts_and_isolation() -> None:

@@ -44,7 +44,7 @@ def test_roles_follow_the_device_class_then_the_shares() -> None:
     (claim(results=[result(f"gpu-{NODE}-0", pool="gpu-node-8")]), "results[0].pool", "not this node's pool"),
     (claim(results=[result(f"gpu-{NODE}-0", "125")]), "consumedCapacity.shares", "outside [1, 100]"),
     (claim(results=[result(f"gpu-{NODE}-0", "0")]), "consumedCapacity.shares", "outside [1, 100]"),
-    (claim(results=[result(f"gpu-{NODE}-0", "2.5")]), "consumedCapacity.shares", "whole-number"),
+    (claim(results=[result(f"gpu-{NODE}-0", "2.5")]), "consumedCapacity.shares", "whole number"),
     (claim(results=[result(f"spot-gpu-{NODE}-0", "25")]), "consumedCapacity", "spot device has no shares"),
     (claim(results=[result("x", driver="other.example.com")]), "results", "no device of driver"),
     (claim(results=["not an object"]), "results[0]", "expected an object"),

@@ -82,12 +82,14 @@ def test_consumed_never_exceeds_capacity_and_never_shrinks_a_request(requested: 
     assert got is None or (max(requested, 1) <= got <= capacity)
 
 
-@pytest.mark.parametrize("value", ["25", 25, "1k", " 7 "])
-def test_counts(value: object) -> None:
-    assert dra.parse_count(value, "shares") in (25, 1000, 7)
+@pytest.mark.parametrize("value, count", [("25", 25), (25, 25), ("1k", 1000), (" 7 ", 7), ("2Ki", 2048),
+                                          ("25000m", 25)])  # fmt: skip
+def test_counts(value: object, count: int) -> None:
+    assert dra.parse_count(value, "shares") == count
 
 
-@pytest.mark.parametrize("value", ["2.5", "-1", "25Mi", "", True, None, [], "1" * 13])
+@pytest.mark.parametrize("value", ["2.5", "-1", "1K", "", True, None, [], "1e19", "500m"])
 def test_bad_counts(value: object) -> None:
-    with pytest.raises(dra.DraNameError, match="whole-number"):
+    with pytest.raises(dra.DraNameError, match="invalid shares") as caught:
         dra.parse_count(value, "shares")
+    assert "whole number" in caught.value.reason or "quantity" in caught.value.reason

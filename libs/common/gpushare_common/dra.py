@@ -11,12 +11,14 @@ One place for the names the DRA driver publishes and the other parts read back:
   devices), so a dev machine holding a card through an ``exclusive`` claim is an owner and a
   ``spot`` claim a borrower, as on the device-plugin path.
 
-Standard library only; every parser returns a value or raises :class:`DraNameError`.
+Standard library only (and :mod:`.quantity`); every parser returns a value or raises :class:`DraNameError`.
 """
 
 from __future__ import annotations
 
 import hashlib
+
+from . import quantity
 
 DRIVER = "gpushare.k8s.io"
 SHARE_CLASS = f"share.{DRIVER}"
@@ -163,15 +165,11 @@ def is_ours(value: str) -> bool:
 
 
 def parse_count(value: object, what: str) -> int:
-    """A whole, non-negative quantity (``"25"``, ``25``, ``"1k"``); DraNameError otherwise."""
-    if isinstance(value, bool) or not isinstance(value, int | str):
-        raise DraNameError(what, value, "expected a whole-number quantity")
-    text = str(value).strip()
-    scale = {"k": 1000, "M": 1000**2, "G": 1000**3}.get(text[-1:], 1) if text else 1
-    digits = text[:-1] if scale != 1 else text
-    if not (digits.isdigit() and digits.isascii()) or len(digits) > 12:
-        raise DraNameError(what, value, "expected a whole-number quantity")
-    return int(digits) * scale
+    """A whole, non-negative quantity (``"25"``, ``25``, ``"1k"``, ``"2Ki"``); DraNameError otherwise."""
+    try:
+        return quantity.parse_count(value, what)
+    except quantity.QuantityError as err:
+        raise DraNameError(what, value, err.reason) from None
 
 
 def share_policy(capacity: int) -> dict[str, object]:

@@ -15,7 +15,6 @@ ShadowPod label anywhere else is not a ShadowPod; it is read as what it requests
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
@@ -23,6 +22,7 @@ from typing import Any
 import msgspec
 
 from . import dra, ids
+from .quantity import QuantityError, parse_count
 
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 SHARE_KINDS = {"share": "share-gpu", "share-dev": "share-dev-gpu"}  # share kind -> resource stem
@@ -30,11 +30,6 @@ MANAGED_BY = "app.kubernetes.io/managed-by"
 SHADOW_CONTROLLER = "gpushare-shadow-controller"
 SYSTEM_NAMESPACE = "gpushare-system"
 MAX_SHARE = 1024
-# a Kubernetes quantity of an extended resource (whole units): digits, maybe a decimal or binary
-# suffix, as the API server writes it back (1000 -> "1k", 2048 -> "2Ki")
-_COUNT = re.compile(r"([0-9]{1,18})(k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?\Z")
-_SUFFIX = {None: 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
-           "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 
 
 class PodKind(StrEnum):
@@ -270,17 +265,17 @@ def _batch(key: str, spec: Mapping[str, Any], rules: PodRules) -> tuple[int, int
         for resource in totals:
             name = f"{rules.domain}/{resource}"
             if name in requests:
-                totals[resource] += _count(key, name, requests[name])
+                totals[resource] += _devices(key, name, requests[name], minimum=0)
     return totals["vcpu"], totals["vmem"]
 
 
-def _count(key: str, name: str, value: Any) -> int:
-    text = str(value).strip() if isinstance(value, str | int) and not isinstance(value, bool) else None
-    found = _COUNT.match(text) if text is not None else None
-    if found is None:
-        raise PodError(key, f"{name} request {value!r}: expected a whole number of devices (a quantity "
-                            "such as 3, 1k or 2Ki)")
-    return int(found.group(1)) * _SUFFIX[found.group(2)]
+def _devices(key: str, resource: str, value: Any, minimum: int) -> int:
+    """How many devices of an extended resource a container asks for: a quantity whose value is a
+    whole number (``3``, ``1k``, ``2Ki``), as the API server and the kubelet require."""
+    try:
+        return parse_count(value, f"{resource} request", minimum)
+    except QuantityError as err:
+        raise PodError(key, f"{err} (an extended resource counts whole devices)") from None
 
 
 def _devices_ids(annotations: Mapping[str, str]) -> dict[str, SignedAnnotation]:
@@ -295,16 +290,10 @@ def _devices_ids(annotations: Mapping[str, str]) -> dict[str, SignedAnnotation]:
     return found
 
 
-def _quantity(value: Any) -> int:
-    try:
-        return max(1, int(str(value)))
-    except ValueError:
-        return 1
-
-
-def _share_request(spec: Mapping[str, Any], rules: PodRules) -> tuple[ShareSpec | None, int]:
+def _share_request(key: str, spec: Mapping[str, Any], rules: PodRules) -> tuple[ShareSpec | None, int]:
     """The share a SharePod asks for (the first share resource found) and how many virtual
-    devices its containers request together (per container, its limit or else its request)."""
+    devices its containers request together (per container, its limit or else its request: a
+    whole number, at least 1)."""
     found: ShareSpec | None = None
     total = 0
     for container in spec.get("containers") or []:
@@ -315,7 +304,7 @@ def _share_request(spec: Mapping[str, Any], rules: PodRules) -> tuple[ShareSpec 
         for name, value in amounts.items():
             wanted = parse_share_resource(str(name), rules.domain)
             if wanted is not None and (found is None or wanted == found):
-                found, total = wanted, total + _quantity(value)
+                found, total = wanted, total + _devices(key, str(name), value, minimum=1)
     return found, total
 
 
@@ -429,7 +418,7 @@ def read_pod(doc: Mapping[str, Any], rules: PodRules) -> Pod:
     lendable = kind is PodKind.RESERVED and marked
     share, share_devices = share_spec(key, annotations) if kind is PodKind.SHADOW else None, 0
     if kind is PodKind.SHARE:
-        share, share_devices = _share_request(spec, rules)
+        share, share_devices = _share_request(key, spec, rules)
     vcpu, vmem = _batch(key, spec, rules)
     return Pod(
         namespace=namespace, name=name, uid=str(meta.get("uid") or ""), node=str(spec.get("nodeName") or ""),

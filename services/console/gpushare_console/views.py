@@ -16,6 +16,7 @@ from typing import Any
 
 from gpushare_common.cardmap import CARD_STATES, CardUse
 from gpushare_common.pods import Pod
+from gpushare_common.quantity import QuantityError, parse_count
 
 from .settings import ConsoleSettings
 from .state import ClusterState, NodeInfo, SolverView
@@ -24,9 +25,11 @@ Obj = dict[str, Any]
 
 
 def _count(value: str) -> int:
+    """Devices of a node's capacity or allocatable (the API server checked them: a value that is
+    no whole number shows as none)."""
     try:
-        return max(0, int(value))
-    except ValueError:
+        return parse_count(value, "node resource")
+    except QuantityError:
         return 0
 
 

@@ -6,19 +6,12 @@ Parsers raise :class:`PodError` (a ``ValueError``) naming the field and why.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-_QUANTITY = re.compile(r"([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?\Z")
-_SUFFIX = {
-    None: Decimal(1), "m": Decimal("0.001"), "k": Decimal(10) ** 3, "M": Decimal(10) ** 6,
-    "G": Decimal(10) ** 9, "T": Decimal(10) ** 12, "P": Decimal(10) ** 15, "E": Decimal(10) ** 18,
-    "Ki": Decimal(2) ** 10, "Mi": Decimal(2) ** 20, "Gi": Decimal(2) ** 30,
-    "Ti": Decimal(2) ** 40, "Pi": Decimal(2) ** 50, "Ei": Decimal(2) ** 60,
-}  # fmt: skip
+from gpushare_common import quantity
 
 
 class PodError(ValueError):
@@ -30,19 +23,16 @@ class PodError(ValueError):
 
 
 def parse_quantity(value: object, where: str = "quantity") -> Decimal:
-    """A Kubernetes quantity (``2``, ``500m``, ``1Gi``, ``1e3``) as an exact Decimal."""
-    if isinstance(value, bool) or not isinstance(value, str | int):
-        raise PodError(where, value, "expected a quantity string or integer")
-    match = _QUANTITY.match(str(value).strip())
-    if not match:
-        raise PodError(where, value, "not a Kubernetes quantity")
+    """A Kubernetes quantity (``2``, ``500m``, ``1Gi``, ``1e3``) as an exact Decimal, not negative
+    (:mod:`gpushare_common.quantity` reads it)."""
     try:
-        number = Decimal(match.group(1))
-    except InvalidOperation:
-        raise PodError(where, value, "not a number") from None
-    if not number.is_finite() or number < 0:
-        raise PodError(where, value, "must be a finite non-negative number")
-    return number * _SUFFIX[match.group(2)]
+        number = quantity.parse_quantity(value, where)
+    except quantity.QuantityError as err:
+        shown = value if not isinstance(value, int) else "an integer too large"
+        raise PodError(where, shown, f"not a Kubernetes quantity: {err.reason}") from None
+    if number < 0:
+        raise PodError(where, value, "must be a non-negative quantity")
+    return number
 
 
 @dataclass(frozen=True, slots=True)
