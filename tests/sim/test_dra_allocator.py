@@ -121,6 +121,21 @@ def test_all_mode_and_first_available() -> None:
     assert [r["request"] for r in run(pick)] == ["gpu/small"]
 
 
+def test_selectors_read_capacity_as_quantities_and_versions_as_semver() -> None:
+    small = card("gpu-0", "r")
+    small["capacity"] = {dra.SHARES: {"value": "50"}}
+    small["attributes"]["driverVersion"] = {"version": "1.10.0"}
+    big = card("gpu-1", "r")
+    big["attributes"]["driverVersion"] = {"version": "1.9.3"}
+    slices = [slice_([small, big])]
+    roomy = 'device.capacity["gpushare.k8s.io"].shares.compareTo(quantity("80")) >= 0'
+    assert run(claim(share(None, selectors=[{"cel": {"expression": roomy}}])), slices=slices)[0]["device"] == "gpu-1"
+    recent = 'device.attributes["gpushare.k8s.io"].driverVersion.isGreaterThan(semver("1.9.10"))'  # not as text
+    assert run(claim(share(None, selectors=[{"cel": {"expression": recent}}])), slices=slices)[0]["device"] == "gpu-0"
+    with pytest.raises(AllocationError, match="no devices satisfy"):
+        run(claim(share(None, selectors=[{"cel": {"expression": f"{roomy} && {recent}"}}])), slices=slices)
+
+
 def test_only_the_newest_generation_of_a_pool_counts() -> None:
     old = slice_([card("gpu-9", "r")], generation=1, name="a")
     new = slice_([card("gpu-0", "r")], generation=2, name="b")
@@ -132,8 +147,8 @@ def test_only_the_newest_generation_of_a_pool_counts() -> None:
     ({"name": "gpu", "exactly": {"deviceClassName": dra.SHARE_CLASS, "adminAccess": True}}, "adminAccess"),
     ({"name": "gpu", "exactly": {"deviceClassName": dra.SHARE_CLASS, "allocationMode": "Some"}}, "allocationMode"),
     ({"name": "gpu", "exactly": {"deviceClassName": dra.SHARE_CLASS,
-                                 "selectors": [{"cel": {"expression": "device.capacity['x'].y > 1"}}]}},
-     "device.capacity is not supported"),
+                                 "selectors": [{"cel": {"expression": "request.name == 'x'"}}]}},
+     "undeclared reference to 'request'"),
     ({"name": "gpu"}, "exactly or firstAvailable is required"),
     ({"name": "gpu", "exactly": {"deviceClassName": dra.SHARE_CLASS,
                                  "capacity": {"requests": {dra.SHARES: "2.5"}}}}, "capacity.requests"),

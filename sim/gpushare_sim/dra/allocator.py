@@ -4,7 +4,7 @@ Pure functions over the API's JSON objects. :func:`allocate` finds devices on on
 every request of a claim:
 
 - a request (``exactly``) names a DeviceClass; the class's selectors and the request's own
-  (the CEL subset of :mod:`.cel`) must all hold; ``allocationMode`` ``ExactCount`` (``count``,
+  (CEL, evaluated by :mod:`.cel`) must all hold; ``allocationMode`` ``ExactCount`` (``count``,
   default 1) or ``All``; ``firstAvailable`` subrequests are tried in order;
 - a device without ``allowMultipleAllocations`` goes to one claim only; one with it may go to
   several, each consuming part of its consumable capacity (``capacity.requests``, rounded up by
@@ -29,7 +29,7 @@ from typing import Any
 
 from gpushare_common import dra
 
-from .cel import CelError, Device, Program, Value, compile_selector, evaluate
+from .cel import CelError, Device, Program, Value, Version, compile_selector, evaluate
 
 Obj = dict[str, Any]
 DeviceKey = tuple[str, str, str]  # driver, pool, device
@@ -55,7 +55,8 @@ class SliceDevice:
         return self.driver, self.pool, self.name
 
     def view(self) -> Device:
-        return Device(self.driver, self.attributes, self.multiple)
+        return Device(self.driver, self.attributes, self.multiple,
+                      {f"{self.driver}/{name}": amount for name, (amount, _) in self.capacity.items()})
 
 
 @dataclass
@@ -71,7 +72,9 @@ class Usage:
 
 def _attribute(value: Any) -> Value | None:
     if isinstance(value, Mapping):
-        for kind in ("string", "int", "bool", "version"):
+        if isinstance(value.get("version"), str):
+            return Version(value["version"])
+        for kind in ("string", "int", "bool"):
             if kind in value:
                 return value[kind]  # type: ignore[no-any-return]
     return None

@@ -1,41 +1,64 @@
-"""The subset of CEL the sim scheduler evaluates in DRA device selectors.
+"""DRA device selectors, evaluated by a real CEL implementation (cel-python, ``celpy``) in the
+environment Kubernetes gives them.
 
-Supported, over one ``device``:
+One variable, ``device``:
 
-- ``device.driver``; ``device.attributes["<domain>"].<name>`` (or ``["<name>"]``) for string,
-  int, bool and version attributes; ``device.allowMultipleAllocations``;
-- literals: strings (double or single quotes), integers, ``true``, ``false``, lists ``[a, b]``;
-- ``==  !=  <  <=  >  >=`` (integers compare as numbers, strings as text), ``in`` a list,
-  ``"<name>" in device.attributes["<domain>"]`` and ``has(device.attributes["<domain>"].<name>)``;
-- ``&&  ||  !`` and parentheses.
+- ``device.driver`` (string), ``device.allowMultipleAllocations`` (bool);
+- ``device.attributes["<domain>"].<name>``: string, int, bool, or a semantic version (a
+  ``version`` attribute); a domain the device has no attribute of is an empty map, so
+  ``has(device.attributes["<domain>"].<name>)`` and ``"<name>" in device.attributes["<domain>"]``
+  test for an attribute;
+- ``device.capacity["<domain>"].<name>``: a quantity.
 
-An attribute the device does not have makes the comparison false (CEL would raise an error
-that fails the allocation; guard with ``has()`` for the same meaning everywhere). Anything
-else (capacity, ``matches``, macros, arithmetic, other variables) is refused when the
-expression is compiled, with :class:`CelError` naming the expression and what is not
-supported; a claim or class that uses it stays unallocated with that message.
+Besides the standard CEL functions and macros (``size``, ``matches``, ``startsWith``, ``has``,
+``all``, ``exists``, ...), Kubernetes' quantity library (``quantity("25")``, ``isQuantity``,
+``q.compareTo(other)``, ``isGreaterThan``, ``isLessThan``, ``isInteger``, ``asInteger``,
+``asApproximateFloat``, ``sign``, ``add``, ``sub``) and semver library (``semver("1.2.3")``,
+``isSemver``, ``v.compareTo(other)``, ``isGreaterThan``, ``isLessThan``, ``major``, ``minor``,
+``patch``).
+
+Compiling refuses, with a :class:`CelError` naming the expression and why, what Kubernetes
+refuses before any device is seen: a syntax error, a variable other than ``device``, a function
+or method not declared here. A claim or class with such a selector stays unallocated with that
+message. An expression that fails on a device (an attribute it does not have, a comparison of
+a string with an int) or whose value is no bool matches no device: Kubernetes would fail the
+claim with the error instead; guard with ``has()`` for the same meaning in both.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+import functools
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
+import celpy
+import lark
+import semver
+from celpy import celtypes
+from celpy.celparser import CELParseError
+from celpy.evaluation import CELEvalError, CELUnsupportedError
+
+from .cellib import LIBRARY, bounded, parse_semver
+
 Value = str | int | bool
-Lookup = Callable[[str], Value | None]  # qualified attribute name -> value (None: absent)
-_SYMBOLS = ("==", "!=", "<=", ">=", "&&", "||", "<", ">", "!", "(", ")", "[", "]", ".", ",")
-_DIGITS = frozenset("0123456789")
-_WORD = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+STANDARD = frozenset({"size", "contains", "startsWith", "endsWith", "matches", "int", "uint", "double",
+                      "string", "bytes", "bool", "type", "duration", "timestamp"})  # fmt: skip
+MACROS = frozenset({"has", "all", "exists", "exists_one", "map", "filter"})
 
 
 class CelError(ValueError):
-    """An expression outside the supported subset, or malformed: which and why."""
+    """A selector Kubernetes would refuse: which and why."""
 
     def __init__(self, expression: str, reason: str) -> None:
         self.expression = expression
         self.reason = reason
         super().__init__(f"CEL selector {expression!r}: {reason}")
+
+
+class Version(str):
+    """A ``version`` attribute's value (a semantic version, compared as one in CEL)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,226 +68,152 @@ class Device:
     driver: str
     attributes: Mapping[str, Value]  # qualified names (domain/name)
     multiple: bool = False
+    capacity: Mapping[str, int | Decimal] = field(default_factory=dict)  # qualified names
 
 
-def _string(text: str, start: int, expression: str) -> tuple[str, int]:
-    quote, index, out = text[start], start + 1, []
-    while index < len(text) and text[index] != quote:
-        if text[index] == "\\" and index + 1 < len(text):
-            index += 1
-        out.append(text[index])
-        index += 1
-    if index >= len(text):
-        raise CelError(expression, "unterminated string")
-    return "".join(out), index + 1
+# --- compiling: what Kubernetes checks before any device is seen -------------------------
+
+_ENV = celpy.Environment()
+DECLARED = STANDARD | MACROS | frozenset(LIBRARY)
+VARIABLES = frozenset({"device", "int", "uint", "double", "string", "bytes", "bool", "list", "map", "type",
+                       "null_type"})  # the one variable, and the type names
+_SEEN = " (a selector sees 'device', the standard functions and macros, and the quantity and semver libraries)"
 
 
-def tokens(expression: str) -> list[tuple[str, Any]]:
-    found: list[tuple[str, Any]] = []
-    index = 0
-    while index < len(expression):
-        char = expression[index]
-        if char.isspace():
-            index += 1
-        elif char in "\"'":
-            value, index = _string(expression, index, expression)
-            found.append(("str", value))
-        elif char in _DIGITS:
-            end = index
-            while end < len(expression) and expression[end] in _DIGITS:
-                end += 1
-            found.append(("int", int(expression[index:end])))
-            index = end
-        elif char in _WORD:
-            end = index
-            while end < len(expression) and expression[end] in _WORD:
-                end += 1
-            found.append(("name", expression[index:end]))
-            index = end
-        else:
-            symbol = next((s for s in _SYMBOLS if expression.startswith(s, index)), None)
-            if symbol is None:
-                raise CelError(expression, f"unsupported character {char!r} at {index}")
-            found.append(("sym", symbol))
-            index += len(symbol)
-    return found
+Node = lark.Tree[Any]
 
 
-class _Parser:
-    """Recursive descent to a tree of tuples."""
-
-    def __init__(self, expression: str) -> None:
-        self.expression = expression
-        self.tokens = tokens(expression)
-        self.index = 0
-
-    def fail(self, reason: str) -> CelError:
-        return CelError(self.expression, reason)
-
-    def peek(self) -> tuple[str, Any]:
-        return self.tokens[self.index] if self.index < len(self.tokens) else ("end", None)
-
-    def take(self, kind: str = "", value: Any = None) -> tuple[str, Any]:
-        token = self.peek()
-        if (kind and token[0] != kind) or (value is not None and token[1] != value):
-            wanted = value if value is not None else kind
-            raise self.fail(f"expected {wanted!r}, found {token[1]!r}" if token[0] != "end"
-                            else f"expected {wanted!r}, found the end")
-        self.index += 1
-        return token
-
-    def parse(self) -> tuple[Any, ...]:
-        tree = self.disjunction()
-        if self.peek()[0] != "end":
-            raise self.fail(f"unsupported {self.peek()[1]!r} (not in the supported subset)")
-        return tree
-
-    def disjunction(self) -> tuple[Any, ...]:
-        tree = self.conjunction()
-        while self.peek() == ("sym", "||"):
-            self.take()
-            tree = ("or", tree, self.conjunction())
-        return tree
-
-    def conjunction(self) -> tuple[Any, ...]:
-        tree = self.unary()
-        while self.peek() == ("sym", "&&"):
-            self.take()
-            tree = ("and", tree, self.unary())
-        return tree
-
-    def unary(self) -> tuple[Any, ...]:
-        if self.peek() == ("sym", "!"):
-            self.take()
-            return ("not", self.unary())
-        return self.comparison()
-
-    def comparison(self) -> tuple[Any, ...]:
-        left = self.operand()
-        kind, value = self.peek()
-        if kind == "sym" and value in ("==", "!=", "<", "<=", ">", ">="):
-            self.take()
-            return ("cmp", value, left, self.operand())
-        if (kind, value) == ("name", "in"):
-            self.take()
-            return ("in", left, self.operand())
-        return ("truth", left)
-
-    def operand(self) -> tuple[Any, ...]:
-        kind, value = self.take()
-        if kind in ("str", "int"):
-            return ("lit", value)
-        if (kind, value) == ("name", "true") or (kind, value) == ("name", "false"):
-            return ("lit", value == "true")
-        if (kind, value) == ("sym", "("):
-            tree = self.disjunction()
-            self.take("sym", ")")
-            return ("group", tree)
-        if (kind, value) == ("sym", "["):
-            return self.list_literal()
-        if (kind, value) == ("name", "has"):
-            self.take("sym", "(")
-            tree = self.device_ref()
-            self.take("sym", ")")
-            if tree[0] != "attr":
-                raise self.fail("has() takes device.attributes[\"<domain>\"].<name>")
-            return ("has", tree[1])
-        if (kind, value) == ("name", "device"):
-            self.index -= 1
-            return self.device_ref()
-        raise self.fail(f"unsupported {value!r} (only device.driver, device.attributes, literals, "
-                        "comparisons, in, has, && || ! are supported)")
-
-    def list_literal(self) -> tuple[Any, ...]:
-        items = []
-        while self.peek() != ("sym", "]"):
-            item = self.operand()
-            if item[0] != "lit":
-                raise self.fail("list items must be literals")
-            items.append(item[1])
-            if self.peek() == ("sym", ","):
-                self.take()
-        self.take("sym", "]")
-        return ("lit", tuple(items))
-
-    def device_ref(self) -> tuple[Any, ...]:
-        self.take("name", "device")
-        self.take("sym", ".")
-        _, field = self.take("name")
-        if field in ("driver", "allowMultipleAllocations"):
-            return ("field", field)
-        if field != "attributes":
-            raise self.fail(f"device.{field} is not supported (device.driver, device.attributes, "
-                            "device.allowMultipleAllocations)")
-        self.take("sym", "[")
-        _, domain = self.take("str")
-        self.take("sym", "]")
-        if self.peek() == ("sym", "."):
-            self.take()
-            _, name = self.take("name")
-        elif self.peek() == ("sym", "["):
-            self.take()
-            _, name = self.take("str")
-            self.take("sym", "]")
-        else:
-            return ("domain", domain)
-        return ("attr", f"{domain}/{name}")
+@dataclass(frozen=True, slots=True)
+class Program:
+    expression: str
+    runner: celpy.Runner
 
 
-Program = tuple[Any, ...]
+def _tokens(tree: Node) -> list[str]:
+    return [str(c) for c in tree.children if isinstance(c, lark.Token)]
+
+
+def _simple_name(expression: Node) -> str:
+    """The identifier an argument is, or "" when it is anything else."""
+    node = expression
+    while isinstance(node, lark.Tree) and len(node.children) == 1 and node.data != "ident":
+        node = node.children[0]
+    return _tokens(node)[0] if isinstance(node, lark.Tree) and node.data == "ident" else ""
+
+
+def _macro(name: str, arguments: list[Node]) -> tuple[str, str]:
+    """(what is wrong with a macro's arguments or "", the variable it binds)."""
+    if name == "has":
+        found = arguments[0] if len(arguments) == 1 else None
+        while found is not None and found.data != "member_dot" and len(found.children) == 1:
+            found = found.children[0] if isinstance(found.children[0], lark.Tree) else None
+        return ("" if found is not None and found.data == "member_dot" else "has() takes one field selection"), ""
+    variable = _simple_name(arguments[0]) if arguments else ""
+    if len(arguments) != 2 or not variable:  # (cel-python has no map() with a filter)
+        return f"{name}() takes a variable name and an expression", ""
+    return "", variable
+
+
+def _problems(tree: Node, bound: frozenset[str]) -> Iterator[str]:
+    """What Kubernetes would refuse in the expression: undeclared names, malformed macros."""
+    kind, names = tree.data, _tokens(tree)
+    trees = [c for c in tree.children if isinstance(c, lark.Tree)]
+    called = kind in ("ident_arg", "member_dot_arg", "dot_ident_arg")
+    if (kind == "ident" and names[0] not in bound) or (called and names[0] not in DECLARED):
+        yield f"undeclared reference to {names[0]!r}{_SEEN}"
+    elif kind in ("dot_ident", "member_object"):
+        yield f"undeclared reference to a message type{_SEEN}"
+    if names and names[0] in MACROS and kind in ("ident_arg", "member_dot_arg"):
+        arguments = next((t.children for t in trees if t.data == "exprlist"), [])
+        wrong, variable = _macro(names[0], [a for a in arguments if isinstance(a, lark.Tree)])
+        if wrong:
+            yield wrong
+        bound = bound | {variable} if variable else bound
+    for child in trees:
+        yield from _problems(child, bound)
 
 
 def compile_selector(expression: str) -> Program:
-    """Parse one selector; CelError when it is outside the subset."""
+    """Parse and check one selector; :class:`CelError` when Kubernetes would refuse it."""
     if not isinstance(expression, str) or not expression.strip():
         raise CelError(str(expression), "empty expression")
-    return _Parser(expression).parse()
+    return _compile(expression)
 
 
-def _value(tree: tuple[Any, ...], device: Device) -> Any:
-    kind = tree[0]
-    if kind == "lit":
-        return tree[1]
-    if kind == "field":
-        return device.driver if tree[1] == "driver" else device.multiple
-    if kind == "attr":
-        return device.attributes.get(tree[1])
-    if kind == "group":
-        return evaluate(tree[1], device)
-    if kind == "has":
-        return tree[1] in device.attributes
-    if kind == "domain":
-        return {k.rsplit("/", 1)[1] for k in device.attributes if k.rsplit("/", 1)[0] == tree[1]}
-    return evaluate(tree, device)
+@functools.lru_cache(maxsize=1024)  # a scheduler reads the same classes and claims again and again
+def _compile(expression: str) -> Program:
+    try:
+        tree = _ENV.compile(expression)
+    except CELParseError as err:
+        detail = str(err.__context__ or "").strip().splitlines()
+        raise CelError(expression, f"syntax error at column {err.column}" + (f": {detail[0]}" if detail else "")) \
+            from None
+    except RecursionError:
+        raise CelError(expression, "nested too deeply") from None
+    problem = next(_problems(tree, VARIABLES), None)
+    if problem is not None:
+        raise CelError(expression, problem)
+    return Program(expression, _ENV.program(tree, LIBRARY))
 
 
-_ORDER: dict[str, Callable[[Any, Any], bool]] = {
-    "<": lambda a, b: a < b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b}
+# --- evaluating ------------------------------------------------------------------------
 
 
-def _compare(op: str, left: Any, right: Any) -> bool:
-    if left is None or right is None:
-        return False
-    if op in ("==", "!="):
-        return (left == right and type(left) is type(right)) == (op == "==")
-    if type(left) is not type(right) or isinstance(left, bool):
-        return False
-    return _ORDER[op](left, right)
+class _Domains(celtypes.MapType):
+    """``device.attributes`` / ``device.capacity``: a domain without entries is an empty map."""
+
+    def __getitem__(self, key: Any) -> Any:
+        try:
+            return super().__getitem__(key)
+        except KeyError:
+            return celtypes.MapType()
+
+
+def _cel(value: Value | int) -> Any:
+    if isinstance(value, Version):
+        return parse_semver(value) if semver.Version.is_valid(value) else celtypes.StringType(value)
+    if isinstance(value, bool):
+        return celtypes.BoolType(value)
+    if isinstance(value, int):
+        return celtypes.IntType(value)
+    return celtypes.StringType(value)
+
+
+def _by_domain(values: Mapping[str, Any], convert: Callable[[Any], Any]) -> _Domains:
+    domains: dict[str, dict[celtypes.StringType, Any]] = {}
+    for qualified, value in values.items():
+        domain, _, name = qualified.rpartition("/")
+        domains.setdefault(domain, {})[celtypes.StringType(name)] = convert(value)
+    return _Domains({celtypes.StringType(d): celtypes.MapType(found) for d, found in domains.items()})
+
+
+def _activation(device: Device) -> dict[str, Any]:
+    return {"device": celtypes.MapType({
+        celtypes.StringType("driver"): celtypes.StringType(device.driver),
+        celtypes.StringType("attributes"): _by_domain(device.attributes, _cel),
+        celtypes.StringType("capacity"): _by_domain(device.capacity, lambda amount: bounded(Decimal(amount))),
+        celtypes.StringType("allowMultipleAllocations"): celtypes.BoolType(device.multiple),
+    })}  # fmt: skip
 
 
 def evaluate(program: Program, device: Device) -> bool:
-    kind = program[0]
-    if kind == "or":
-        return evaluate(program[1], device) or evaluate(program[2], device)
-    if kind == "and":
-        return evaluate(program[1], device) and evaluate(program[2], device)
-    if kind == "not":
-        return not evaluate(program[1], device)
-    if kind == "cmp":
-        return _compare(program[1], _value(program[2], device), _value(program[3], device))
-    if kind == "in":
-        item, within = _value(program[1], device), _value(program[2], device)
-        return item is not None and isinstance(within, tuple | set) and item in within
-    if kind == "truth":
-        return _value(program[1], device) is True
-    return bool(_value(program, device))
+    """Whether ``device`` satisfies the selector (an error on this device: it does not)."""
+    return _verdict(program, device.driver, _typed(device.attributes), device.multiple, _typed(device.capacity))
+
+
+Typed = frozenset[tuple[str, type, Any]]
+
+
+def _typed(values: Mapping[str, Any]) -> Typed:
+    """Values with their types, so that ``True`` and ``1``, a version and a string, differ as keys."""
+    return frozenset((name, type(value), value) for name, value in values.items())
+
+
+@functools.lru_cache(maxsize=65536)  # CEL has no side effects: the same device gets the same answer
+def _verdict(program: Program, driver: str, attributes: Typed, multiple: bool, capacity: Typed) -> bool:
+    device = Device(driver, {n: v for n, _, v in attributes}, multiple, {n: v for n, _, v in capacity})
+    try:
+        result = program.runner.evaluate(_activation(device))
+    except (CELEvalError, CELUnsupportedError):
+        return False
+    return isinstance(result, celtypes.BoolType) and bool(result)
