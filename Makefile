@@ -21,7 +21,7 @@ export UV_LINK_MODE := copy
 help:
 	@echo "make run   - start the local cluster, every service and the scenarios (SCENARIO=name, ARGS=--keep)"
 	@echo "make test  - install what is missing, then run the whole test suite"
-	@echo "make lint  - ruff, mypy --strict, import-linter"
+	@echo "make lint  - ruff, mypy --strict, import-linter, one way for each thing (tests/lint)"
 	@echo "make bench - every benchmark, one table, bench/results.json"
 	@echo "make soak  - a chaos soak of the local cluster (MINUTES=5, ARGS=\"--seed S --nodes K --nats-cluster 3\")"
 	@echo "make manifests - render k8s/base and the kmod component from the Helm chart k8s/chart/gpushare"
@@ -77,6 +77,7 @@ lint: venv
 	$(PY) -m ruff check .
 	$(PY) -m mypy libs/common/gpushare_common runtime/gpushare_runtime services/*/gpushare_* sim/gpushare_sim
 	$(VENV)/bin/lint-imports
+	$(PY) -m tests.lint.one_way
 
 bench: deps
 	$(PY) -m bench $(BENCH_ARGS)

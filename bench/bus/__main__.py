@@ -16,6 +16,7 @@ import nats
 from gpushare_common import events
 from gpushare_common.bus import AckPolicy, Bus
 from gpushare_common.settings import NatsSettings
+from gpushare_common.subjects import Subjects
 from nats.js import api
 
 from bench.report import Row, emit, median, percentile
@@ -158,10 +159,10 @@ async def run(args: argparse.Namespace) -> list[Row]:
     try:
         raw_core, typed_core, raw_js, typed_js = [], [], [], []
         for round_no in range(args.rounds):
-            prefix = f"bench{round_no}"
-            settings = NatsSettings(url=server.url, prefix=f"{prefix}.v1", stream=prefix.upper(),
+            bench = f"bench{round_no}"
+            settings = NatsSettings(url=server.url, prefix=f"{bench}.v1", stream=bench.upper(),
                                     stream_max_bytes=1 << 30)
-            subject = settings.prefix + ".n1.event.spot"
+            subject = Subjects(settings.prefix).event("n1", "spot")
             raw_core.append(await core_raw(server.url, subject + "raw", args.messages))
             typed_core.append(await core_typed(settings, subject + "typed", args.messages))
             await fill_stream(settings, subject, args.js_messages)
@@ -171,7 +172,7 @@ async def run(args: argparse.Namespace) -> list[Row]:
                   f"{typed_core[-1]:,.0f}/s; js raw {raw_js[-1]:,.0f}/s typed {typed_js[-1]:,.0f}/s",
                   flush=True)
         settings = NatsSettings(url=server.url, prefix="benchrr.v1", stream="BENCHRR")
-        raw_rr, typed_rr = await request_latency(settings, "benchrr.v1.n1.kmod.cmd", args.requests)
+        raw_rr, typed_rr = await request_latency(settings, Subjects(settings.prefix).kmod_cmd("n1"), args.requests)
     finally:
         server.cleanup()
     core_ratio = median(typed_core) / median(raw_core)

@@ -21,7 +21,17 @@ from gpushare_common.bus.connection import connect_options
 from gpushare_common.layout import DETECTOR, HEALTH, KMOD, SOLVER, Layout
 from gpushare_common.mapping import DeviceStatus, OwnerEntry
 from gpushare_common.settings import NatsSettings
-from gpushare_common.subjects import Subjects
+from gpushare_common.subjects import (
+    INBOX,
+    Subjects,
+    below,
+    js_consumer_create,
+    js_consumer_next,
+    js_direct_get,
+    js_stream_info,
+    kv_key,
+    kv_stream,
+)
 from gpushare_detector.settings import DetectorSettings
 from gpushare_deviceplugin.settings import DevicePluginSettings
 from gpushare_kmod_bridge.watchset import WatchEntry
@@ -50,7 +60,7 @@ class Periods:
     @classmethod
     def from_code(cls) -> Periods:
         d, p = DetectorSettings(), DevicePluginSettings()
-        ping = float(connect_options(NatsSettings(), "_INBOX")["ping_interval"])
+        ping = float(connect_options(NatsSettings(), INBOX)["ping_interval"])
         return cls(resync_s=d.resync_s, inventory_s=d.inventory_s, owners_s=d.scrape_s, capacity_s=d.capacity_s,
                    capacity_republish_s=d.capacity_republish_s, health_resync_s=p.resync_s,
                    plugins=len(p.share_specs) + len(p.share_dev_specs) + int(p.spot), ping_s=ping)
@@ -167,30 +177,30 @@ class NodeScript:
         config = api.ConsumerConfig(name=name, durable_name=name, ack_policy=api.AckPolicy.EXPLICIT, max_deliver=-1,
                                     ack_wait=SolverSettings().ack_wait_s, deliver_policy=api.DeliverPolicy.ALL,
                                     filter_subject=self.subjects.node_events(self.node))  # fmt: skip
-        subject = f"$JS.API.CONSUMER.CREATE.{stream}.{name}.{config.filter_subject}"
+        subject = js_consumer_create(stream, name, config.filter_subject)
         return subject.encode(), json.dumps({"stream_name": stream, "config": config.as_dict()}).encode()
 
     def pull_subject(self) -> bytes:
-        return f"$JS.API.CONSUMER.MSG.NEXT.{self.layout.stream}.{self.layout.durable(self.node)}".encode()
+        return js_consumer_next(self.layout.stream, self.layout.durable(self.node)).encode()
 
     def scan(self, bucket: str, kind: str, deliver: str) -> tuple[bytes, bytes]:
         """The short-lived consumer a key-value listing creates (``Store.raw_items`` at a start)."""
         name_of = self.layout.bucket(bucket)
-        stream, head = f"KV_{name_of}", f"$KV.{name_of}.{self.layout.scope(self.node, kind)}"
+        stream, head = kv_stream(name_of), kv_key(name_of, self.layout.scope(self.node, kind))
         name = f"scan{_id()[:16]}"
-        config = api.ConsumerConfig(name=name, filter_subject=f"{head}.>", deliver_subject=deliver,
+        config = api.ConsumerConfig(name=name, filter_subject=below(head), deliver_subject=deliver,
                                     deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT, ack_policy=api.AckPolicy.NONE,
                                     inactive_threshold=5.0, mem_storage=True, num_replicas=1)  # fmt: skip
-        subject = f"$JS.API.CONSUMER.CREATE.{stream}.{name}.{config.filter_subject}"
+        subject = js_consumer_create(stream, name, config.filter_subject)
         return subject.encode(), json.dumps({"stream_name": stream, "config": config.as_dict()}).encode()
 
     def stream_info(self, stream: str) -> bytes:
-        return f"$JS.API.STREAM.INFO.{stream}".encode()
+        return js_stream_info(stream).encode()
 
     # --- key-value -----------------------------------------------------------
 
     def kv_subject(self, bucket: str, kind: str, key: str) -> bytes:
-        return f"$KV.{self.layout.bucket(bucket)}.{self.layout.scope(self.node, kind)}.{escape_key(key)}".encode()
+        return kv_key(self.layout.bucket(bucket), f"{self.layout.scope(self.node, kind)}.{escape_key(key)}").encode()
 
     def journal(self, seen: list[str]) -> tuple[bytes, bytes]:
         doc = JournalDoc(seen=seen[-JOURNAL_SEEN:], inventory={"nvidia.com/gpu": list(self.cards)})
@@ -227,4 +237,4 @@ class NodeScript:
         tokens = [f"share-gpu-{n}" for n in settings.share_specs]
         tokens += [f"share-dev-gpu-{n}" for n in settings.share_dev_specs] + ["spot-gpu"] * settings.spot
         scope = self.layout.scope(self.node, "health")
-        return [f"$JS.API.DIRECT.GET.KV_{bucket}.$KV.{bucket}.{scope}.{t}".encode() for t in tokens]
+        return [js_direct_get(kv_stream(bucket), kv_key(bucket, f"{scope}.{t}")).encode() for t in tokens]

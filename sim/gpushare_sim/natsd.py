@@ -17,10 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpushare_common.layout import Layout
+from gpushare_common.subjects import AUTH_CALLOUT
 
 # The auth callout service's own user: it reads the authorization requests and answers them.
 AUTH_USER_PERMISSIONS: dict[str, object] = {"publish": {"deny": [">"]},
-                                            "subscribe": {"allow": ["$SYS.REQ.USER.AUTH"]}, "allow_responses": True}
+                                            "subscribe": {"allow": [AUTH_CALLOUT]}, "allow_responses": True}
 
 
 class NatsNotInstalled(RuntimeError):

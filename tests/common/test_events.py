@@ -111,6 +111,26 @@ def test_subjects_build_and_parse() -> None:
     assert s.parse(s.capacity("n1", "vmem")).name == "vmem"
 
 
+def test_the_subjects_of_many_nodes_and_of_nats_itself() -> None:
+    s = subjects.Subjects("t.v1")
+    assert s.node_all("n.1") == "t.v1.n_1.>" and s.node_channel("n.1", "capacity.*") == "t.v1.n_1.capacity.*"
+    assert (s.every_node_eviction(), s.every_node_event("ownerback")) == ("t.v1.*.eviction", "t.v1.*.event.ownerback")
+    assert s.rebase("t.v1.n1.event.spot", subjects.Subjects("sandbox")) == "sandbox.n1.event.spot"
+    with pytest.raises(subjects.SubjectError):
+        s.rebase("other.n1.event.spot", subjects.DEFAULT)
+    with pytest.raises(subjects.SubjectError):
+        s.every_node_event("bogus")
+    assert subjects.inbox("solver", "n.1") == "_INBOX.solver.n_1" and subjects.inbox("observer") == "_INBOX.observer"
+    key = subjects.kv_key("gpushare-kmod", "n1.watch.4")
+    assert key == "$KV.gpushare-kmod.n1.watch.4" and subjects.kv_key_of("gpushare-kmod", key) == "n1.watch.4"
+    assert subjects.js_direct_get(subjects.kv_stream("b"), subjects.below(subjects.kv_key("b", "n1"))) == \
+        "$JS.API.DIRECT.GET.KV_b.$KV.b.n1.>"
+    assert subjects.js_consumer_create("S") == "$JS.API.CONSUMER.CREATE.S"
+    assert subjects.js_consumer_create("S", "d", "t.v1.n1.event.*") == "$JS.API.CONSUMER.CREATE.S.d.t.v1.n1.event.*"
+    assert (subjects.js_consumer_next("S", "d"), subjects.js_acks("S", "d")) == (
+        "$JS.API.CONSUMER.MSG.NEXT.S.d", "$JS.ACK.S.d.>")
+
+
 @pytest.mark.parametrize("bad", ["gpushare.v2.n1.event.spot", "gpushare.v1.n1.event.bogus",
                                  "gpushare.v1.n1", "gpushare.v1.n1.kmod.x", "gpushare.v1..event.spot"])
 def test_bad_subjects(bad: str) -> None:

@@ -29,7 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from .subjects import EVENT_KINDS, node_token
+from . import subjects as nats
+from .subjects import DEFAULT_PREFIX, EVENT_KINDS, Subjects, node_token
 
 Role = Literal["detector", "solver", "deviceplugin", "kmod-bridge", "dra-driver", "observer", "installer"]
 NODE_ROLES: tuple[Role, ...] = ("detector", "solver", "deviceplugin", "kmod-bridge", "dra-driver")
@@ -86,7 +87,7 @@ class Permissions:
 
 @dataclass(frozen=True, slots=True)
 class Layout:
-    prefix: str = "gpushare.v1"
+    prefix: str = DEFAULT_PREFIX
     stream: str = "GPUSHARE"
     kv_prefix: str = "gpushare"
 
@@ -95,10 +96,13 @@ class Layout:
             raise LayoutError(f"unknown bucket {name!r} (one of {', '.join(BUCKETS)})")
         return f"{self.kv_prefix}-{name}"
 
+    @property
+    def subjects(self) -> Subjects:
+        return Subjects(self.prefix)
+
     def stream_subjects(self) -> list[str]:
         """What the event stream records: events, health, capacity, evictions (not kmod requests)."""
-        p = self.prefix
-        return [f"{p}.*.event.*", f"{p}.*.health.*", f"{p}.*.capacity.*", f"{p}.*.eviction"]
+        return self.subjects.stream_subjects()
 
     def scope(self, node: str, kind: str) -> str:
         """The key prefix of one node's ``kind`` of state in its role's bucket."""
@@ -110,7 +114,7 @@ class Layout:
 
     def inbox(self, role: str, node: str = "") -> str:
         """The reply-subject prefix of a role's connection (others cannot read its replies)."""
-        return f"_INBOX.{role}.{node_token(node)}" if node else f"_INBOX.{role}"
+        return nats.inbox(role, node)
 
     def permissions(self, role: str, node: str = "") -> Permissions:
         if role == "installer":
@@ -121,36 +125,35 @@ class Layout:
             raise LayoutError(f"unknown role {role!r} (one of {', '.join(ROLES)})")
         if not node:
             raise LayoutError(f"role {role} acts for one node: a node name is required")
-        token = node_token(node)
-        node_subjects = f"{self.prefix}.{token}"
+        token, on = node_token(node), self.subjects
         # every node service waits for the event stream to exist (read-only: its config and counts)
-        publish = [f"{node_subjects}.{c}" for c in _PUBLISHES[role]] + [f"$JS.API.STREAM.INFO.{self.stream}"]
-        subscribe = [f"{node_subjects}.{c}" for c in _SUBSCRIBES[role]] + [f"{self.inbox(role, node)}.>"]
+        publish = [on.node_channel(node, c) for c in _PUBLISHES[role]] + [nats.js_stream_info(self.stream)]
+        subscribe = [on.node_channel(node, c) for c in _SUBSCRIBES[role]] + [nats.below(self.inbox(role, node))]
         for name in _READS.get(role, ()):
             publish += self._kv_read(self.bucket(name), token)
-        publish += [f"$KV.{self.bucket(name)}.{token}.>" for name in _WRITES.get(role, ())]
+        publish += [nats.below(nats.kv_key(self.bucket(name), token)) for name in _WRITES.get(role, ())]
         if role == "solver":
             publish += self._durable_consumer(node)
         return Permissions(tuple(publish), tuple(subscribe), allow_responses=role == "kmod-bridge")
 
     def _kv_read(self, bucket: str, token: str) -> list[str]:
-        stream = f"KV_{bucket}"
-        return [f"$JS.API.STREAM.INFO.{stream}",
-                f"$JS.API.DIRECT.GET.{stream}.$KV.{bucket}.{token}.>",
-                f"$JS.API.CONSUMER.CREATE.{stream}.*.$KV.{bucket}.{token}.>"]
+        stream, keys = nats.kv_stream(bucket), nats.below(nats.kv_key(bucket, token))
+        return [nats.js_stream_info(stream),
+                nats.js_direct_get(stream, keys),
+                nats.js_consumer_create(stream, "*", keys)]
 
     def _durable_consumer(self, node: str) -> list[str]:
         name, s = self.durable(node), self.stream
-        return [f"$JS.API.CONSUMER.CREATE.{s}.{name}.{self.prefix}.{node_token(node)}.event.*",
-                f"$JS.API.CONSUMER.INFO.{s}.{name}",
-                f"$JS.API.CONSUMER.MSG.NEXT.{s}.{name}",
-                f"$JS.ACK.{s}.{name}.>"]
+        return [nats.js_consumer_create(s, name, self.subjects.node_events(node)),
+                nats.js_consumer_info(s, name),
+                nats.js_consumer_next(s, name),
+                nats.js_acks(s, name)]
 
     def _observer(self) -> Permissions:
-        streams = [self.stream, *(f"KV_{self.bucket(b)}" for b in BUCKETS)]
-        publish = ["$JS.API.INFO"]
+        streams = [self.stream, *(nats.kv_stream(self.bucket(b)) for b in BUCKETS)]
+        publish = [nats.JS_API_INFO]
         for stream in streams:
-            publish += [f"$JS.API.STREAM.INFO.{stream}", f"$JS.API.DIRECT.GET.{stream}",
-                        f"$JS.API.DIRECT.GET.{stream}.>", f"$JS.API.CONSUMER.CREATE.{stream}",
-                        f"$JS.API.CONSUMER.CREATE.{stream}.>", f"$JS.FC.{stream}.>"]
-        return Permissions(tuple(publish), (f"{self.prefix}.>", f"{self.inbox('observer')}.>"))
+            publish += [nats.js_stream_info(stream), nats.js_direct_get(stream),
+                        nats.below(nats.js_direct_get(stream)), nats.js_consumer_create(stream),
+                        nats.below(nats.js_consumer_create(stream)), nats.js_flow_control(stream)]
+        return Permissions(tuple(publish), (self.subjects.all(), nats.below(self.inbox("observer"))))

@@ -21,6 +21,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
 
+from .subjects import DEFAULT_PREFIX
+
 T = TypeVar("T")
 P = ParamSpec("P")
 _TRUE = {"1", "true", "yes", "on"}
@@ -124,7 +126,7 @@ class NatsSettings:
     tls_ca_file: str = ""
     tls_cert_file: str = ""
     tls_key_file: str = ""
-    prefix: str = "gpushare.v1"
+    prefix: str = DEFAULT_PREFIX
     stream: str = "GPUSHARE"
     stream_max_age_s: float = 24 * 3600.0
     stream_max_bytes: int = 1 << 30

@@ -5,6 +5,11 @@
 ``<prefix>.<node>.eviction``. The prefix is ``gpushare.v1`` in production;
 tests and the replay sandbox use their own.  A node name's ``.`` becomes ``_``
 (node names never contain ``_``, so the mapping is reversible).
+
+Below :class:`Subjects`, the subjects of NATS and JetStream themselves that gpushare names
+(in permissions, in errors, in a key-value listing): reply inboxes, key-value keys, the
+JetStream API, acknowledgements and flow control. ``tests/lint`` fails a change that builds
+a subject anywhere else.
 """
 
 from __future__ import annotations
@@ -95,9 +100,37 @@ class Subjects:
     def all(self) -> str:
         return f"{self.prefix}.>"
 
+    def node_all(self, node: str) -> str:
+        """Everything of one node (``gpushare-events tail --node``)."""
+        return f"{self.prefix}.{node_token(node)}.>"
+
+    def node_channel(self, node: str, channel: str) -> str:
+        """One node's ``channel`` (``event.spot``, ``capacity.*``, ``kmod.cmd``: a permission's pattern)."""
+        return f"{self.prefix}.{node_token(node)}.{channel}"
+
     def every_node_capacity(self) -> str:
         """Spare vCPU/vMem of every node (the console's observer role reads them all)."""
         return f"{self.prefix}.*.capacity.>"
+
+    def every_node_eviction(self) -> str:
+        """The eviction records of every node (the console's timeline)."""
+        return f"{self.prefix}.*.eviction"
+
+    def every_node_event(self, kind: str) -> str:
+        if kind not in EVENT_KINDS:
+            raise SubjectError(kind, f"unknown event kind (one of {', '.join(EVENT_KINDS)})")
+        return f"{self.prefix}.*.event.{kind}"
+
+    def stream_subjects(self) -> list[str]:
+        """What the event stream records: events, health, capacity, evictions (not kmod requests)."""
+        p = self.prefix
+        return [f"{p}.*.event.*", f"{p}.*.health.*", f"{p}.*.capacity.*", f"{p}.*.eviction"]
+
+    def rebase(self, subject: str, onto: Subjects) -> str:
+        """``subject`` of this prefix under ``onto``'s prefix (the replay sandbox)."""
+        if not subject.startswith(self.prefix + "."):
+            raise SubjectError(subject, f"does not start with {self.prefix + '.'!r}")
+        return onto.prefix + subject[len(self.prefix):]
 
     def parse(self, subject: str) -> SubjectInfo:
         head = self.prefix + "."
@@ -119,3 +152,73 @@ class Subjects:
 
 
 DEFAULT = Subjects()
+
+
+# --- NATS's and JetStream's own subjects ------------------------------------------------
+
+JS_API_INFO = "$JS.API.INFO"
+AUTH_CALLOUT = "$SYS.REQ.USER.AUTH"  # where the server asks the auth callout service
+
+
+def below(subject: str) -> str:
+    """Every subject under ``subject`` (``subject.>``)."""
+    return f"{subject}.>"
+
+
+INBOX = "_INBOX"  # nats-py's own reply prefix (a connection of no role)
+
+
+def inbox(role: str, node: str = "") -> str:
+    """The reply-subject prefix of a role's connection (others cannot read its replies)."""
+    return f"{INBOX}.{role}.{node_token(node)}" if node else f"{INBOX}.{role}"
+
+
+def kv_stream(bucket: str) -> str:
+    """The stream behind a key-value bucket (a stream name, not a subject)."""
+    return f"KV_{bucket}"
+
+
+def kv_key(bucket: str, key: str) -> str:
+    """The subject of ``key`` (or of a key prefix, a pattern) in ``bucket``."""
+    return f"$KV.{bucket}.{key}"
+
+
+def kv_key_of(bucket: str, subject: str) -> str:
+    """The key a message of ``bucket``'s stream stands for."""
+    head = kv_key(bucket, "")
+    if not subject.startswith(head):
+        raise SubjectError(subject, f"not a key of bucket {bucket}")
+    return subject[len(head):]
+
+
+def js_stream_info(stream: str) -> str:
+    return f"$JS.API.STREAM.INFO.{stream}"
+
+
+def js_direct_get(stream: str, subject: str = "") -> str:
+    """A direct get from ``stream`` (of the last message on ``subject`` when given)."""
+    return f"$JS.API.DIRECT.GET.{stream}" + (f".{subject}" if subject else "")
+
+
+def js_consumer_create(stream: str, consumer: str = "", filter_subject: str = "") -> str:
+    """Creating a consumer of ``stream`` (named, filtered: the forms the server checks)."""
+    tail = "".join(f".{part}" for part in (consumer, filter_subject) if part)
+    return f"$JS.API.CONSUMER.CREATE.{stream}{tail}"
+
+
+def js_consumer_info(stream: str, consumer: str) -> str:
+    return f"$JS.API.CONSUMER.INFO.{stream}.{consumer}"
+
+
+def js_consumer_next(stream: str, consumer: str) -> str:
+    """A pull consumer's request for its next messages."""
+    return f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}"
+
+
+def js_acks(stream: str, consumer: str) -> str:
+    """Every acknowledgement subject of a consumer's messages."""
+    return f"$JS.ACK.{stream}.{consumer}.>"
+
+
+def js_flow_control(stream: str) -> str:
+    return f"$JS.FC.{stream}.>"

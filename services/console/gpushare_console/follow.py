@@ -67,8 +67,8 @@ class Followers:
 
     async def stream(self, bus: Bus, stop: asyncio.Event) -> None:
         """Eviction records and owner-backs, read from the start of the stream, then as they come."""
-        prefix = bus.subjects.prefix
-        self.cursors = dict.fromkeys((f"{prefix}.*.eviction", f"{prefix}.*.event.ownerback"), 0)
+        self.cursors = dict.fromkeys((bus.subjects.every_node_eviction(), bus.subjects.every_node_event("ownerback")),
+                                     0)
         while not stop.is_set():
             try:
                 fresh = [await self._read(bus, subject) for subject in self.cursors]

@@ -19,11 +19,12 @@ from dataclasses import dataclass
 
 import msgspec
 from gpushare_common.layout import Layout
+from gpushare_common.subjects import AUTH_CALLOUT
 
 from . import jwt, nkey
 from .roles import Account, RoleTable, account_of_user
 
-AUTH_SUBJECT = "$SYS.REQ.USER.AUTH"
+AUTH_SUBJECT = AUTH_CALLOUT
 REQUEST_AUDIENCE = "nats-authorization-request"
 CLOCK_SKEW_S = 5
 _NO_LIMIT = {"subs": -1, "data": -1, "payload": -1}

@@ -89,7 +89,7 @@ class Program:
     runner: celpy.Runner
 
 
-def _tokens(tree: Node) -> list[str]:
+def _idents(tree: Node) -> list[str]:
     return [str(c) for c in tree.children if isinstance(c, lark.Token)]
 
 
@@ -98,7 +98,7 @@ def _simple_name(expression: Node) -> str:
     node = expression
     while isinstance(node, lark.Tree) and len(node.children) == 1 and node.data != "ident":
         node = node.children[0]
-    return _tokens(node)[0] if isinstance(node, lark.Tree) and node.data == "ident" else ""
+    return _idents(node)[0] if isinstance(node, lark.Tree) and node.data == "ident" else ""
 
 
 def _macro(name: str, arguments: list[Node]) -> tuple[str, str]:
@@ -116,7 +116,7 @@ def _macro(name: str, arguments: list[Node]) -> tuple[str, str]:
 
 def _problems(tree: Node, bound: frozenset[str]) -> Iterator[str]:
     """What Kubernetes would refuse in the expression: undeclared names, malformed macros."""
-    kind, names = tree.data, _tokens(tree)
+    kind, names = tree.data, _idents(tree)
     trees = [c for c in tree.children if isinstance(c, lark.Tree)]
     called = kind in ("ident_arg", "member_dot_arg", "dot_ident_arg")
     if (kind == "ident" and names[0] not in bound) or (called and names[0] not in DECLARED):

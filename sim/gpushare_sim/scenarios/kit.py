@@ -262,8 +262,8 @@ async def recording(s: Scenario) -> AsyncIterator[Scenario]:
 
 
 async def _follow(s: Scenario, after: int, stop: asyncio.Event, every_s: float = 0.05) -> None:
-    records = f"{s.bus.subjects.prefix}.*.eviction"
-    backs = f"{s.bus.subjects.prefix}.*.event.ownerback"
+    records = s.bus.subjects.every_node_eviction()
+    backs = s.bus.subjects.every_node_event("ownerback")
     cursors = {records: after, backs: after}
     while not stop.is_set():
         for subject, seq in cursors.items():

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
+from ..subjects import js_stream_info, kv_stream
 from .connection import Bus as _Connection
 from .connection import Handler, RawHandler, Responder, Subscription
 from .errors import BusError, NotFound, Permanent, Transient
@@ -35,7 +36,7 @@ class Bus(_Connection):
         try:
             kv = await self.client.jetstream().key_value(name)
         except Exception as err:
-            failure = self.explain(f"bucket {name}", f"$JS.API.STREAM.INFO.KV_{name}", err)
+            failure = self.explain(f"bucket {name}", js_stream_info(kv_stream(name)), err)
             if isinstance(failure, NotFound):
                 raise Transient(failure.op, "the bucket does not exist yet (is the installer done?)") from err
             raise failure from err

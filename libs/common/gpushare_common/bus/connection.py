@@ -36,7 +36,7 @@ from ..layout import ROLES, Layout  # noqa: E402
 from ..logging import get_logger  # noqa: E402
 from ..retry import Backoff, retry, wait_any, wait_for_stop  # noqa: E402
 from ..settings import NatsSettings  # noqa: E402
-from ..subjects import Subjects  # noqa: E402
+from ..subjects import INBOX, Subjects  # noqa: E402
 from .errors import BusError, Permanent, Transient, classify  # noqa: E402
 from .renewal import Renewal  # noqa: E402
 
@@ -134,7 +134,7 @@ class Bus:
 
     @property
     def inbox(self) -> str:
-        return self.layout.inbox(self.service, self.node) if self.service in ROLES else "_INBOX"
+        return self.layout.inbox(self.service, self.node) if self.service in ROLES else INBOX
 
     # --- connection -----------------------------------------------------------
 

@@ -21,6 +21,7 @@ from nats.js import api
 from nats.js.kv import KeyValue
 
 from ..events import new_id
+from ..subjects import below, js_direct_get, kv_key, kv_key_of, kv_stream
 from .errors import BusError, NotFound, Permanent, Transient, classify
 
 T = TypeVar("T")
@@ -54,9 +55,9 @@ class Store:
         self._explain = explain
 
     def _fail(self, op: str, key: str, err: BaseException) -> BusError:
-        subject = f"$KV.{self.bucket}.{key}"
+        subject = kv_key(self.bucket, key)
         if op == "get":
-            subject = f"$JS.API.DIRECT.GET.KV_{self.bucket}.{subject}"
+            subject = js_direct_get(kv_stream(self.bucket), subject)
         return self._explain(f"{op} {self.bucket}/{key}", subject, err)
 
     def _key(self, key: str) -> str:
@@ -123,12 +124,13 @@ class Store:
 
 async def _scan(kv: KeyValue, bucket: str, scope: str, timeout: float = 5.0) -> dict[str, bytes]:
     js, nc = kv._js, kv._js._nc  # the bucket's own JetStream context (same connection)
-    stream, head = f"KV_{bucket}", f"$KV.{bucket}.{scope}."
+    stream = kv_stream(bucket)
     inbox = nc.new_inbox()
     queue: asyncio.Queue[Any] = asyncio.Queue()
     sub = await nc.subscribe(inbox, cb=queue.put)
     try:
-        config = api.ConsumerConfig(name=f"scan{new_id()[:16]}", filter_subject=f"{head}>", deliver_subject=inbox,
+        config = api.ConsumerConfig(name=f"scan{new_id()[:16]}", filter_subject=below(kv_key(bucket, scope)),
+                                    deliver_subject=inbox,
                                     deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT,
                                     ack_policy=api.AckPolicy.NONE, inactive_threshold=5.0, mem_storage=True,
                                     num_replicas=1)  # fmt: skip
@@ -141,7 +143,7 @@ async def _scan(kv: KeyValue, bucket: str, scope: str, timeout: float = 5.0) -> 
             except TimeoutError:
                 raise Transient(f"list {bucket}/{scope}", f"no key arrived within {timeout}s") from None
             pending = int(msg.metadata.num_pending) if msg.metadata else pending - 1
-            key = unescape_key(msg.subject[len(head):])
+            key = unescape_key(kv_key_of(bucket, msg.subject).removeprefix(scope + "."))
             if (msg.headers or {}).get("KV-Operation") in _DELETED:
                 found.pop(key, None)
             else:

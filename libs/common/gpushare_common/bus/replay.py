@@ -26,7 +26,7 @@ from nats.js import api
 
 from ..events import AnyEvent, EventDecodeError, decode, event_tag, pod_of
 from ..settings import NATS_PREFIX, NatsSettings, load
-from ..subjects import SubjectError, Subjects
+from ..subjects import DEFAULT_PREFIX, SubjectError, Subjects
 from . import Bus
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])\Z")
@@ -102,8 +102,7 @@ def _decode(msg: Msg) -> AnyEvent | None:
 
 
 async def tail(bus: Bus, wanted: Filter, printer: Printer, stop: asyncio.Event) -> None:
-    subject = f"{bus.subjects.prefix}.{wanted.node.replace('.', '_')}.>" if wanted.node \
-        else bus.subjects.all()
+    subject = bus.subjects.node_all(wanted.node) if wanted.node else bus.subjects.all()
 
     async def on_message(msg: Msg) -> None:
         event = _decode(msg)
@@ -148,7 +147,7 @@ async def replay(
         if event is not None and wanted.matches(event):
             matched += 1
             if sandbox is not None:
-                await bus.client.publish(sandbox.prefix + msg.subject[len(bus.subjects.prefix):], msg.data)
+                await bus.client.publish(bus.subjects.rebase(msg.subject, sandbox), msg.data)
             else:
                 printer.show(msg, event, seq)
         if seq >= last or meta.num_pending == 0:
@@ -169,7 +168,7 @@ async def replay(
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpushare-events", description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", help="NATS URL (default: GPUSHARE_NATS_URL)")
-    parser.add_argument("--prefix", help="subject prefix (default: gpushare.v1)")
+    parser.add_argument("--prefix", help=f"subject prefix (default: {DEFAULT_PREFIX})")
     parser.add_argument("--stream", help="JetStream stream (default: GPUSHARE)")
     sub = parser.add_subparsers(dest="command", required=True)
     for name in ("tail", "replay"):

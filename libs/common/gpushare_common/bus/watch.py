@@ -22,6 +22,7 @@ from nats.js import api
 from ..events import new_id
 from ..logging import get_logger
 from ..retry import Backoff, wait_for_stop
+from ..subjects import js_consumer_create, kv_key, kv_key_of, kv_stream
 from .connection import Bus
 from .errors import BusError, Transient, classify
 
@@ -60,14 +61,14 @@ async def watch_bucket(bus: Bus, bucket: str, keys: str, stop: asyncio.Event,
 
 async def _one_watch(bus: Bus, bucket: str, keys: str, stop: asyncio.Event,
                      heartbeat_s: float) -> AsyncIterator[KeyChanges]:  # fmt: skip
-    nc, head = bus.client, f"$KV.{bucket}."
+    nc = bus.client
     queue: asyncio.Queue[Any] = asyncio.Queue()
     try:
         sub = await nc.subscribe(nc.new_inbox(), cb=queue.put)
     except Exception as err:
         raise classify(f"watch {bucket}", err) from err
     try:
-        pending = await _create(bus, bucket, head + keys, sub.subject, heartbeat_s)
+        pending = await _create(bus, bucket, kv_key(bucket, keys), sub.subject, heartbeat_s)
         batch: list[KeyChange] = []
         reset, consumer_seq = True, 0
         while not stop.is_set():
@@ -83,7 +84,7 @@ async def _one_watch(bus: Bus, bucket: str, keys: str, stop: asyncio.Event,
                     raise Transient(f"watch {bucket}", f"skipped from {consumer_seq} to {meta.sequence.consumer}")
                 consumer_seq, pending = meta.sequence.consumer, int(meta.num_pending)
                 deleted = (item.headers or {}).get("KV-Operation") in _DELETED
-                batch.append(KeyChange(item.subject[len(head):], None if deleted else bytes(item.data)))
+                batch.append(KeyChange(kv_key_of(bucket, item.subject), None if deleted else bytes(item.data)))
     finally:
         with contextlib.suppress(Exception):
             await sub.unsubscribe()
@@ -95,9 +96,9 @@ async def _create(bus: Bus, bucket: str, subject: str, deliver: str, heartbeat_s
                                 idle_heartbeat=heartbeat_s, inactive_threshold=max(10.0, 5 * heartbeat_s),
                                 mem_storage=True, num_replicas=1)  # fmt: skip
     try:
-        info = await bus.client.jetstream()._jsm.add_consumer(f"KV_{bucket}", config)
+        info = await bus.client.jetstream()._jsm.add_consumer(kv_stream(bucket), config)
     except Exception as err:
-        raise bus.explain(f"watch {bucket}", f"$JS.API.CONSUMER.CREATE.KV_{bucket}", err) from err
+        raise bus.explain(f"watch {bucket}", js_consumer_create(kv_stream(bucket)), err) from err
     return int(info.num_pending or 0)
 
 
