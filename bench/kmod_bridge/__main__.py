@@ -34,7 +34,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 from gpushare_common import events
-from gpushare_common.bus import Bus
+from gpushare_common.bus import Bus, BusError
 from gpushare_common.settings import NatsSettings
 
 from bench.procs import process
@@ -132,7 +132,7 @@ async def subscriber(settings: NatsSettings) -> AsyncIterator[tuple[Bus, asyncio
 async def ready(bus: Bus) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(BusError):  # not serving yet
             reply = await bus.request(bus.subjects.kmod_cmd(NODE), events.KmodCommand(node=NODE, op="stats"))
             if isinstance(reply, events.KmodReply) and reply.status == 0:
                 return

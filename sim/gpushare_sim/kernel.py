@@ -99,7 +99,7 @@ class KernelStandIn:
         self.state.close()  # unload wakes every waiter and lets every namespace go
         for server in self._servers:
             server.close()
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(Exception):  # unloading: a server slow to close is left behind
                 await asyncio.wait_for(server.wait_closed(), 1.0)
         if self.receiver is not None:
             self.receiver[1].close()

@@ -4,6 +4,7 @@ ack policy (nothing is terminated for a failure that is not the message's), type
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 
 import pytest
@@ -107,6 +108,63 @@ async def test_only_invalid_messages_are_terminated(bus: Bus) -> None:
     await task
     assert attempts[invalid.id] == 1
     assert (terminated(bus, "Invalid"), terminated(bus, "undecodable")) == (1, 1)
+
+
+def bug_records(caplog: pytest.LogCaptureFixture, kind: type[BaseException]) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.levelno == logging.ERROR and r.exc_info and r.exc_info[0] is kind]
+
+
+async def test_a_bug_in_a_bus_call_is_not_a_bus_error(bus: Bus) -> None:
+    """A wrong argument is a TypeError with its traceback, not a Permanent a caller moves past."""
+    subject = bus.subjects.event("n1", "spot")
+    with pytest.raises(TypeError):
+        await bus.publish_bytes(subject, "text, not bytes")  # type: ignore[arg-type]
+    store = await bus.store("solver", "n1.mapping")
+    with pytest.raises(TypeError):
+        await store.put("k", object())
+    with pytest.raises(BusError):  # what NATS refuses still is one
+        await bus.publish_bytes("bad subject with spaces", b"x")
+
+
+async def test_a_handler_bug_is_logged_counted_and_its_message_kept(bus: Bus,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    subject = bus.subjects.event("n1", "share")
+    sent = events.ShareEvent(node="n1", share_pod="ml/p", container="c", resource="r", state="using")
+    attempts: list[str] = []
+
+    async def handler(event: events.AnyEvent) -> None:
+        attempts.append(event.id)
+        if len(attempts) < 3:
+            raise TypeError("'NoneType' object is not subscriptable")  # the bug, until it is fixed
+
+    await bus.publish_persistent(subject, sent)
+    stop = asyncio.Event()
+    policy = AckPolicy(invalid=(Invalid,), backoff=Backoff(0.01, 0.05))
+    task = asyncio.create_task(bus.consume(bus.subjects.node_events("n1"), "solver-n1", handler, policy, stop))
+    await wait_for(lambda: metric(bus, "handled") == 1, 10)
+    stop.set()
+    await task
+    assert attempts == [sent.id] * 3 and metric(bus, "bug") == 2 and metric(bus, "retried") == 0
+    assert not any(bus.metrics.terminated.collect()[0].samples)
+    assert len(bug_records(caplog, TypeError)) == 2
+
+
+async def test_a_core_handler_bug_is_told_apart_from_a_failure(bus: Bus, caplog: pytest.LogCaptureFixture) -> None:
+    subject = bus.subjects.event("n1", "spot")
+    seen: list[str] = []
+
+    async def handler(event: events.AnyEvent) -> None:
+        seen.append(event.id)
+        if len(seen) == 1:
+            raise KeyError("ml/p")
+        raise Transient("put", "timeout")
+
+    await bus.subscribe(subject, handler)
+    for pod in ("b/x", "b/y"):
+        await bus.publish(subject, events.SpotEvent(node="n1", pod=pod, container="c", state="using"))
+    await wait_for(lambda: metric(bus, "dropped") == 1)
+    assert metric(bus, "bug") == 1 and len(bug_records(caplog, KeyError)) == 1
+    assert not bug_records(caplog, Transient)
 
 
 async def test_publish_persistent_deduplicates_by_event_id(bus: Bus) -> None:

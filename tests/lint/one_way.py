@@ -26,6 +26,7 @@ class Module:
     path: str  # relative to the repository
     tree: ast.Module
     docstrings: frozenset[int]  # ids of the constant nodes that are docstrings
+    lines: tuple[str, ...]
 
 
 @functools.cache
@@ -35,8 +36,10 @@ def modules() -> tuple[Module, ...]:
         for file in sorted((ROOT / root).rglob("*.py")):
             if "_pb2" in file.name or ".venv" in file.parts:
                 continue
-            tree = ast.parse(file.read_text(encoding="utf-8"), str(file))
-            found.append(Module(str(file.relative_to(ROOT)), tree, frozenset(_docstrings(tree))))
+            text = file.read_text(encoding="utf-8")
+            tree = ast.parse(text, str(file))
+            found.append(Module(str(file.relative_to(ROOT)), tree, frozenset(_docstrings(tree)),
+                                tuple(text.splitlines())))
     return tuple(found)
 
 
@@ -124,10 +127,43 @@ def cel_evaluation() -> list[str]:
     return found
 
 
+def _broad(kind: ast.expr | None) -> bool:
+    """``except:``, ``except Exception``, ``except (X, BaseException)``."""
+    names = kind.elts if isinstance(kind, ast.Tuple) else [kind]
+    return any(n is None or (isinstance(n, ast.Name) and n.id in ("Exception", "BaseException")) for n in names)
+
+
+def _suppresses_everything(node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "suppress" \
+        and any(_broad(arg) for arg in node.args)
+
+
+def broad_catches() -> list[str]:
+    """A catch of everything only at a boundary (a gRPC servicer, a callback, a cleanup), saying
+    why in a comment on its line, or re-raising; in the bus, only where a handler is called."""
+    found = []
+    for module in modules():
+        for node in ast.walk(module.tree):
+            if isinstance(node, ast.ExceptHandler) and _broad(node.type):
+                if node.body and isinstance(node.body[-1], ast.Raise) and node.body[-1].exc is None:
+                    continue  # cleans up and re-raises: nothing is caught
+            elif not _suppresses_everything(node):
+                continue
+            line = module.lines[node.lineno - 1]
+            comment = line.split("#", 1)[1] if "#" in line else ""
+            if not comment.strip():
+                found.append(f"{module.path}:{node.lineno}: a catch of everything without a comment saying why")
+            elif module.path.startswith("libs/common/gpushare_common/bus/") and "boundary" not in comment:
+                found.append(f"{module.path}:{node.lineno}: the bus catches nats-py's and msgspec's errors "
+                             "(errors.FAILURES), everything only where it calls a handler")
+    return found
+
+
 CHECKS: dict[str, Callable[[], list[str]]] = {
     "subjects": subject_building,
     "quantities": quantity_parsing,
     "cel": cel_evaluation,
+    "broad-catches": broad_catches,
 }
 
 

@@ -147,7 +147,7 @@ async def serve(app: Any, settings: HttpSettings) -> AsyncIterator[_Server]:
         yield server
     finally:
         server.should_exit = True
-        with contextlib.suppress(asyncio.CancelledError, Exception):
+        with contextlib.suppress(asyncio.CancelledError, Exception):  # stopping: the server ends as it can
             await asyncio.wait_for(task, timeout=5)
 
 

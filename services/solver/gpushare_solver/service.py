@@ -25,7 +25,7 @@ from typing import Any
 
 import msgspec
 from gpushare_common.adapters.kube import KubeError
-from gpushare_common.bus import Bus, Store
+from gpushare_common.bus import BUGS, Bus, Store
 from gpushare_common.cardmap import card_map
 from gpushare_common.events import (
     AnyEvent,
@@ -134,9 +134,12 @@ class Solver:
             log.error("pending plan contradicts the state; dropped", node=self.node, trigger=plan.trigger_id,
                       reason=err.reason)  # fmt: skip
             await self._forget(plan)
-        except Exception as err:  # any other failure may pass: the plan stays, and is tried again
-            log.warning("pending plan failed; kept and tried again", node=self.node, trigger=plan.trigger_id,
-                        at_start=at_start, error=repr(err))  # fmt: skip
+        except Exception as err:  # a plan is a boundary: any other failure may pass, the plan stays
+            keys = {"node": self.node, "trigger": plan.trigger_id, "at_start": at_start, "error": repr(err)}
+            if isinstance(err, BUGS):
+                log.exception("bug in a pending plan; kept and tried again", **keys)
+            else:
+                log.warning("pending plan failed; kept and tried again", **keys)
             return False
         return True
 

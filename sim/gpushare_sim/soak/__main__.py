@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         except asyncio.CancelledError:
             print(f"interrupted (seed {args.seed})", flush=True)
             return 130
-        except Exception:
+        except Exception:  # the soak's top: any failure is reported with its seed and timeline
             print(f"\nSOAK FAILED with an error (seed {args.seed}):\n{traceback.format_exc()}"
                   "\n--- timeline ---\n" + "\n".join(timeline.lines), flush=True)
             return 1

@@ -42,7 +42,7 @@ class _Conn:
         self.reader, self.writer = reader, writer
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(Exception):  # closing: whatever state the stream is in, it goes
             self.writer.close()
 
 

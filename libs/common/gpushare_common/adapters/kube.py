@@ -72,7 +72,7 @@ def _status_error(status: int, body: bytes, what: str) -> KubeError:
 
 
 def _status_message(body: Any) -> str:
-    with contextlib.suppress(Exception):
+    with contextlib.suppress(Exception):  # any body the server sent: the status code alone tells then
         return str(msgspec.json.decode(body).get("message", ""))
     return ""
 

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 from ..subjects import js_stream_info, kv_stream
 from .connection import Bus as _Connection
 from .connection import Handler, RawHandler, Responder, Subscription
-from .errors import BusError, NotFound, Permanent, Transient
+from .errors import BUGS, FAILURES, BusError, NotFound, Permanent, Transient
 from .jetstream import AckPolicy, StreamMessage, consume, ensure_layout, last_seq, read_after, wait_for_stream
 from .kv import Store, escape_key, unescape_key
 from .watch import KeyChanges, watch_bucket
@@ -35,7 +35,7 @@ class Bus(_Connection):
         name = self.layout.bucket(bucket)
         try:
             kv = await self.client.jetstream().key_value(name)
-        except Exception as err:
+        except FAILURES as err:
             failure = self.explain(f"bucket {name}", js_stream_info(kv_stream(name)), err)
             if isinstance(failure, NotFound):
                 raise Transient(failure.op, "the bucket does not exist yet (is the installer done?)") from err
@@ -54,5 +54,5 @@ class Bus(_Connection):
         return watch_bucket(self, bucket, keys, stop, heartbeat_s)
 
 
-__all__ = ["AckPolicy", "Bus", "BusError", "Handler", "NotFound", "Permanent", "RawHandler", "Responder", "Store",
-           "StreamMessage", "Subscription", "Transient", "escape_key", "unescape_key"]
+__all__ = ["BUGS", "AckPolicy", "Bus", "BusError", "Handler", "NotFound", "Permanent", "RawHandler", "Responder",
+           "Store", "StreamMessage", "Subscription", "Transient", "escape_key", "unescape_key"]

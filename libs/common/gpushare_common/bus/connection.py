@@ -37,7 +37,7 @@ from ..logging import get_logger  # noqa: E402
 from ..retry import Backoff, retry, wait_any, wait_for_stop  # noqa: E402
 from ..settings import NatsSettings  # noqa: E402
 from ..subjects import INBOX, Subjects  # noqa: E402
-from .errors import BusError, Permanent, Transient, classify  # noqa: E402
+from .errors import BUGS, FAILURES, BusError, Permanent, Transient, classify, failing  # noqa: E402
 from .renewal import Renewal  # noqa: E402
 
 log = get_logger("bus")
@@ -57,6 +57,7 @@ class BusMetrics:
         self.retried = self.messages.labels("retried")
         self.dropped = self.messages.labels("dropped")
         self.undecodable = self.messages.labels("undecodable")
+        self.bugs = self.messages.labels("bug")  # a handler raised what a mistake in the code raises
         self.terminated = Counter("gpushare_bus_terminated", "JetStream messages terminated, by reason",
                                   ["reason"], registry=reg)
         self.published = Counter("gpushare_bus_published", "Messages published", registry=reg)
@@ -144,12 +145,10 @@ class Bus:
         options = connect_options(self.settings, self.inbox, self._renewal.presented)
 
         async def attempt() -> Client:
-            try:
+            with failing(f"connect {self.settings.url}"):
                 return await nats.connect(servers, error_cb=self._on_error, disconnected_cb=self._on_disconnect,
                                           reconnected_cb=self._on_reconnect,
                                           **options)  # fmt: skip
-            except Exception as err:  # nats-py raises several unrelated types here
-                raise classify(f"connect {self.settings.url}", err) from err
 
         self._nc = await retry(attempt, (Transient,), f"connect to NATS at {self.settings.url}", stop,
                                Backoff(0.1, 5.0), service=self.service)  # fmt: skip
@@ -171,6 +170,10 @@ class Bus:
             log.error("permission denied by the server", service=self.service, error=text)
             return
         log.warning("nats error", service=self.service, error=repr(err))
+
+    def explaining(self, subject: str) -> Callable[[str, BaseException], BusError]:
+        """:meth:`explain` for ``subject``, as :func:`~.errors.failing` takes it."""
+        return lambda op, err: self.explain(op, subject, err)
 
     def explain(self, op: str, subject: str, err: BaseException) -> BusError:
         """:func:`classify`, except that a timeout on a subject the server just refused (it
@@ -215,15 +218,13 @@ class Bus:
         self._closing = True
         self._renewal.stop()
         if self._nc is not None and not self._nc.is_closed:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(*FAILURES):  # stopping: a connection already lost has nothing to drain
                 await self._nc.drain()
         self.connected.clear()
 
     async def flush(self, timeout: int = 2) -> None:
-        try:
+        with failing("flush"):
             await self.client.flush(timeout)
-        except Exception as err:
-            raise classify("flush", err) from err
 
     # --- core pub/sub ---------------------------------------------------------
 
@@ -232,18 +233,14 @@ class Bus:
 
     async def publish_bytes(self, subject: str, payload: bytes) -> None:
         """Publish raw bytes (a tool feeding malformed input, a sandbox replay)."""
-        try:
+        with failing(f"publish {subject}", self.explaining(subject)):
             await self.client.publish(subject, payload)
-        except Exception as err:
-            raise self.explain(f"publish {subject}", subject, err) from err
         self.metrics.published.inc()
 
     async def publish_persistent(self, subject: str, event: Event) -> int:
         """Publish through JetStream (stored, de-duplicated by event id); the stream sequence."""
-        try:
+        with failing(f"publish {subject}", self.explaining(subject)):
             ack = await self.client.jetstream().publish(subject, encode(event), headers={"Nats-Msg-Id": event.id})
-        except Exception as err:
-            raise self.explain(f"publish {subject}", subject, err) from err
         self.metrics.published.inc()
         return int(ack.seq)
 
@@ -274,15 +271,21 @@ class Bus:
             try:
                 await handler(event)
                 self.metrics.handled.inc()
-            except Exception:
-                self.metrics.dropped.inc()
-                log.exception("handler failed", service=self.service, subject=msg.subject,
-                              event=event_tag(event), id=event.id)  # fmt: skip
+            except Exception as err:  # the handler is a boundary: nothing redelivers a core message
+                self.failed(err, subject=msg.subject, event=event_tag(event), id=event.id)
 
-        try:
+        with failing(f"subscribe {subject}"):
             return Subscription(await self.client.subscribe(subject, queue=queue, cb=on_message))
-        except Exception as err:
-            raise classify(f"subscribe {subject}", err) from err
+
+    def failed(self, err: Exception, **keys: object) -> None:
+        """A handler failed on a core message (called in its ``except``): counted and logged, a
+        bug with its traceback."""
+        if isinstance(err, BUGS):
+            self.metrics.bugs.inc()
+            log.exception("bug in a message handler", service=self.service, error=repr(err), **keys)
+        else:
+            self.metrics.dropped.inc()
+            log.warning("handler failed; message dropped", service=self.service, error=str(err) or repr(err), **keys)
 
     async def subscribe_raw(self, subject: str, handler: RawHandler, queue: str = "") -> Subscription:
         """Core subscription to a protocol that is not gpushare's events (the NATS auth callout):
@@ -291,14 +294,11 @@ class Bus:
         async def on_message(msg: Msg) -> None:
             try:
                 await handler(msg.data, msg.reply)
-            except Exception:
-                self.metrics.dropped.inc()
-                log.exception("handler failed", service=self.service, subject=msg.subject)
+            except Exception as err:  # the handler is a boundary: nothing redelivers a core message
+                self.failed(err, subject=msg.subject)
 
-        try:
+        with failing(f"subscribe {subject}"):
             return Subscription(await self.client.subscribe(subject, queue=queue, cb=on_message))
-        except Exception as err:
-            raise classify(f"subscribe {subject}", err) from err
 
     # --- request/reply --------------------------------------------------------
 
@@ -306,7 +306,7 @@ class Bus:
         """The event answering ``event`` on ``subject``; Transient when nobody answers in time."""
         try:
             msg = await self.client.request(subject, encode(event), timeout=timeout)
-        except Exception as err:
+        except FAILURES as err:
             failure = self.explain(f"request {subject}", subject, err)
             raise type(failure)(failure.op, f"{failure.reason}: is the serving service running?") from err
         reply = self.decode(msg)
@@ -324,16 +324,13 @@ class Bus:
             try:
                 reply = await responder(event)
                 await msg.respond(encode(reply))
-            except Exception:
-                self.metrics.dropped.inc()
-                log.exception("request handler failed", service=self.service, subject=msg.subject)
+            except Exception as err:  # the responder is a boundary: the requester times out and retries
+                self.failed(err, subject=msg.subject, event=event_tag(event), id=event.id)
                 return
             self.metrics.handled.inc()
 
-        try:
+        with failing(f"subscribe {subject}"):
             return Subscription(await self.client.subscribe(subject, queue=queue, cb=on_request))
-        except Exception as err:
-            raise classify(f"subscribe {subject}", err) from err
 
 
 class Subscription:
@@ -343,7 +340,7 @@ class Subscription:
         self._sub = sub
 
     async def unsubscribe(self) -> None:
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(*FAILURES):  # gone already (twice, or with its connection)
             await self._sub.unsubscribe()
 
 

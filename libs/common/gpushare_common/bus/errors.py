@@ -7,11 +7,21 @@ of these, typed by what the caller should do about it.
   through) to have their message delivered again.
 - :class:`Permanent`: will fail the same way again (permission denied, a bad
   request, a payload over the server's limit, a value that does not decode).
+
+Only the libraries' own failures become bus errors: nats-py's (``nats.errors.Error`` and
+JetStream's below it), msgspec's, and the socket's and asyncio's (``OSError``,
+``TimeoutError``), caught as :data:`FAILURES` by :func:`failing`. Anything else raised during
+a bus call (a ``TypeError`` from a wrong argument) is a bug: it propagates as it is, with its
+traceback, never as a bus error that a caller would count as refused and move past. A handler
+that raises one of :data:`BUGS` is logged with its traceback and counted apart
+(``gpushare_bus_messages{outcome="bug"}``), and its message is kept (:mod:`.jetstream`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Callable, Iterator
 
 import msgspec
 import nats.errors
@@ -59,8 +69,24 @@ _TRANSIENT_NATS = (
 _TRANSIENT_CODES = {10004, 10005, 10008, 10009, 10040}
 
 
+FAILURES: tuple[type[Exception], ...] = (nats.errors.Error, msgspec.MsgspecError, OSError, TimeoutError)
+# what Python raises for a mistake in the code (not a failure of NATS, the API or a peer)
+BUGS: tuple[type[Exception], ...] = (TypeError, AttributeError, KeyError, IndexError, NameError, AssertionError,
+                                     ZeroDivisionError, RecursionError)  # fmt: skip
+
+
+@contextlib.contextmanager
+def failing(op: str, explain: Callable[[str, BaseException], BusError] | None = None) -> Iterator[None]:
+    """Within the block, a failure of nats-py or msgspec leaves as a bus error (``explain``'s,
+    :func:`classify` by default); anything else passes unchanged."""
+    try:
+        yield
+    except FAILURES as err:
+        raise (explain or classify)(op, err) from err
+
+
 def classify(op: str, err: BaseException) -> BusError:
-    """The bus error for ``err`` raised by nats-py (or msgspec) during ``op``."""
+    """The bus error for ``err`` (one of :data:`FAILURES`) raised during ``op``."""
     if isinstance(err, BusError):
         return err
     if isinstance(err, (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyDeletedError,

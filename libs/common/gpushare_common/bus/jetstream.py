@@ -5,10 +5,12 @@ Ack policy of a durable consumer (declared where it is consumed, :class:`AckPoli
 the handler returns -> ack; it raises one of the policy's ``invalid`` types (the
 message itself is wrong: it would fail the same way forever) -> the message is
 terminated, logged with its reason and counted (``gpushare_bus_terminated{reason}``);
-anything else (a server, the API, containerd or a peer failed: transient or not,
-that is no fault of the message) -> nak with a growing delay, redelivered without
-limit, never lost. An undecodable message is terminated at once. Long handlers
-keep their message with in-progress acks.
+one of :data:`~.errors.BUGS` (a ``TypeError``, a ``KeyError``: a mistake in the code) ->
+logged with its traceback, counted (``gpushare_bus_messages{outcome="bug"}``) and nak'd: the
+message waits for the fix, it is not lost; anything else (a server, the API, containerd or
+a peer failed: transient or not, that is no fault of the message) -> nak with a growing
+delay, redelivered without limit, never lost. An undecodable message is terminated at once.
+Long handlers keep their message with in-progress acks.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from ..layout import BUCKETS
 from ..logging import get_logger
 from ..retry import Backoff, retry, wait_for_stop
 from .connection import Bus, Handler
-from .errors import BusError, NotFound, Transient, classify
+from .errors import BUGS, FAILURES, NotFound, Transient, classify, failing
 
 log = get_logger("bus")
 
@@ -61,7 +63,7 @@ async def ensure_layout(bus: Bus) -> None:
     stream = api.StreamConfig(name=s.stream, subjects=bus.layout.stream_subjects(), max_age=s.stream_max_age_s,
                               max_bytes=s.stream_max_bytes, storage=api.StorageType.FILE,
                               num_replicas=s.stream_replicas, duplicate_window=120.0, allow_direct=True)
-    try:
+    with failing("create the stream and buckets"):
         try:
             await js.stream_info(s.stream)
             await js.update_stream(stream)
@@ -69,10 +71,6 @@ async def ensure_layout(bus: Bus) -> None:
             await js.add_stream(stream)
         for name in BUCKETS:
             await _ensure_bucket(bus, bus.layout.bucket(name))
-    except BusError:
-        raise
-    except Exception as err:
-        raise classify("create the stream and buckets", err) from err
     log.info("stream and buckets ready", stream=s.stream, replicas=s.stream_replicas,
              buckets=",".join(bus.layout.bucket(b) for b in BUCKETS))  # fmt: skip
 
@@ -96,7 +94,7 @@ async def wait_for_stream(bus: Bus, stop: asyncio.Event | None = None) -> None:
             return
         try:
             await bus.client.jetstream().stream_info(bus.settings.stream)
-        except Exception as err:
+        except FAILURES as err:
             failure = classify(f"stream {bus.settings.stream}", err)
             raise Transient(failure.op, f"{failure.reason} (is the installer done?)") from err
 
@@ -118,7 +116,7 @@ async def consume(bus: Bus, subject: str, durable: str, handler: Handler, policy
                     sub = await _bind(bus, subject, durable, policy)
                 msgs = await sub.fetch(batch, timeout=0.5)
                 backoff.reset()
-            except Exception as err:
+            except FAILURES as err:
                 failure = classify(f"fetch {durable}", err)
                 if "timeout" in failure.reason.lower() and sub is not None:
                     continue  # nothing to fetch
@@ -131,7 +129,7 @@ async def consume(bus: Bus, subject: str, durable: str, handler: Handler, policy
                 await _handle(bus, msg, handler, policy)
     finally:
         if sub is not None:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(*FAILURES):  # stopping: a lost connection took it along
                 await sub.unsubscribe()
 
 
@@ -161,14 +159,18 @@ async def _handle(bus: Bus, msg: Msg, handler: Handler, policy: AckPolicy) -> No
                   id=event.id, reason=str(err))  # fmt: skip
         await _settle(msg.term(), "term")
         return
-    except Exception as err:
+    except Exception as err:  # the handler is a boundary: whatever failed, the message is kept
         deliveries = msg.metadata.num_delivered if msg.metadata else 1
-        m.retried.inc()
         keys = {"service": bus.service, "subject": msg.subject, "event": event_tag(event), "id": event.id,
-                "deliveries": deliveries, "error": str(err)}
-        if isinstance(err, Transient):
+                "deliveries": deliveries, "error": str(err) or repr(err)}
+        if isinstance(err, BUGS):
+            m.bugs.inc()
+            log.exception("bug in a message handler; the message is kept for the fix", **keys)
+        elif isinstance(err, Transient):
+            m.retried.inc()
             log.warning("handler failed, will retry", **keys)
         else:
+            m.retried.inc()
             log.exception("handler failed (not the message's fault), will retry", **keys)
         await _settle(msg.nak(delay=policy.delay(deliveries)), "nak")
         return
@@ -181,7 +183,7 @@ async def _handle(bus: Bus, msg: Msg, handler: Handler, policy: AckPolicy) -> No
 async def _keep_in_progress(msg: Msg, every_s: float) -> None:
     while True:
         await asyncio.sleep(every_s)
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(*FAILURES):  # the next one may pass; an ack lost only redelivers
             await msg.in_progress()
 
 
@@ -189,17 +191,15 @@ async def _settle(ack: Any, what: str) -> None:
     """An ack lost with the connection is redelivered later: handlers are idempotent."""
     try:
         await ack
-    except Exception as err:
+    except FAILURES as err:
         log.info("could not settle message (it will be redelivered)", what=what, error=repr(err))
 
 
 # --- reading the stream ----------------------------------------------------------
 
 async def last_seq(bus: Bus) -> int:
-    try:
+    with failing(f"stream info {bus.settings.stream}"):
         info = await bus.client.jetstream().stream_info(bus.settings.stream)
-    except Exception as err:
-        raise classify(f"stream info {bus.settings.stream}", err) from err
     return int(info.state.last_seq)
 
 
@@ -211,7 +211,7 @@ async def read_after(bus: Bus, subject: str, after_seq: int, limit: int = 1000) 
     while len(found) < limit:
         try:
             raw = await js.get_msg(bus.settings.stream, seq=seq, subject=subject, next=True, direct=True)
-        except Exception as err:
+        except FAILURES as err:
             failure = classify(f"read {subject}", err)
             if isinstance(failure, NotFound):
                 break

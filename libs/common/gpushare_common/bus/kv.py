@@ -22,7 +22,7 @@ from nats.js.kv import KeyValue
 
 from ..events import new_id
 from ..subjects import below, js_direct_get, kv_key, kv_key_of, kv_stream
-from .errors import BusError, NotFound, Permanent, Transient, classify
+from .errors import FAILURES, BusError, NotFound, Permanent, Transient, classify, failing
 
 T = TypeVar("T")
 _SAFE = re.compile(r"[-/_a-zA-Z0-9]")
@@ -67,7 +67,7 @@ class Store:
         """The value under ``key``, None when absent; :class:`Permanent` when it does not decode."""
         try:
             entry = await self.kv.get(self._key(key))
-        except Exception as err:
+        except FAILURES as err:
             failure = self._fail("get", self._key(key), err)
             if isinstance(failure, NotFound):
                 return None
@@ -81,27 +81,21 @@ class Store:
             raise Permanent(f"get {self.bucket}/{self._key(key)}", f"value does not decode: {err}") from err
 
     async def put(self, key: str, value: Any) -> int:
-        try:
+        with failing("put", lambda _, err: self._fail("put", self._key(key), err)):
             return int(await self.kv.put(self._key(key), msgspec.json.encode(value)))
-        except Exception as err:
-            raise self._fail("put", self._key(key), err) from err
 
     async def delete(self, key: str) -> None:
         try:
             await self.kv.delete(self._key(key))
-        except Exception as err:
+        except FAILURES as err:
             failure = self._fail("delete", self._key(key), err)
             if not isinstance(failure, NotFound):
                 raise failure from err
 
     async def raw_items(self) -> dict[str, bytes]:
         """Every live key of the scope with its raw value (one pass over the bucket's stream)."""
-        try:
+        with failing(f"list {self.bucket}/{self.scope}"):
             return await _scan(self.kv, self.bucket, self.scope)
-        except BusError:
-            raise
-        except Exception as err:
-            raise classify(f"list {self.bucket}/{self.scope}", err) from err
 
     async def keys(self) -> list[str]:
         return sorted(await self.raw_items())

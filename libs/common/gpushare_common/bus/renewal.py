@@ -20,6 +20,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from ..logging import get_logger
+from .errors import FAILURES
 
 MAX_MARGIN_S = 60.0
 log = get_logger("bus")
@@ -65,6 +66,12 @@ class Renewal:
     def start(self, reconnect: Callable[[], Awaitable[None]]) -> None:
         if self._task is None:
             self._task = asyncio.ensure_future(self._run(reconnect))
+            self._task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("token renewal crashed: the connection ends when its token expires", service=self.service,
+                      error=repr(task.exception()))  # fmt: skip
 
     def stop(self) -> None:
         if self._task is not None:
@@ -81,5 +88,5 @@ class Renewal:
                      expires_in_s=round(token[0] - time.time(), 1))  # fmt: skip
             try:
                 await reconnect()
-            except Exception as err:  # nats-py raises its own types here; the next round retries
+            except FAILURES as err:  # the next round retries
                 log.warning("could not renew the NATS authorisation", service=self.service, error=repr(err))

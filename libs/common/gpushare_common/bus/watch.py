@@ -24,7 +24,7 @@ from ..logging import get_logger
 from ..retry import Backoff, wait_for_stop
 from ..subjects import js_consumer_create, kv_key, kv_key_of, kv_stream
 from .connection import Bus
-from .errors import BusError, Transient, classify
+from .errors import FAILURES, BusError, Transient, failing
 
 log = get_logger("bus.watch")
 _DELETED = ("DEL", "PURGE")
@@ -63,10 +63,8 @@ async def _one_watch(bus: Bus, bucket: str, keys: str, stop: asyncio.Event,
                      heartbeat_s: float) -> AsyncIterator[KeyChanges]:  # fmt: skip
     nc = bus.client
     queue: asyncio.Queue[Any] = asyncio.Queue()
-    try:
+    with failing(f"watch {bucket}"):
         sub = await nc.subscribe(nc.new_inbox(), cb=queue.put)
-    except Exception as err:
-        raise classify(f"watch {bucket}", err) from err
     try:
         pending = await _create(bus, bucket, kv_key(bucket, keys), sub.subject, heartbeat_s)
         batch: list[KeyChange] = []
@@ -86,7 +84,7 @@ async def _one_watch(bus: Bus, bucket: str, keys: str, stop: asyncio.Event,
                 deleted = (item.headers or {}).get("KV-Operation") in _DELETED
                 batch.append(KeyChange(kv_key_of(bucket, item.subject), None if deleted else bytes(item.data)))
     finally:
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(*FAILURES):  # gone with its connection
             await sub.unsubscribe()
 
 
@@ -95,10 +93,8 @@ async def _create(bus: Bus, bucket: str, subject: str, deliver: str, heartbeat_s
                                 deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT, ack_policy=api.AckPolicy.NONE,
                                 idle_heartbeat=heartbeat_s, inactive_threshold=max(10.0, 5 * heartbeat_s),
                                 mem_storage=True, num_replicas=1)  # fmt: skip
-    try:
+    with failing(f"watch {bucket}", bus.explaining(js_consumer_create(kv_stream(bucket)))):
         info = await bus.client.jetstream()._jsm.add_consumer(kv_stream(bucket), config)
-    except Exception as err:
-        raise bus.explain(f"watch {bucket}", js_consumer_create(kv_stream(bucket)), err) from err
     return int(info.num_pending or 0)
 
 

@@ -40,7 +40,7 @@ def classify(data: bytes) -> tuple[int, int]:
     message = nlmsg(data)  # the bare nlmsghdr: an error message has no kmod header
     try:
         message.decode()
-    except Exception as err:
+    except Exception as err:  # pyroute2's decoder raises whatever the bytes make it (struct.error, ...)
         raise TransportError(f"undecodable datagram ({err!r})") from None
     nl_type = int(message["header"]["type"])
     if nl_type != protocol.NLMSG_ERROR:
@@ -69,7 +69,7 @@ class NetlinkTransport:
     def port_id(self) -> int:
         if self._sock is None:
             return 0
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(Exception):  # a socket pyroute2 closed meanwhile has no port
             return int(self._sock.socket.getsockname()[0])
         return 0
 
@@ -104,5 +104,5 @@ class NetlinkTransport:
     def close(self) -> None:
         sock, self._sock = self._sock, None
         if sock is not None:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(Exception):  # closing: whatever state pyroute2's socket is in, it goes
                 sock.close()

@@ -56,6 +56,6 @@ class SimTransport:
 
     def close(self) -> None:
         if self._writer is not None:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(Exception):  # closing: whatever state the stream is in, it goes
                 self._writer.close()
         self._reader = self._writer = None
