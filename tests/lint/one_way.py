@@ -159,11 +159,40 @@ def broad_catches() -> list[str]:
     return found
 
 
+RETRY = "libs/common/gpushare_common/retry.py"
+# the Kubernetes adapter's watch loop, written before the supervised loop and replaced with the
+# kubernetes client's own watch: remove the entry with it
+BACKOFF_ALLOWED = frozenset({"libs/common/gpushare_common/adapters/kube.py"})
+
+
+def _hand_backoff(node: ast.AST) -> str:
+    """Why ``node`` is a backoff of its own ("" when it is not)."""
+    if isinstance(node, ast.keyword) and node.arg == "jitter" and isinstance(node.value, ast.Constant) and \
+            not node.value.value:
+        return "a backoff without jitter (nodes would retry in step)"
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("next", "reset") \
+            and "backoff" in ast.unparse(node.func.value).lower():
+        return f"a loop driving a backoff by hand (.{node.func.attr}())"
+    if isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Mult) and isinstance(node.target, ast.Name) and \
+            any(word in node.target.id.lower() for word in ("delay", "backoff", "wait")):
+        return "a delay doubled by hand"
+    return ""
+
+
+def backoff_loops() -> list[str]:
+    """Retrying loops are ``retry.Supervised`` (or ``retry.retry``): jitter on, stop-aware."""
+    return [f"{m.path}:{getattr(node, 'lineno', 0) or getattr(node.value, 'lineno', 0)}: {why}; use "
+            "gpushare_common.retry.Supervised"
+            for m in modules() if m.path != RETRY and m.path not in BACKOFF_ALLOWED
+            for node in ast.walk(m.tree) if (why := _hand_backoff(node))]
+
+
 CHECKS: dict[str, Callable[[], list[str]]] = {
     "subjects": subject_building,
     "quantities": quantity_parsing,
     "cel": cel_evaluation,
     "broad-catches": broad_catches,
+    "backoff-loops": backoff_loops,
 }
 
 

@@ -39,3 +39,18 @@ def test_other_strings_are_not_subjects(source: str) -> None:
 def test_a_quantity_table_is_found() -> None:
     tree = ast.parse('_SUFFIX = {"k": 10**3, "Ki": 2**10}\n_RE = re.compile(r"([0-9]+)(k|Ki|Mi)?")')
     assert sum(one_way._quantity_suffix(node) for node in ast.walk(tree)) == 2
+
+
+@pytest.mark.parametrize("source", [
+    "backoff = Backoff(0.2, 10.0, jitter=0.0)",
+    "await wait_for_stop(stop, backoff.next())",
+    "retry.backoff.reset()",
+    "delay *= 2",
+])
+def test_a_backoff_of_its_own_is_found(source: str) -> None:
+    assert any(one_way._hand_backoff(node) for node in ast.walk(ast.parse(source)))
+
+
+def test_a_supervised_loop_is_not_a_backoff_of_its_own() -> None:
+    source = "async for attempt in Supervised('x', stop, Backoff(0.1, 5.0), wake=changed):\n    attempt.progress()"
+    assert not any(one_way._hand_backoff(node) for node in ast.walk(ast.parse(source)))

@@ -16,14 +16,12 @@ from gpushare_common.adapters.kube import Kube
 from gpushare_common.bus import Bus, BusError
 from gpushare_common.events import AnyEvent, EventDecodeError, EvictionRecord, OwnerBackEvent, SpareCapacity
 from gpushare_common.http import Health
-from gpushare_common.logging import get_logger
-from gpushare_common.retry import wait_for_stop
+from gpushare_common.retry import Backoff, Supervised
 
 from .metrics import ConsoleMetrics
 from .settings import ConsoleSettings
 from .state import ClusterState
 
-log = get_logger("console.follow")
 _BATCH = 500
 
 
@@ -69,18 +67,21 @@ class Followers:
         """Eviction records and owner-backs, read from the start of the stream, then as they come."""
         self.cursors = dict.fromkeys((bus.subjects.every_node_eviction(), bus.subjects.every_node_event("ownerback")),
                                      0)
-        while not stop.is_set():
+        more = asyncio.Event()  # a full batch: read on at once
+        more.set()
+        async for reading in Supervised("read the event stream", stop, Backoff(0.5, 5.0), wake=more,
+                                        every_s=self.settings.poll_s):  # fmt: skip
             try:
                 fresh = [await self._read(bus, subject) for subject in self.cursors]
             except BusError as err:
                 self.metrics.stream_errors.inc()
-                log.info("event stream unreadable for now", error=str(err))
-                await wait_for_stop(stop, 1.0)
+                reading.failed(err)
                 continue
+            reading.progress()
             if any(fresh):
                 self.state.changes.bump()
-            if max(fresh) < _BATCH:
-                await wait_for_stop(stop, self.settings.poll_s)
+            if max(fresh) >= _BATCH:
+                more.set()
 
     async def _read(self, bus: Bus, subject: str) -> int:
         found = await bus.read_after(subject, self.cursors[subject], _BATCH)

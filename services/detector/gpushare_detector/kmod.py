@@ -8,7 +8,7 @@ from typing import Protocol
 from gpushare_common import events as ev
 from gpushare_common.bus import BusError
 from gpushare_common.logging import get_logger
-from gpushare_common.retry import Backoff, wait_any, wait_for_stop
+from gpushare_common.retry import Backoff, Supervised
 from gpushare_common.subjects import Subjects
 
 from .metrics import DetectorMetrics
@@ -83,15 +83,14 @@ class KmodSync:
         return ok
 
     async def run(self, stop: asyncio.Event, backoff_s: float = 1.0, max_backoff_s: float = 30.0) -> None:
-        backoff = Backoff(backoff_s, max_backoff_s, jitter=0.0)
-        while not stop.is_set():
-            await wait_any(self.changed, stop)
-            self.changed.clear()
-            if stop.is_set() or await self.sync_once():
-                backoff.reset()
-                continue
-            await wait_for_stop(stop, backoff.next())  # e.g. a container without a pid namespace yet
-            self.changed.set()
+        """Send the watch set's changes as they come, again with backoff until the bridge took them
+        (e.g. a container without a pid namespace yet)."""
+        async for sync in Supervised("send the watch set to the kmod-bridge", stop, Backoff(backoff_s, max_backoff_s),
+                                     wake=self.changed, node=self.node):  # fmt: skip
+            if await self.sync_once():
+                sync.progress()
+            else:
+                sync.failed(self.last_error or "not applied")
 
     async def hits(self, containers: tuple[str, ...]) -> dict[str, int] | None:
         """GPU ioctl hits by the pod key the bridge gives (``ns/pod`` or ``ns/pod/container``).

@@ -24,7 +24,7 @@ from gpushare_common import dra, events
 from gpushare_common.adapters.vendorplugin import watch_vendor
 from gpushare_common.bus import BusError, Permanent
 from gpushare_common.logging import get_logger
-from gpushare_common.retry import Backoff, wait_any
+from gpushare_common.retry import Backoff, Supervised
 from gpushare_common.service import Skeleton
 from gpushare_common.settings import CommonSettings
 from gpushare_common.topology import CardTopology, card_topology
@@ -190,19 +190,18 @@ class Service:
                            lendable, self.generation)
 
     async def _publish_loop(self, failure: type[Exception]) -> None:
-        backoff = Backoff(self.settings.backoff_min_s, self.settings.backoff_max_s, jitter=0.0)
-        while True:
-            await wait_any(self.cards_changed, timeout=self.settings.resync_s)
-            self.cards_changed.clear()
+        """The slice again on every change of the cards, every ``resync_s``, and after a failure
+        with backoff, until the driver stops."""
+        backoff = Backoff(self.settings.backoff_min_s, self.settings.backoff_max_s)
+        async for publication in Supervised("publish the slice", self.stopping, backoff, wake=self.cards_changed,
+                                            every_s=self.settings.resync_s, node=self.node):  # fmt: skip
             try:
                 await self.publish_slice(force=self.published is None)
-                backoff.reset()
             except failure as err:
-                delay = backoff.next()
                 self.health.set("slice", False, str(err))
-                log.warning("slice not published; retrying", node=self.node, error=str(err), retry_in_s=delay)
-                await asyncio.sleep(delay)
-                self.cards_changed.set()
+                publication.failed(err)
+            else:
+                publication.progress()
 
     async def publish_slice(self, force: bool = False) -> bool:
         """Write the slice when its devices changed; True when it did."""

@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from gpushare_common.logging import get_logger
-from gpushare_common.retry import Backoff, wait_for_stop
+from gpushare_common.retry import Backoff, Supervised
 
 from . import protocol
 from .metrics import BridgeMetrics
@@ -116,22 +116,21 @@ class KernelLink:
     # --- session loop -------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> None:
-        backoff = Backoff(self.settings.backoff_min_s, self.settings.backoff_max_s, jitter=0.0)
-        while not stop.is_set():
+        """Sessions with the module until ``stop``: one that registered starts the backoff again."""
+        backoff = Backoff(self.settings.backoff_min_s, self.settings.backoff_max_s)
+        async for session in Supervised("keep the kernel link", stop, backoff, transport=self.transport.name):
             before = self.registrations
-            delay = backoff.next()
             try:
                 await self._session(stop)
             except (TransportError, SessionLost, KernelUnavailable) as err:
                 self.last_error = str(err)
-                log.warning("kernel link down", transport=self.transport.name, reason=str(err),
-                            retry_in_s=round(delay, 3))
+                session.failed(f"kernel link down: {err}")
             finally:
                 self._end_session()
             if self.registrations > before:
-                backoff.reset()
-                delay = backoff.next()
-            await wait_for_stop(stop, delay)
+                session.progress()
+            if not session.failure and not stop.is_set():
+                session.failed("the session ended")
 
     async def _session(self, stop: asyncio.Event) -> None:
         self._lost = asyncio.Event()

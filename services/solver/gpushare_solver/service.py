@@ -39,7 +39,7 @@ from gpushare_common.ids import IdError, load_key
 from gpushare_common.logging import get_logger
 from gpushare_common.mapping import PersistentMapping
 from gpushare_common.pods import PodRules
-from gpushare_common.retry import Backoff, wait_for_stop
+from gpushare_common.retry import Backoff, Supervised
 from prometheus_client import CollectorRegistry
 
 from .actions import DeviceList, Plan, Reclaim
@@ -146,15 +146,18 @@ class Solver:
     async def resume_pending(self, stop: asyncio.Event) -> None:
         """Keep running the plans still pending (failed at start, or of no stream event: reconcile,
         pressure) with a growing delay, until each is done."""
-        backoff = Backoff(self.settings.retry_first_s * 10, self.settings.retry_max_s)
-        while not stop.is_set():
-            if await wait_for_stop(stop, backoff.next() if self.plans else self.settings.retry_max_s):
-                return
+        first = self.settings.retry_first_s * 10
+        async for attempt in Supervised("resume the pending plans", stop, Backoff(first, self.settings.retry_max_s),
+                                        every_s=first, node=self.node):  # fmt: skip
+            if not self.plans:
+                continue
             async with self._lock:
                 results = [await self._resume(plan) for plan in sorted(self.plans.values(), key=lambda p: p.received)
                            if plan.trigger_id in self.plans]  # fmt: skip
             if all(results):
-                backoff.reset()
+                attempt.progress()
+            else:
+                attempt.failed(f"{results.count(False)} plan(s) still pending")
 
     async def _reconcile(self) -> None:
         try:

@@ -16,7 +16,7 @@ from typing import Any
 import grpc
 
 from ..logging import get_logger
-from ..retry import Backoff, wait_for_stop
+from ..retry import Backoff, Supervised
 from .kubeletapi import deviceplugin_v1beta1_pb2 as pb
 from .kubeletapi import deviceplugin_v1beta1_pb2_grpc as _pbg
 
@@ -53,22 +53,18 @@ async def watch_vendor(resource: str, socket_path: str, stop: asyncio.Event,
 
     Retries with backoff until ``stop``; one log line per transition.
     """
-    backoff = Backoff(backoff_min_s, backoff_max_s, jitter=0.0)
-    present = True  # so that the first absence is logged
-    while not stop.is_set():
-        seen = False
+    loop = Supervised(f"follow the vendor plugin {resource}", stop, Backoff(backoff_min_s, backoff_max_s),
+                      socket=socket_path)  # fmt: skip
+    async for attempt in loop:
         if os.path.exists(socket_path):  # noqa: ASYNC240  (one stat of a local socket)
             async for cards in _stream(socket_path, stop):
-                if not seen:
+                if not attempt.progressed:
                     log.info("vendor plugin connected", resource=resource, socket=socket_path)
-                    seen, present = True, True
-                    backoff.reset()
+                    attempt.progress()
                 yield cards
-        if present:
-            log.warning("vendor plugin absent, retrying", resource=resource, socket=socket_path)
-            present = False
-        yield None
-        await wait_for_stop(stop, backoff.next())
+        if not stop.is_set():
+            attempt.failed("vendor plugin absent" if not attempt.progressed else "vendor plugin stream ended")
+            yield None
 
 
 async def _stream(socket_path: str, stop: asyncio.Event) -> AsyncIterator[dict[str, VendorCard]]:

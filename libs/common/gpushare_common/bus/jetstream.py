@@ -27,7 +27,7 @@ from nats.js.errors import NotFoundError
 from ..events import AnyEvent, decode, event_tag
 from ..layout import BUCKETS
 from ..logging import get_logger
-from ..retry import Backoff, retry, wait_for_stop
+from ..retry import Backoff, Supervised, retry
 from .connection import Bus, Handler
 from .errors import BUGS, FAILURES, NotFound, Transient, classify, failing
 
@@ -108,23 +108,19 @@ async def consume(bus: Bus, subject: str, durable: str, handler: Handler, policy
                   stop: asyncio.Event, batch: int = 16) -> None:  # fmt: skip
     """Run a durable pull consumer of ``subject`` until ``stop``; survives server restarts."""
     sub: Any = None
-    backoff = Backoff(0.05, 2.0)
     try:
-        while not stop.is_set():
+        async for fetch in Supervised(f"consume {durable}", stop, Backoff(0.05, 2.0), service=bus.service):
             try:
                 if sub is None:
                     sub = await _bind(bus, subject, durable, policy)
                 msgs = await sub.fetch(batch, timeout=0.5)
-                backoff.reset()
             except FAILURES as err:
                 failure = classify(f"fetch {durable}", err)
-                if "timeout" in failure.reason.lower() and sub is not None:
-                    continue  # nothing to fetch
-                log.warning("consumer fetch failed, retrying", service=bus.service, durable=durable,
-                            error=str(failure))  # fmt: skip
-                sub = None
-                await wait_for_stop(stop, backoff.next())
+                if "timeout" not in failure.reason.lower() or sub is None:  # else: nothing to fetch
+                    fetch.failed(failure)
+                    sub = None
                 continue
+            fetch.progress()
             for msg in msgs:
                 await _handle(bus, msg, handler, policy)
     finally:

@@ -20,13 +20,11 @@ from typing import Any
 from nats.js import api
 
 from ..events import new_id
-from ..logging import get_logger
-from ..retry import Backoff, wait_for_stop
+from ..retry import Backoff, Supervised
 from ..subjects import js_consumer_create, kv_key, kv_key_of, kv_stream
 from .connection import Bus
 from .errors import FAILURES, BusError, Transient, failing
 
-log = get_logger("bus.watch")
 _DELETED = ("DEL", "PURGE")
 
 
@@ -47,16 +45,13 @@ async def watch_bucket(bus: Bus, bucket: str, keys: str, stop: asyncio.Event,
     """Changes of the keys of ``bucket`` (a name of ``layout.BUCKETS``) matching ``keys`` (a NATS
     subject pattern: ``*.mapping.>``) until ``stop``; see the module doc."""
     name = bus.layout.bucket(bucket)
-    backoff = Backoff(0.1, 5.0)
-    while not stop.is_set():
+    async for watch in Supervised(f"watch {name}", stop, Backoff(0.1, 5.0), service=bus.service, keys=keys):
         try:
             async for batch in _one_watch(bus, name, keys, stop, heartbeat_s):
-                backoff.reset()
+                watch.progress()
                 yield batch
-        except BusError as err:
-            log.info("bucket watch lost; watching again", service=bus.service, bucket=name, keys=keys,
-                     error=str(err))  # fmt: skip
-            await wait_for_stop(stop, backoff.next())
+        except BusError as err:  # lost (a server restarted, a leader moved): watched again
+            watch.failed(err)
 
 
 async def _one_watch(bus: Bus, bucket: str, keys: str, stop: asyncio.Event,

@@ -156,10 +156,14 @@ class PluginServer:
 
 
 async def dial(socket_path: str, timeout_s: float = 5.0) -> None:
-    """Prove a plugin socket answers (GetDevicePluginOptions)."""
-    async with grpc.aio.insecure_channel(f"unix://{socket_path}") as channel:
-        stub = pbg.DevicePluginStub(channel)
-        await stub.GetDevicePluginOptions(pb.Empty(), timeout=timeout_s, wait_for_ready=True)
+    """Prove a plugin socket answers (GetDevicePluginOptions); ConnectionError when it does not."""
+    try:
+        async with grpc.aio.insecure_channel(f"unix://{socket_path}") as channel:
+            stub = pbg.DevicePluginStub(channel)
+            await stub.GetDevicePluginOptions(pb.Empty(), timeout=timeout_s, wait_for_ready=True)
+    except grpc.aio.AioRpcError as err:
+        raise ConnectionError(f"plugin socket {socket_path} does not answer: {err.code().name} "
+                              f"{err.details() or ''}".strip()) from None
 
 
 async def register(kubelet_socket: str, endpoint: str, resource: str, timeout_s: float = 5.0
