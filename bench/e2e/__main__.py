@@ -8,7 +8,7 @@ the owner issues one GPU ioctl; per trial: owner's ioctl -> borrower's tasks
 dead (the solver's eviction record, less its API delete time) and -> owner's
 call returns (the workload's own report, written right after the ioctl
 returns). The away window is shortened so trials take seconds. Meanwhile the
-resident memory of every service process is sampled (target <= 60 MB each).
+resident memory of every service process is sampled (target <= 100 MB each).
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from gpushare_sim.scenarios.spot import Trial, lend, owner_back, setup_owner
 from bench.report import Row, emit, median, percentile
 
 PART = "e2e"
-RSS_TARGET_MB = 60.0
-SERVICES = ("detector", "solver", "deviceplugin", "kmod-bridge", "shadow-controller")
+RSS_TARGET_MB = 100.0
+SERVICES = ("detector", "solver", "deviceplugin", "kmod-bridge", "shadow-controller", "console", "nats-auth")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
