@@ -1,96 +1,126 @@
-"""The services' HTTP face: four read-only endpoints without a web framework, served for real."""
+"""The services' HTTP face: one FastAPI application per service, served by uvicorn for real."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import urllib.error
-import urllib.request
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
 from typing import Any
 
-from gpushare_common.http import Health, build_app, serve
+from fastapi import FastAPI
+from gpushare_common.http import Health, Model, ServiceStatus, bound_port, serve, service_app
 from gpushare_common.settings import HttpSettings
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter
 
 
-async def call(app: Any, path: str, method: str = "GET") -> tuple[int, dict[bytes, bytes], bytes]:
-    sent: list[dict[str, Any]] = []
-
-    async def receive() -> dict[str, Any]:
-        return {"type": "http.request", "body": b"", "more_body": False}
-
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
-
-    await app({"type": "http", "path": path, "method": method, "headers": []}, receive, send)
-    return sent[0]["status"], dict(sent[0]["headers"]), b"".join(m.get("body", b"") for m in sent[1:])
+class Part(Model):
+    count: int
 
 
-def service_app(status: Any = lambda: {"node": "n1"}, extra: Any = None) -> tuple[Any, Health]:
+class SampleStatus(ServiceStatus):
+    """A sample service's view."""
+
+    node: str
+    """The node it serves."""
+    parts: dict[str, Part]
+
+
+async def fetch(port: int, path: str, method: str = "GET") -> tuple[int, dict[str, str], bytes]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"{method} {path} HTTP/1.0\r\nHost: localhost\r\n\r\n".encode())
+    await writer.drain()
+    response = await reader.read()
+    writer.close()
+    await writer.wait_closed()
+    head, _, body = response.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode().split("\r\n")
+    headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines)}
+    return int(status_line.split()[1]), headers, body
+
+
+@asynccontextmanager
+async def served(status: Callable[[], Mapping[str, Any]] = lambda: {"node": "n1", "parts": {"a": {"count": 2}}},
+                 routes: Callable[[FastAPI], None] | None = None) -> AsyncIterator[tuple[int, Health]]:
     health = Health("nats")
     registry = CollectorRegistry()
     Counter("gpushare_test_things", "things", registry=registry).inc()
-    return build_app("test", health, registry, status, extra), health
+    app = service_app("test", health, registry, status, SampleStatus)
+    if routes is not None:
+        routes(app)
+    async with serve(app, HttpSettings(host="127.0.0.1", port=0)) as server:
+        yield bound_port(server), health
 
 
 async def test_endpoints_answer_as_the_health_says() -> None:
-    app, health = service_app()
-    assert (await call(app, "/healthz"))[0] == 200
-    code, _, body = await call(app, "/readyz")
-    assert code == 503 and json.loads(body)["components"]["nats"]["ready"] is False
-    health.set("nats", True)
-    assert (await call(app, "/readyz"))[0] == 200
-    code, headers, body = await call(app, "/status")
-    assert code == 200 and headers[b"content-type"] == b"application/json"
-    assert json.loads(body)["service"] == "test" and json.loads(body)["node"] == "n1"
-    code, headers, body = await call(app, "/metrics")
-    assert code == 200 and b"gpushare_test_things_total 1.0" in body
-    assert headers[b"content-type"].startswith(b"text/plain")
-    health.alive = False
-    assert (await call(app, "/healthz"))[0] == 503
+    async with served() as (port, health):
+        assert (await fetch(port, "/healthz"))[0] == 200
+        code, _, body = await fetch(port, "/readyz")
+        assert code == 503 and json.loads(body)["components"]["nats"] == {"ready": False, "reason": ""}
+        health.set("nats", True)
+        assert (await fetch(port, "/readyz"))[0] == 200
+        code, headers, body = await fetch(port, "/status")
+        assert code == 200 and headers["content-type"] == "application/json"
+        assert json.loads(body) == {"service": "test", "health": json.loads(body)["health"], "node": "n1",
+                                    "parts": {"a": {"count": 2}}}
+        assert json.loads(body)["health"]["ready"] is True
+        code, headers, body = await fetch(port, "/metrics")
+        assert code == 200 and b"gpushare_test_things_total 1.0" in body
+        assert headers["content-type"] == CONTENT_TYPE_LATEST  # Prometheus text format
+        health.alive = False
+        code, _, body = await fetch(port, "/healthz")
+        assert code == 503 and json.loads(body) == {"alive": False}
 
 
-async def test_other_paths_and_methods_are_refused_or_passed_on() -> None:
-    app, _ = service_app()
-    assert (await call(app, "/nope"))[0] == 404
-    code, headers, _ = await call(app, "/status", "POST")
-    assert code == 405 and headers[b"allow"] == b"GET"
-    code, _, body = await call(app, "/status", "HEAD")
-    assert code == 200 and body == b""
-    seen: list[str] = []
-
-    async def extra(scope: Any, receive: Any, send: Any) -> None:
-        seen.append(scope["path"])
-        await send({"type": "http.response.start", "status": 204, "headers": []})
-        await send({"type": "http.response.body", "body": b""})
-
-    app, _ = service_app(extra=extra)
-    assert (await call(app, "/api/fleet"))[0] == 204 and seen == ["/api/fleet"]
-    assert (await call(app, "/healthz"))[0] == 200 and seen == ["/api/fleet"]
+async def test_other_paths_and_methods_are_refused_and_head_has_no_body() -> None:
+    async with served() as (port, _):
+        assert (await fetch(port, "/nope"))[0] == 404
+        code, headers, _ = await fetch(port, "/status", "POST")
+        assert code == 405 and "GET" in headers["allow"]
+        code, _, body = await fetch(port, "/status", "HEAD")
+        assert code == 200 and body == b""
 
 
-async def test_a_failing_status_view_is_a_500_not_a_dead_endpoint() -> None:
+async def test_a_service_adds_its_own_routes_to_the_same_app() -> None:
+    def routes(app: FastAPI) -> None:
+        @app.get("/api/fleet")
+        async def fleet() -> dict[str, int]:
+            return {"nodes": 3}
+
+    async with served(routes=routes) as (port, _):
+        assert json.loads((await fetch(port, "/api/fleet"))[2]) == {"nodes": 3}
+        assert (await fetch(port, "/healthz"))[0] == 200
+
+
+async def test_a_failing_or_drifted_status_view_is_a_500_that_says_why() -> None:
     def broken() -> dict[str, Any]:
         raise KeyError("gone")
 
-    app, _ = service_app(broken)
-    code, _, body = await call(app, "/status")
-    assert code == 500 and "KeyError" in json.loads(body)["error"]
-    assert (await call(app, "/healthz"))[0] == 200
+    async with served(broken) as (port, _):
+        code, _, body = await fetch(port, "/status")
+        assert code == 500 and "KeyError" in json.loads(body)["error"]
+        assert (await fetch(port, "/healthz"))[0] == 200
+    async with served(lambda: {"node": "n1", "parts": {}, "colour": "red"}) as (port, _):
+        code, _, body = await fetch(port, "/status")  # a key the model does not declare
+        assert code == 500 and "colour" in json.loads(body)["error"]
+    async with served(lambda: {"node": "n1", "parts": {"a": {"count": "many"}}}) as (port, _):
+        code, _, body = await fetch(port, "/status")  # a value of the wrong type
+        assert code == 500 and "parts.a.count" in json.loads(body)["error"]
 
 
-async def test_served_over_real_http() -> None:
-    app, _ = service_app()
-    async with serve(app, HttpSettings(host="127.0.0.1", port=0)) as server:
-        port = server.servers[0].sockets[0].getsockname()[1]
-
-        def get(path: str) -> tuple[int, bytes]:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
-                    return response.status, response.read()
-            except urllib.error.HTTPError as err:
-                return err.code, err.read()
-
-        assert (await asyncio.to_thread(get, "/status"))[0] == 200
-        assert (await asyncio.to_thread(get, "/readyz"))[0] == 503
-        assert (await asyncio.to_thread(get, "/missing"))[0] == 404
+async def test_openapi_describes_the_status_with_its_fields_meanings() -> None:
+    async with served() as (port, _):
+        code, _, body = await fetch(port, "/openapi.json")
+        assert code == 200
+        document = json.loads(body)
+        assert (await fetch(port, "/docs"))[0] == 200
+    answer = document["paths"]["/status"]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
+    assert answer == {"$ref": "#/components/schemas/SampleStatus"}
+    schemas = document["components"]["schemas"]
+    model = schemas["SampleStatus"]
+    assert set(model["required"]) == {"service", "health", "node", "parts"}
+    assert model["properties"]["node"]["description"] == "The node it serves."
+    assert model["additionalProperties"] is False
+    assert "components" in schemas["HealthReport"]["properties"]
+    assert set(document["paths"]) >= {"/healthz", "/readyz", "/status", "/metrics"}
+    assert "503" in document["paths"]["/readyz"]["get"]["responses"]

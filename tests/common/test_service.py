@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Mapping
+from typing import Any
 
+from gpushare_common.http import ServiceStatus
 from gpushare_common.retry import wait_any
-from gpushare_common.service import Skeleton
+from gpushare_common.service import ServiceBase, Skeleton
 from gpushare_common.settings import HttpSettings, NatsSettings
 
 LOOPBACK = HttpSettings(host="127.0.0.1", port=0)
@@ -90,3 +93,69 @@ async def test_wait_any_returns_on_the_first_event_or_the_timeout() -> None:
     assert not await wait_any(first, second, timeout=0.01)
     asyncio.get_running_loop().call_later(0.01, second.set)
     assert await asyncio.wait_for(wait_any(first, second), 5)
+
+
+class SampleStatus(ServiceStatus):
+    phase: str
+
+
+class Sample(ServiceBase):
+    """A service whose start waits for ``go`` (then fails when ``fail``)."""
+
+    status_model = SampleStatus
+
+    def __init__(self, fail: bool = False, stop: asyncio.Event | None = None) -> None:
+        super().__init__("sample", LOOPBACK, "started", stop=stop)
+        self.go, self.fail, self.phase = asyncio.Event(), fail, "new"
+        self.skeleton.on_exit(lambda: setattr(self, "phase", "closed"))
+
+    async def start(self) -> None:
+        self.phase = "starting"
+        await self.go.wait()
+        if self.fail:
+            raise RuntimeError("cannot start")
+        self.health.set("started", True)
+        self.phase = "started"
+
+    def status(self) -> Mapping[str, Any]:
+        return {"phase": self.phase}
+
+
+async def test_run_serves_before_it_starts_then_runs_until_stopped() -> None:
+    stop = asyncio.Event()
+    service = Sample(stop=stop)
+    running = asyncio.create_task(service.run())
+    while not service.port:
+        await asyncio.sleep(0.01)
+    code, body = await http_get(service.port, "/status")
+    assert code == 200 and json.loads(body)["phase"] == "starting"  # served while it starts
+    assert (await http_get(service.port, "/readyz"))[0] == 503
+    service.go.set()
+    while not service.health.ready:
+        await asyncio.sleep(0.01)
+    assert not running.done()  # a start that ends is not a failure: the service runs on
+    stop.set()
+    assert await asyncio.wait_for(running, 5) == 0 and service.phase == "closed"
+
+
+async def test_a_failed_start_ends_the_run_with_exit_code_1_and_a_stop_ends_a_start() -> None:
+    service = Sample(fail=True)
+    running = asyncio.create_task(service.run())
+    service.go.set()
+    assert await asyncio.wait_for(running, 5) == 1 and service.phase == "closed"
+    stop = asyncio.Event()
+    waiting = Sample(stop=stop)
+    running = asyncio.create_task(waiting.run())
+    while waiting.phase != "starting":
+        await asyncio.sleep(0.01)
+    stop.set()  # start never finished: cancelled on the way out
+    assert await asyncio.wait_for(running, 5) == 0 and waiting.phase == "closed"
+
+
+async def test_started_serves_and_starts_for_a_test_then_closes() -> None:
+    service = Sample()
+    service.go.set()
+    async with service.started() as same:
+        assert same is service and service.phase == "started" and service.health.ready
+        assert json.loads((await http_get(service.port, "/status"))[1])["service"] == "sample"
+    assert service.phase == "closed"

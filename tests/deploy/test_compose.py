@@ -1,8 +1,7 @@
 """compose/docker-compose.yaml and the k8s/base workloads give each service only settings it has.
 
-The valid variable names of a service are derived from its code: every
-``load(SettingsClass, "GPUSHARE_<TOPIC>_")`` its package makes (``load_common`` adds the
-common topics) yields ``<prefix><FIELD>`` for each field of the dataclass. Checked too:
+The valid variable names of a service are derived from its code: the variables its settings
+struct reads (:func:`gpushare_common.settings.variables`, what its ``--help`` lists). Checked too:
 images come from Dockerfiles in the repository, health checks and published ports use the
 port the service listens on, named volumes, bind-mount sources, ``${VAR}`` interpolations
 and profiles exist, and every path setting a service uses lies inside something mounted.
@@ -11,7 +10,6 @@ Each check is also run on a broken copy, which must fail with a message naming t
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import copy
 import dataclasses
@@ -25,13 +23,13 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from gpushare_common.settings import variables
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_DIR = ROOT / "compose"
@@ -41,6 +39,7 @@ K8S_BASE = ROOT / "k8s" / "base"
 K8S_KMOD_PATCH = ROOT / "k8s" / "components" / "kmod" / "kmod-bridge.yaml"
 IMAGE = re.compile(r"(gpushare/[\w-]+):([\w.-]+)")
 SERVICES = ("detector", "solver", "deviceplugin", "kmod-bridge", "shadow-controller")
+ALL_SERVICES = (*SERVICES, "nats-auth", "console", "dra-driver")
 PROFILES = ("sim", "node")
 SIM_DOCKERFILE = "compose/sim.Dockerfile"
 VERSION = "0.1.0"
@@ -63,49 +62,16 @@ def package_dir(service: str) -> Path:
     return ROOT / "services" / service / f"gpushare_{service.replace('-', '_')}"
 
 
-def _value(node: ast.expr, module: Any) -> Any:
-    if isinstance(node, ast.Constant):
-        return node.value
-    if isinstance(node, ast.Name):
-        return getattr(module, node.id, None)
-    return None
-
-
-def _loads(tree: ast.AST, module_name: str) -> Iterator[tuple[str, type]]:
-    """``(prefix, dataclass)`` of every ``load(cls, prefix)`` in ``tree``; follows ``load_common``."""
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Call):
-            continue
-        name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
-        if name == "load_common":
-            yield from common_loads()
-        elif name == "load" and len(node.args) >= 2:
-            module = importlib.import_module(module_name)
-            cls, prefix = _value(node.args[0], module), _value(node.args[1], module)
-            if dataclasses.is_dataclass(cls) and isinstance(cls, type) and isinstance(prefix, str):
-                yield prefix, cls
-
-
-@cache
-def common_loads() -> tuple[tuple[str, type], ...]:
-    module = importlib.import_module("gpushare_common.settings")
-    tree = ast.parse(Path(str(module.__file__)).read_text())
-    (function,) = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "load_common"]
-    return tuple(_loads(function, module.__name__))
+def service_settings(service: str) -> type:
+    """The service's settings struct (everything it reads, and its ``DEFAULT_PORT``)."""
+    module = importlib.import_module(f"gpushare_{service.replace('-', '_')}.settings")
+    return module.Settings  # type: ignore[no-any-return]
 
 
 @cache
 def settings_of(service: str) -> dict[str, Any]:
-    """Every variable the service reads -> its default value."""
-    root = package_dir(service)
-    found: dict[str, Any] = {}
-    for path in sorted(root.rglob("*.py")):
-        module_name = ".".join((root.name, *path.relative_to(root).with_suffix("").parts))
-        module_name = module_name.removesuffix(".__init__")
-        for prefix, cls in _loads(ast.parse(path.read_text()), module_name):
-            for field in dataclasses.fields(cls):
-                found[prefix + field.name.upper()] = field.default
-    return found
+    """Every variable the service reads -> its default, as its ``--help`` lists them."""
+    return {v.name: v.default for v in variables(service_settings(service))}
 
 
 @cache
@@ -334,12 +300,14 @@ def test_settings_are_derived_from_the_code() -> None:
     assert "GPUSHARE_SHADOW_LEASE_NAMESPACE" in shadow and "GPUSHARE_NATS_URL" not in shadow
 
 
-@pytest.mark.parametrize("service", SERVICES)
+@pytest.mark.parametrize("service", ALL_SERVICES)
 def test_image_port_is_the_code_default(service: str) -> None:
-    source = "\n".join(p.read_text() for p in package_dir(service).rglob("*.py"))
-    defaults = set(re.findall(r"DEFAULT_PORT = (\d+)", source))
-    defaults |= set(re.findall(r'"GPUSHARE_HTTP_PORT": "(\d+)"', source))
-    assert defaults == {str(image_port(service))}
+    assert image_port(service) == service_settings(service).DEFAULT_PORT  # type: ignore[attr-defined]
+
+
+def test_no_two_services_default_to_one_port() -> None:
+    ports = {s: service_settings(s).DEFAULT_PORT for s in ALL_SERVICES}  # type: ignore[attr-defined]
+    assert len(set(ports.values())) == len(ports), ports
 
 
 def test_compose_file_is_consistent() -> None:

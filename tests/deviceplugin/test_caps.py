@@ -8,13 +8,13 @@ import pytest
 from gpushare_common import ids
 from gpushare_common.isolation import ShareCaps, parse_share_caps
 from gpushare_common.pods import PodRules
-from gpushare_common.settings import SettingsError
+from gpushare_common.settings import SettingsError, load
 from gpushare_deviceplugin.errors import PluginError
 from gpushare_deviceplugin.handlers.base import Signer
 from gpushare_deviceplugin.handlers.share import ShadowPodView, ShareLogic, shadow_view
 from gpushare_deviceplugin.plugins.manager import PluginSet, build_logics
 from gpushare_deviceplugin.plugins.metrics import PluginMetrics
-from gpushare_deviceplugin.settings import DevicePluginSettings, load_settings
+from gpushare_deviceplugin.settings import PREFIX, DevicePluginSettings
 from prometheus_client import CollectorRegistry
 
 from .conftest import KEY, NODE
@@ -109,8 +109,9 @@ def test_a_capped_shadow_pod_counts_once_its_daemon_is_ready(isolation: str | No
 
 
 def test_settings_for_caps() -> None:
-    settings = load_settings({"GPUSHARE_DP_CARD_MEMORY_MIB": "nvidia.com/gpu=81920, example.com/npu=32768",
-                              "GPUSHARE_DP_ISOLATION_OPT_OUT": "share-dev"})
+    settings = load(DevicePluginSettings, PREFIX, {
+        "GPUSHARE_DP_CARD_MEMORY_MIB": "nvidia.com/gpu=81920, example.com/npu=32768",
+        "GPUSHARE_DP_ISOLATION_OPT_OUT": "share-dev"})
     assert settings.card_memory() == {"nvidia.com/gpu": 81920, "example.com/npu": 32768}
     logics = build_logics(settings, Signer(KEY, NODE))
     opt_out = {token: logic.opt_out for token, logic in logics.items() if isinstance(logic, ShareLogic)}
@@ -124,7 +125,7 @@ def test_settings_for_caps() -> None:
 ])
 def test_bad_cap_settings_name_the_variable(variable: str, value: str) -> None:
     with pytest.raises(SettingsError, match=variable):
-        load_settings({variable: value})
+        load(DevicePluginSettings, PREFIX, {variable: value})
 
 
 def isolation_series(registry: CollectorRegistry) -> dict[tuple[str, str], float]:

@@ -12,7 +12,6 @@ from collections.abc import AsyncIterator
 import pytest
 from gpushare_common import events
 from gpushare_common.bus import Bus
-from gpushare_common.http import bound_port, build_app, serve
 from gpushare_common.settings import (
     CommonSettings,
     HttpSettings,
@@ -21,7 +20,7 @@ from gpushare_common.settings import (
     NatsSettings,
     NodeSettings,
 )
-from gpushare_deviceplugin.app import Service, run
+from gpushare_deviceplugin.app import Service
 from gpushare_deviceplugin.settings import DevicePluginSettings
 
 from tests.support.nats import NatsServer
@@ -68,7 +67,7 @@ async def service(nats_settings: NatsSettings, dp_settings: DevicePluginSettings
     svc.start_plugins()
     await svc.connect()
     yield svc
-    await svc.stop()
+    await svc.close()
 
 
 async def publish_health(bus: Bus, devices: dict[str, events.Health], full: bool = True) -> None:
@@ -120,7 +119,7 @@ async def test_desired_health_restored_from_key_value(
         await kubelet.wait_list(SPOT, lambda d: d == {"spot-GPU-0": "Unhealthy",
                                                       "spot-GPU-1": "Healthy"})
     finally:
-        await svc.stop()
+        await svc.close()
 
 
 async def test_spare_capacity_and_borrowers(
@@ -145,11 +144,10 @@ async def test_spare_capacity_and_borrowers(
 async def test_status_and_metrics_over_http(
         kubelet: KubeletStub, vendor: VendorPluginStub, service: Service) -> None:
     await kubelet.wait_list(SPOT, lambda d: len(d) == 2)
-    app = build_app("deviceplugin", service.health, service.registry, service.status)
-    async with serve(app, HttpSettings(host="127.0.0.1", port=0)) as server:
-        port = bound_port(server)
-        metrics = (await http_get(port, "/metrics")).decode()
-        status = json.loads(await http_get(port, "/status"))
+    port = await service.serve()  # stopped with the service
+    metrics = (await http_get(port, "/metrics")).decode()
+    status = json.loads(await http_get(port, "/status"))
+    assert status["service"] == "deviceplugin" and status["health"]["components"]["kubelet"]["ready"] is True
     by_resource = {p["resource"]: p for p in status["plugins"]}
     assert by_resource[SPOT]["registered"] is True
     assert by_resource[SPOT]["unhealthy"] == 2
@@ -194,7 +192,7 @@ async def test_missed_health_is_reread_after_reconnect(
         await kubelet.wait_list(SPOT, lambda d: d["spot-GPU-0"] == "Healthy", timeout=10)
     finally:
         await writer.drain()
-        await svc.stop()
+        await svc.close()
         await asyncio.to_thread(server.cleanup)
 
 
@@ -202,7 +200,7 @@ async def test_run_serves_until_stopped(nats_settings: NatsSettings,
                                         dp_settings: DevicePluginSettings,
                                         kubelet: KubeletStub) -> None:
     stop = asyncio.Event()
-    task = asyncio.create_task(run(common_settings(nats_settings), dp_settings, KEY, stop))
+    task = asyncio.create_task(Service(common_settings(nats_settings), dp_settings, KEY, stop=stop).run())
     await kubelet.wait_for(lambda: len(kubelet.plugins) == 11 and
                            all(p.lists for p in kubelet.plugins.values()), timeout=10)
     stop.set()

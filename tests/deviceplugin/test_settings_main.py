@@ -7,16 +7,16 @@ import subprocess
 import sys
 
 import pytest
-from gpushare_common.settings import SettingsError
-from gpushare_deviceplugin.settings import load_settings
+from gpushare_common.settings import SettingsError, load_service
+from gpushare_deviceplugin.settings import Settings
 
 
 def test_settings_from_environment() -> None:
-    settings = load_settings({
+    settings = load_service(Settings, {
         "GPUSHARE_DP_PLUGIN_DIR": "/run/dp", "GPUSHARE_DP_SHARE_SPECS": "2,4",
         "GPUSHARE_DP_VENDOR_SOCKETS": "nvidia.com/gpu=nvidia.sock, amd.com/gpu=/run/amd.sock",
         "GPUSHARE_DP_POLICY": "spread", "GPUSHARE_DP_SPOT": "false",
-    })
+    }).deviceplugin
     assert settings.share_specs == (2, 4)
     assert settings.vendor_sockets == {"nvidia.com/gpu": "nvidia.sock",
                                        "amd.com/gpu": "/run/amd.sock"}
@@ -37,7 +37,7 @@ def test_settings_from_environment() -> None:
 ])
 def test_bad_settings_name_the_variable(environ: dict[str, str]) -> None:
     with pytest.raises(SettingsError) as bad:
-        load_settings(environ)
+        load_service(Settings, environ)
     assert bad.value.variable.startswith("GPUSHARE_DP_")
 
 

@@ -55,7 +55,7 @@ async def service(nats_settings: NatsSettings, settings: DevicePluginSettings,
     svc = Service(common, dataclasses.replace(settings, spot=False), KEY)
     svc.start_plugins()
     yield svc
-    await svc.stop()
+    await svc.close()
 
 
 async def test_running_shadow_pods_become_devices(

@@ -115,7 +115,7 @@ async def dra_node(kube_api: KubeApi, nats: NatsSettings, gpus: int = 2, **drive
             service = Service(common(settings.name, kube_api.kubeconfig, nats), driver_settings(settings.node_dir,
                               **driver), vendors)
             await service.start()
-            stack.push_async_callback(service.stop)
+            stack.push_async_callback(service.close)
             scheduler = Scheduler(SimKube.from_kubeconfig(kubeconfig), 0.05)
             node = DraNode(SimKube.from_kubeconfig(kubeconfig), sim, service, scheduler)
             assert sim.dra is not None

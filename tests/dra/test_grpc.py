@@ -88,7 +88,7 @@ async def test_a_restarted_driver_answers_what_it_prepared(kube_api: KubeApi,  #
         (claim,) = await node.claims()
         ref = pb.Claim(namespace="default", name=claim["metadata"]["name"], uid=claim["metadata"]["uid"])
         before = (await call(node, "prepare", [ref])).claims[ref.uid]  # type: ignore[attr-defined]
-        await node.driver.stop()
+        await node.driver.close()
         again = Service(common(node.name, kube_api.kubeconfig, nats_settings),
                         driver_settings(node.sim.settings.node_dir), node.driver.vendors)
         await again.start()
@@ -100,7 +100,7 @@ async def test_a_restarted_driver_answers_what_it_prepared(kube_api: KubeApi,  #
         finally:
             await node.kube.delete_pod("default", "p")
             await wait_until(lambda: _gone(node), 30, "pod p gone and its claim unprepared")
-            await again.stop()
+            await again.close()
 
 
 async def _gone(node: DraNode) -> bool:

@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from gpushare_common.settings import SettingsError
-from gpushare_dra_driver.settings import DraSettings, load_settings
+from gpushare_common.settings import SettingsError, load
+from gpushare_dra_driver.settings import PREFIX, DraSettings
 
 
 def test_defaults_are_the_kubelets_paths() -> None:
@@ -27,7 +27,7 @@ def test_defaults_are_the_kubelets_paths() -> None:
 ])
 def test_bad_settings_name_the_variable(variable: str, value: str, expected: str) -> None:
     with pytest.raises(SettingsError, match=variable) as caught:
-        load_settings({variable: value})
+        load(DraSettings, PREFIX, {variable: value})
     assert expected in str(caught.value)
 
 

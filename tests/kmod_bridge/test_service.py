@@ -10,7 +10,6 @@ from collections.abc import AsyncIterator
 
 from gpushare_common import events
 from gpushare_common.bus import Bus
-from gpushare_common.http import bound_port, build_app, serve
 from gpushare_common.settings import (
     CommonSettings,
     HttpSettings,
@@ -56,7 +55,7 @@ async def bridge(nats: NatsSettings, settings: KmodBridgeSettings,
         await asyncio.wait_for(service.link.registered.wait(), 5)
         yield service
     finally:
-        await service.stop()
+        await service.close()
 
 
 @contextlib.asynccontextmanager
@@ -178,12 +177,10 @@ async def test_status_and_metrics_over_http(
         await wait_until(lambda: service.link.last_stats is not None and
                          any(r.pidns == pidns and r.releases for r in service.link.last_stats.stats),
                          what="a heartbeat after the release")
-        app = build_app("kmod-bridge", service.health, service.registry, service.status)
-        async with serve(app, HttpSettings(host="127.0.0.1", port=0)) as server:
-            port = bound_port(server)
-            status = json.loads(await http_get(port, "/status"))
-            metrics = (await http_get(port, "/metrics")).decode()
-            ready = await http_get(port, "/readyz")
+        port = await service.serve()  # stopped with the service
+        status = json.loads(await http_get(port, "/status"))
+        metrics = (await http_get(port, "/metrics")).decode()
+        ready = await http_get(port, "/readyz")
     assert status["registered"] is True and status["transport"].startswith("sim:")
     assert status["watch_set"] == [{"pidns": pidns, "mode": "watched", "pod": "", "container": "",
                                     "container_id": ""}]

@@ -161,7 +161,7 @@ async def bridge(common: CommonSettings, settings: KmodBridgeSettings,
                restored=len(service.bridge.watchset.entries))
         yield service
     finally:
-        await service.stop()
+        await service.close()
 
 
 async def resend_rounds(bus: Bus, got: asyncio.Queue[events.AnyEvent], proc: asyncio.subprocess.Process,

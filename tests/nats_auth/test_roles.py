@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from gpushare_common.settings import SettingsError
+from gpushare_common.settings import SettingsError, load_service
 from gpushare_nats_auth.roles import Account, RoleTable, RoleTableError, account_of_user, default_roles
-from gpushare_nats_auth.settings import load_settings
+from gpushare_nats_auth.settings import Settings
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -33,8 +33,8 @@ def test_bad_tables_are_refused(pairs: dict[str, str], expected: str) -> None:
 
 
 def test_settings_from_the_environment() -> None:
-    settings = load_settings({"GPUSHARE_AUTH_ROLES": "team/a=detector, team/b=observer",
-                              "GPUSHARE_AUTH_MAX_TTL_S": "60"})  # fmt: skip
+    settings = load_service(Settings, {"GPUSHARE_AUTH_ROLES": "team/a=detector, team/b=observer",
+                                        "GPUSHARE_AUTH_MAX_TTL_S": "60"})  # fmt: skip
     assert settings.auth.role_table().role_of(Account("team", "b")) == "observer"
     assert settings.auth.max_ttl_s == 60 and settings.common.http.port == 8086
 
@@ -48,7 +48,7 @@ def test_settings_from_the_environment() -> None:
 ])  # fmt: skip
 def test_bad_settings_name_their_variable(env: dict[str, str], variable: str) -> None:
     with pytest.raises(SettingsError) as caught:
-        load_settings(env)
+        load_service(Settings, env)
     assert caught.value.variable == variable and variable in str(caught.value)
 
 

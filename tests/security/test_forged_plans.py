@@ -44,11 +44,11 @@ async def create_pod(kube: Kube, key: str, node: str) -> str:
 
 
 @contextlib.asynccontextmanager
-async def solver(nats: NatsSettings, kube_api: KubeApi, kube: Kube) -> AsyncIterator[app.Running]:
+async def solver(nats: NatsSettings, kube_api: KubeApi, kube: Kube) -> AsyncIterator[app.Service]:
     stop = asyncio.Event()
     settings = SolverSettings(ack_wait_s=2.0, retry_first_s=0.05, retry_max_s=0.5)
-    async with app.started(common_settings(nats, kube_api.kubeconfig, NODE), settings, stop, pods=kube,
-                           tasks_api=FakeTasks()) as running:  # fmt: skip
+    async with app.Service(common_settings(nats, kube_api.kubeconfig, NODE), settings, stop, pods=kube,
+                           tasks_api=FakeTasks()).started() as running:  # fmt: skip
         yield running
         stop.set()
 
@@ -63,7 +63,7 @@ async def forge(nats: NatsSettings, plan: Plan) -> None:
     await bus.drain()
 
 
-def refused(running: app.Running, why: str) -> float:
+def refused(running: app.Service, why: str) -> float:
     return float(running.solver.metrics.refused.labels(why)._value.get())
 
 

@@ -9,7 +9,7 @@ import kubernetes
 from gpushare_common import ids
 from gpushare_common.adapters.kube import Kube
 from gpushare_common.settings import KubeSettings
-from gpushare_shadow_controller.app import ShadowControllerApp
+from gpushare_shadow_controller.app import Service
 
 from tests.shadow_controller.test_scenarios import SYSTEM, settings, share_pod, wait_until
 from tests.support.kubeapi import KubeApi
@@ -58,7 +58,7 @@ async def test_a_dead_mps_daemon_is_reported_on_every_sharepod_until_it_is_back(
         await kube.create_pod("ml", body)
         await kube.patch_pod_status("ml", name, {"status": {"phase": "Running"}}, strategic=False)
     stop = asyncio.Event()
-    app = ShadowControllerApp(settings(kube_api), Kube(KubeSettings(kubeconfig=str(kube_api.kubeconfig))), stop)
+    app = Service(settings(kube_api), Kube(KubeSettings(kubeconfig=str(kube_api.kubeconfig))), stop)
     runner = asyncio.create_task(app.run())
 
     async def passes(count: int) -> bool:

@@ -12,9 +12,9 @@ from typing import Any
 from gpushare_common import ids
 from gpushare_common.adapters.kube import Kube
 from gpushare_common.settings import HttpSettings, KubeSettings
-from gpushare_shadow_controller.app import AppSettings, ShadowControllerApp
+from gpushare_shadow_controller.app import Service
 from gpushare_shadow_controller.controller import Controller
-from gpushare_shadow_controller.settings import ShadowSettings
+from gpushare_shadow_controller.settings import Settings, ShadowSettings
 from prometheus_client import CollectorRegistry
 
 from tests.support.kubeapi import KubeApi
@@ -45,8 +45,8 @@ async def shadow_pods(kube: Kube) -> list[dict[str, Any]]:
     return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
 
 
-def settings(api: KubeApi, **shadow: Any) -> AppSettings:
-    return AppSettings(
+def settings(api: KubeApi, **shadow: Any) -> Settings:
+    return Settings(
         shadow=ShadowSettings(lease_namespace="gpushare-system", identity=shadow.pop("identity", "a"),
                               resync_s=0.2, **shadow),
         kube=KubeSettings(kubeconfig=str(api.kubeconfig), watch_timeout_s=5),
@@ -58,7 +58,7 @@ async def test_five_pending_pods_get_exactly_two_shadowpods(kube_api: KubeApi) -
     for i in range(5):
         await kube.create_pod("ml", share_pod(f"infer-{i}"))
     stop = asyncio.Event()
-    app = ShadowControllerApp(settings(kube_api), Kube(KubeSettings(kubeconfig=str(kube_api.kubeconfig))), stop)
+    app = Service(settings(kube_api), Kube(KubeSettings(kubeconfig=str(kube_api.kubeconfig))), stop)
     runner = asyncio.create_task(app.run())
 
     async def two_exist() -> bool:

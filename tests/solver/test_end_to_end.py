@@ -58,7 +58,7 @@ async def the_owner(world: World, bus: Bus, containerd: Containerd) -> tuple[int
             ContainerProcs("alice-main", (owner_pid,), OWNER, "c0"), records)
 
 
-async def lend_to_b1(world: World, running: app.Running) -> None:
+async def lend_to_b1(world: World, running: app.Service) -> None:
     """The owner holds GPU-0, goes away, and spot/b1 borrows its card."""
     for event in (
         ReservedEvent(node=NODE, pod=OWNER, container="c0", vendor_resource="nvidia.com/gpu", state="using",
@@ -81,8 +81,8 @@ async def test_owner_call_blocks_until_borrowers_are_gone(
         owner_pid, pidns, owner, records = await the_owner(world, bus, containerd)
         stop = asyncio.Event()
         async with kmod_bridge(nats_settings, kube_api.kubeconfig, kernel, owner), \
-                app.started(common_settings(nats_settings, kube_api.kubeconfig, NODE),
-                            solver_settings(containerd), stop, pods=kube) as running:
+                app.Service(common_settings(nats_settings, kube_api.kubeconfig, NODE),
+                            solver_settings(containerd), stop, pods=kube).started() as running:
             await lend_to_b1(world, running)
             blocked_ms = await asyncio.wait_for(ioctl(kernel.hook_path, pidns, pid=owner_pid), 10)
             assert blocked_ms < 2000, "the owner must be released well before the kernel's timeout"
@@ -115,8 +115,8 @@ async def test_a_borrower_not_reported_yet_dies_before_the_owner_is_released(
         stop = asyncio.Event()
         settings = solver_settings(containerd, pod_resources_socket=str(kubelet.socket))
         async with kmod_bridge(nats_settings, kube_api.kubeconfig, kernel, owner), \
-                app.started(common_settings(nats_settings, kube_api.kubeconfig, NODE), settings, stop,
-                            pods=kube) as running:
+                app.Service(common_settings(nats_settings, kube_api.kubeconfig, NODE), settings, stop,
+                            pods=kube).started() as running:
             await lend_to_b1(world, running)
             async with Tasks(str(containerd.address), NAMESPACE) as tasks:
                 late_pid = await tasks.pid("late-main")

@@ -39,9 +39,9 @@ BORROWERS = {"spot/b1": ["b1-main", "b1-side"], "spot/b2": ["b2-main"]}
 
 @contextlib.asynccontextmanager
 async def solver(nats: NatsSettings, kubeconfig: Path, settings: SolverSettings,
-                 kube: Kube) -> AsyncIterator[app.Running]:
+                 kube: Kube) -> AsyncIterator[app.Service]:
     stop = asyncio.Event()
-    async with app.started(common_settings(nats, kubeconfig, NODE), settings, stop, pods=kube) as running:
+    async with app.Service(common_settings(nats, kubeconfig, NODE), settings, stop, pods=kube).started() as running:
         yield running
         stop.set()
 
@@ -140,7 +140,7 @@ class StuckDelete:
         await asyncio.Event().wait()
 
 
-def counter(running: app.Running, event: str, result: str) -> float:
+def counter(running: app.Service, event: str, result: str) -> float:
     value = running.solver.metrics.events.labels(event, result)._value.get()
     return float(value)
 

@@ -105,7 +105,7 @@ def fail_once_in(target: Any, method: str, fault: Once, point: str) -> None:
 
 @contextlib.asynccontextmanager
 async def node(server: NatsServer, prefix: str, kube_api: KubeApi, kube: Kube, containerd: Containerd,
-               fault: Once) -> AsyncIterator[tuple[app.Running, NatsSettings]]:  # fmt: skip
+               fault: Once) -> AsyncIterator[tuple[app.Service, NatsSettings]]:  # fmt: skip
     nats = NatsSettings(url=server.url, prefix=f"{prefix}.v1", stream=prefix.upper(), kv_prefix=prefix,
                         reconnect_wait_s=0.05, connect_timeout_s=0.5, ensure_layout=True)
 
@@ -117,9 +117,9 @@ async def node(server: NatsServer, prefix: str, kube_api: KubeApi, kube: Kube, c
     stop = asyncio.Event()
     settings = solver_settings(containerd, release_retry_s=10.0, kmod_timeout_s=0.5)
     async with Tasks(settings.containerd_address, settings.containerd_namespace) as tasks, \
-            app.started(common_settings(nats, kube_api.kubeconfig, NODE), settings, stop,
+            app.Service(common_settings(nats, kube_api.kubeconfig, NODE), settings, stop,
                         pods=FaultyPods(kube, fault, lose_the_connection),
-                        tasks_api=FaultyTasks(tasks, fault)) as running:  # fmt: skip
+                        tasks_api=FaultyTasks(tasks, fault)).started() as running:  # fmt: skip
         solver = running.solver
         fail_once_in(solver._stores["plan"], "put", fault, "kv-put")
         fail_once_in(solver.reclaimer.outbox, "publish_once", fault, "publish")

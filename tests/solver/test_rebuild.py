@@ -236,7 +236,7 @@ async def test_the_solver_rebuilds_an_empty_bucket_from_the_api(
     async with client_bus(nats_settings) as bus:
         seen = Recorder()
         await bus.subscribe(bus.subjects.node_health(NODE), seen)
-        async with app.started(common, settings_, stop, pods=kube, tasks_api=FakeTasks()) as running:
+        async with app.Service(common, settings_, stop, pods=kube, tasks_api=FakeTasks()).started() as running:
             assert running.solver.state.cache.snapshot() == {
                 IDLE_SPACE: {"spot-GPU-0": "spot/b1"},
                 f"{SYSTEM}/sh": {f"{SYSTEM}/sh-0": "", f"{SYSTEM}/sh-1": "apps/a"}}
@@ -249,7 +249,7 @@ async def test_the_solver_rebuilds_an_empty_bucket_from_the_api(
             stop.set()
         await kube.delete_pod("apps", "a", grace_seconds=0)  # gone while the solver was down
         stop = asyncio.Event()
-        async with app.started(common, settings_, stop, pods=kube, tasks_api=FakeTasks()) as again:
+        async with app.Service(common, settings_, stop, pods=kube, tasks_api=FakeTasks()).started() as again:
             assert not again.solver.rebuild_needed  # the bucket was written: loaded, then reconciled
             assert again.solver.state.cache.snapshot()[f"{SYSTEM}/sh"] == {f"{SYSTEM}/sh-0": "", f"{SYSTEM}/sh-1": ""}
             assert again.solver.state.lend_after == holdoff_end  # kept in the journal

@@ -32,11 +32,11 @@ OWNER = "dev/alice"
 
 
 @contextlib.asynccontextmanager
-async def wired(nats: NatsSettings, pods: FakePods, tasks: FakeTasks) -> AsyncIterator[app.Running]:
+async def wired(nats: NatsSettings, pods: FakePods, tasks: FakeTasks) -> AsyncIterator[app.Service]:
     stop = asyncio.Event()
     settings = SolverSettings(retry_first_s=0.05, retry_max_s=0.5, ack_wait_s=2.0, kmod_timeout_s=0.3)
-    async with app.started(common_settings(nats, Path("unused-kubeconfig"), NODE), settings,
-                           stop, pods=pods, tasks_api=tasks) as running:
+    async with app.Service(common_settings(nats, Path("unused-kubeconfig"), NODE), settings,
+                           stop, pods=pods, tasks_api=tasks).started() as running:
         yield running
         stop.set()
 
@@ -67,7 +67,7 @@ async def eviction_recorder(nats_settings: NatsSettings) -> tuple[Bus, list[AnyE
     return bus, records
 
 
-async def lend_to_borrower(bus: Bus, running: app.Running) -> None:
+async def lend_to_borrower(bus: Bus, running: app.Service) -> None:
     """The owner away, its card lent to spot/b1, as the solver knows it."""
     await publish_all(bus, [
         ReservedEvent(node=NODE, pod=OWNER, container="main", vendor_resource="v", state="using",

@@ -34,9 +34,9 @@ async def test_using_condition_and_owner_annotation_in_the_api(
     await kube.patch_pod_status("team", "shadow", {"status": {"phase": "Running", "conditions": [
         {"type": "Ready", "status": "True"}]}}, strategic=True)
     stop = asyncio.Event()
-    async with client_bus(nats_settings) as bus, app.started(
+    async with client_bus(nats_settings) as bus, app.Service(
             common_settings(nats_settings, Path(kube_api.kubeconfig), NODE), SolverSettings(), stop,
-            pods=kube, tasks_api=FakeTasks()):
+            pods=kube, tasks_api=FakeTasks()).started():
         for event in (
             ShadowEvent(node=NODE, shadow_pod="team/shadow", state="running", resource="share-gpu-2",
                         share_spec=2),

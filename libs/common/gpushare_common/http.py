@@ -1,27 +1,38 @@
 """The HTTP face of every service: ``/healthz``, ``/readyz``, ``/status``, ``/metrics``.
 
-A small ASGI application served by uvicorn inside the service's own event loop (no web
-framework: four read-only endpoints do not need one, and FastAPI with pydantic would be
-about 15 MB of every service's memory). A service with pages of its own (the console) passes
-them as ``extra``, any ASGI application, which gets every other path.
-``/healthz`` is liveness (the process and its critical tasks are alive);
-``/readyz`` is 200 only when every readiness component reported ready (e.g.
-``nats`` connected, ``kernel`` registered); ``/status`` returns the JSON the
-service's ``status()`` callable builds; ``/metrics`` is the service's own
-Prometheus registry.
+:func:`service_app` builds one FastAPI application for a service, served by uvicorn inside
+the service's own event loop (:func:`serve`). A service with pages of its own (the console)
+adds its routes to the same application. ``/openapi.json`` and ``/docs`` describe every
+endpoint, ``/status`` by the service's own response model.
+
+- ``/healthz`` is liveness (the process and its critical tasks are alive);
+- ``/readyz`` is 200 only when every readiness component reported ready (e.g. ``nats``
+  connected, ``kernel`` registered), else 503 with each component's reason;
+- ``/status`` is the service's view (``service``, ``health`` and the fields of its
+  :class:`ServiceStatus` model); a view that fails, or that no longer matches its model, is a
+  500 that says why, and the other endpoints keep answering;
+- ``/metrics`` is the service's own Prometheus registry.
+
+The response models are pydantic models, FastAPI's own: FastAPI builds the OpenAPI document
+from them without glue, each ``/status`` answer is checked against its model (a key the
+model does not declare is an error, so the shape the console, the sim and the tests read
+cannot drift unnoticed), and pydantic is loaded with FastAPI anyway. (msgspec stays the
+events' codec: those structs cross NATS; these only describe an HTTP answer.)
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import uvicorn
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from pydantic import BaseModel, ConfigDict
 
 from .logging import get_logger
 from .settings import HttpSettings
@@ -60,67 +71,91 @@ class Health:
         }
 
 
-ASGIApp = Callable[[Any, Any, Any], Awaitable[None]]  # (scope, receive, send), any ASGI application
+class Model(BaseModel):
+    """A response model: every key declared (an undeclared one is an error), fields documented
+    by the docstring under them."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
 
-class ServiceApp:
-    """``GET /healthz``, ``/readyz``, ``/status``, ``/metrics`` as an ASGI application; any other
-    path goes to ``extra`` when there is one, else 404 (a known path with another method: 405)."""
-
-    def __init__(self, service: str, health: Health, registry: CollectorRegistry,
-                 status: Callable[[], dict[str, Any]], extra: ASGIApp | None = None) -> None:  # fmt: skip
-        self.service, self.health, self.registry, self.status = service, health, registry, status
-        self.extra = extra
-
-    async def __call__(self, scope: dict[str, Any], receive: Callable[[], Awaitable[dict[str, Any]]],
-                       send: Callable[[dict[str, Any]], Awaitable[None]]) -> None:  # fmt: skip
-        if scope["type"] != "http" or scope["path"] not in _PATHS:
-            if self.extra is not None:
-                await self.extra(scope, receive, send)
-            elif scope["type"] == "http":
-                await _send(send, 404, _JSON, _dump({"detail": "Not Found"}))
-            return
-        if scope["method"] not in ("GET", "HEAD"):
-            await _send(send, 405, _JSON, _dump({"detail": "Method Not Allowed"}), allow=b"GET")
-            return
-        code, kind, body = self._answer(scope["path"])
-        await _send(send, code, kind, b"" if scope["method"] == "HEAD" else body)
-
-    def _answer(self, path: str) -> tuple[int, bytes, bytes]:
-        health = self.health
-        if path == "/healthz":
-            return (200 if health.alive else 503), _JSON, _dump({"alive": health.alive})
-        if path == "/readyz":
-            return (200 if health.ready else 503), _JSON, _dump(health.report())
-        if path == "/status":
-            try:
-                return 200, _JSON, _dump({"service": self.service, "health": health.report(), **self.status()})
-            except Exception as err:  # a status view that fails must not take the endpoint down
-                log.warning("status view failed", service=self.service, error=repr(err))
-                return 500, _JSON, _dump({"service": self.service, "error": repr(err)})
-        return 200, CONTENT_TYPE_LATEST.encode(), generate_latest(self.registry)
+class Liveness(Model):
+    alive: bool
+    """False once the process should be restarted."""
 
 
-_PATHS = frozenset({"/healthz", "/readyz", "/status", "/metrics"})
-_JSON = b"application/json"
+class Component(Model):
+    ready: bool
+    reason: str
+    """Why it is not ready ("" when it is)."""
 
 
-def _dump(value: Any) -> bytes:
-    return json.dumps(value, separators=(",", ":"), default=str).encode()
+class HealthReport(Model):
+    ready: bool
+    """True when alive and every component is ready."""
+    alive: bool
+    uptime_s: float
+    """Seconds since the service started."""
+    components: dict[str, Component]
+    """The service's readiness components by name."""
 
 
-async def _send(send: Callable[[dict[str, Any]], Awaitable[None]], code: int, kind: bytes, body: bytes,
-                allow: bytes = b"") -> None:  # fmt: skip
-    headers = [(b"content-type", kind), (b"content-length", str(len(body)).encode())]
-    if allow:
-        headers.append((b"allow", allow))
-    await send({"type": "http.response.start", "status": code, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+class ServiceStatus(Model):
+    """The part of ``/status`` every service has; each service's model adds its own fields."""
+
+    service: str
+    """The service's name."""
+    health: HealthReport
 
 
-def build_app(service: str, health: Health, registry: CollectorRegistry, status: Callable[[], dict[str, Any]],
-              extra: ASGIApp | None = None) -> ServiceApp:  # fmt: skip
-    return ServiceApp(service, health, registry, status, extra)
+class OpenStatus(ServiceStatus):
+    """A ``/status`` whose other fields are not described (for tools that are not services)."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class StatusError(Model):
+    service: str
+    error: str
+    """What failed while the view was built or checked."""
+
+
+StatusView = Callable[[], Mapping[str, Any]]
+
+
+def service_app(service: str, health: Health, registry: CollectorRegistry, status: StatusView,
+                model: type[ServiceStatus] = OpenStatus) -> FastAPI:  # fmt: skip
+    """The service's FastAPI application: the four endpoints, ``status()`` checked against
+    ``model``; a service adds its own routes to it."""
+    app = FastAPI(title=f"gpushare {service}", summary=(model.__doc__ or "").strip().split("\n")[0])
+
+    async def healthz() -> JSONResponse:
+        return JSONResponse({"alive": health.alive}, 200 if health.alive else 503)
+
+    async def readyz() -> JSONResponse:
+        return JSONResponse(health.report(), 200 if health.ready else 503)
+
+    async def status_view() -> Response:
+        try:
+            view = model.model_validate({"service": service, "health": health.report(), **status()})
+        except Exception as err:  # a boundary: a failing or drifted view must not take the endpoint down
+            log.warning("status view failed", service=service, error=repr(err))
+            return JSONResponse({"service": service, "error": repr(err)}, 500)
+        return Response(view.model_dump_json(exclude_unset=True), media_type="application/json")  # its own keys
+
+    async def metrics() -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    def route(path: str, endpoint: Callable[[], Awaitable[Response]], **described: Any) -> None:
+        app.add_api_route(path, endpoint, methods=["GET"], **described)
+        app.add_api_route(path, endpoint, methods=["HEAD"], include_in_schema=False)
+
+    route("/healthz", healthz, response_model=Liveness, responses={503: {"model": Liveness}})
+    route("/readyz", readyz, response_model=HealthReport,
+          responses={503: {"model": HealthReport, "description": "Not ready: each component's reason"}})
+    route("/status", status_view, response_model=model, responses={500: {"model": StatusError}})
+    route("/metrics", metrics, response_class=Response,
+          responses={200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus text format"}})
+    return app
 
 
 class _Server(uvicorn.Server):

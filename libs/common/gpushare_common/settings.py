@@ -6,6 +6,12 @@ type.  A bad value raises :class:`SettingsError` naming the variable, the value
 and what was expected; unknown variables are ignored.  Handlers never read
 ``os.environ``: services pass these structs explicitly.
 
+A service's settings are one struct of topics (:func:`topic`: a struct and its prefix), the
+common ones included (:class:`CommonSettings`), and its ``DEFAULT_PORT``; :func:`load_service`
+reads them all, one way for every service, and :func:`variables` lists every variable they
+read, with its type, default and meaning (the docstring under each field): a service's
+``--help`` is made from it, so it cannot drift from what is read.
+
 ``env_of(NatsSettings, NATS_PREFIX, url=...)`` is the reverse: the variables
 that ``load`` reads back as those field values (whoever starts a service, such
 as the local cluster, writes its settings with it, so a renamed field is a type
@@ -14,10 +20,13 @@ error there, not a silently ignored variable).
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import inspect
 import os
+import textwrap
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
 
@@ -116,27 +125,46 @@ def env_of(cls: Callable[P, T], prefix: str, *args: P.args, **values: P.kwargs) 
 @dataclass(frozen=True, slots=True)
 class NatsSettings:
     url: str = "nats://127.0.0.1:4222"
+    """One NATS server, or a comma-separated list of a cluster's servers."""
     name: str = "gpushare"
+    """The connection's name, as the server's monitoring shows it."""
     user: str = ""
+    """A static user's name (with its password)."""
     password: str = ""
+    """A static user's password."""
     token: str = ""
-    token_file: str = ""  # re-read at every connect (a projected service-account token rotates)
+    """A token presented at connect."""
+    token_file: str = ""
+    """A file holding the token, re-read at every connect (a projected service-account token rotates)."""
     nkey_seed_file: str = ""
+    """A file holding the user's NKey seed."""
     creds_file: str = ""
+    """A NATS credentials file (user JWT and seed)."""
     tls_ca_file: str = ""
+    """The CA bundle that signs the servers' certificates (TLS on when set)."""
     tls_cert_file: str = ""
+    """The client's certificate, for servers that verify clients."""
     tls_key_file: str = ""
+    """The client certificate's key."""
     prefix: str = DEFAULT_PREFIX
+    """The prefix of every subject (another prefix is a separate installation, e.g. a sandbox)."""
     stream: str = "GPUSHARE"
+    """The JetStream stream holding the events."""
     stream_max_age_s: float = 24 * 3600.0
+    """How long the stream keeps an event (when this process creates it)."""
     stream_max_bytes: int = 1 << 30
+    """The stream's size limit in bytes (when this process creates it)."""
     stream_replicas: int = 1
+    """The stream's and buckets' replicas (when this process creates them)."""
     kv_prefix: str = "gpushare"
+    """The prefix of the key-value buckets' names."""
     connect_timeout_s: float = 2.0
+    """How long one connection attempt may take."""
     reconnect_wait_s: float = 0.5
-    # create the stream and buckets when missing (a single server without auth, tests); with
-    # least-authority users only the installer may, and services wait for them instead
+    """The pause between reconnection attempts."""
     ensure_layout: bool = False
+    """Create the stream and buckets when missing (a single server without auth, tests); with
+    least-authority users only the installer may, and services wait for them instead."""
 
     def servers(self) -> list[str]:
         """``url`` is one server or a comma-separated list of a cluster's servers."""
@@ -146,18 +174,23 @@ class NatsSettings:
 @dataclass(frozen=True, slots=True)
 class HttpSettings:
     host: str = "0.0.0.0"
+    """The address /healthz, /readyz, /status and /metrics are served on."""
     port: int = 8080
+    """Their port (each service has its own default; 0: any free port, logged)."""
 
 
 @dataclass(frozen=True, slots=True)
 class LogSettings:
     level: str = "INFO"
+    """The lowest level logged: DEBUG, INFO, WARNING or ERROR."""
     json: bool = False
+    """One JSON object per line instead of text."""
 
 
 @dataclass(frozen=True, slots=True)
 class NodeSettings:
     name: str = ""
+    """The node this process serves (set it from spec.nodeName); node services require it."""
 
     def require(self) -> str:
         if not self.name:
@@ -167,10 +200,14 @@ class NodeSettings:
 
 @dataclass(frozen=True, slots=True)
 class KubeSettings:
-    kubeconfig: str = ""  # empty: in-cluster config, then ~/.kube/config
-    system_namespace: str = "gpushare-system"  # gpushare's own namespace: ShadowPods live only here
+    kubeconfig: str = ""
+    """A kubeconfig file; empty: the in-cluster configuration, then ~/.kube/config."""
+    system_namespace: str = "gpushare-system"
+    """gpushare's own namespace: ShadowPods live only here."""
     qps_timeout_s: float = 10.0
+    """How long one request to the API server may take."""
     watch_timeout_s: int = 300
+    """How long the API server keeps one watch open before it is renewed."""
 
 
 NATS_PREFIX = "GPUSHARE_NATS_"
@@ -178,23 +215,123 @@ HTTP_PREFIX = "GPUSHARE_HTTP_"
 LOG_PREFIX = "GPUSHARE_LOG_"
 NODE_PREFIX = "GPUSHARE_NODE_"
 KUBE_PREFIX = "GPUSHARE_KUBE_"
+_PREFIX = "gpushare.prefix"  # a topic field's metadata: its variables' prefix
+
+
+def topic(cls: Callable[[], T], prefix: str) -> T:
+    """A field of a service's settings: one topic's struct, read from ``<prefix><FIELD>`` variables."""
+    return dataclasses.field(default_factory=cls, metadata={_PREFIX: prefix})
 
 
 @dataclass(frozen=True, slots=True)
 class CommonSettings:
-    nats: NatsSettings
-    http: HttpSettings
-    log: LogSettings
-    node: NodeSettings
-    kube: KubeSettings
+    """The topics every node service reads."""
+
+    nats: NatsSettings = topic(NatsSettings, NATS_PREFIX)
+    http: HttpSettings = topic(HttpSettings, HTTP_PREFIX)
+    log: LogSettings = topic(LogSettings, LOG_PREFIX)
+    node: NodeSettings = topic(NodeSettings, NODE_PREFIX)
+    kube: KubeSettings = topic(KubeSettings, KUBE_PREFIX)
 
 
-def load_common(environ: Mapping[str, str] | None = None, default_port: int = 8080) -> CommonSettings:
-    env = {**env_of(HttpSettings, HTTP_PREFIX, port=default_port), **(os.environ if environ is None else environ)}
-    return CommonSettings(
-        nats=load(NatsSettings, NATS_PREFIX, env),
-        http=load(HttpSettings, HTTP_PREFIX, env),
-        log=load(LogSettings, LOG_PREFIX, env),
-        node=load(NodeSettings, NODE_PREFIX, env),
-        kube=load(KubeSettings, KUBE_PREFIX, env),
-    )
+def _topics(cls: type[Any]) -> Iterator[tuple[str, str, type[Any]]]:
+    """``(field, prefix or "", type)`` of each field of a service's settings ("": a nested group)."""
+    hints = typing.get_type_hints(cls)
+    for field in dataclasses.fields(cls):
+        yield field.name, field.metadata.get(_PREFIX, ""), hints[field.name]
+
+
+def _defaults(cls: type[Any], environ: Mapping[str, str]) -> Mapping[str, str]:
+    port = getattr(cls, "DEFAULT_PORT", None)
+    return environ if port is None else {**env_of(HttpSettings, HTTP_PREFIX, port=port), **environ}
+
+
+def _load_tree(cls: type[T], environ: Mapping[str, str]) -> T:
+    values = {name: load(kind, prefix, environ) if prefix else _load_tree(kind, environ)
+              for name, prefix, kind in _topics(cls)}
+    return cls(**values)
+
+
+def load_service(cls: type[T], environ: Mapping[str, str] | None = None) -> T:
+    """A service's settings (a struct of :func:`topic` fields and nested groups of them, such as
+    :class:`CommonSettings`) from the environment; its ``DEFAULT_PORT``, when it has one, is the
+    HTTP port unless ``GPUSHARE_HTTP_PORT`` says otherwise."""
+    return _load_tree(cls, _defaults(cls, os.environ if environ is None else environ))
+
+
+@dataclass(frozen=True, slots=True)
+class Variable:
+    """One environment variable a service reads."""
+
+    name: str
+    kind: str
+    default: str
+    meaning: str
+
+
+def variables(cls: type[Any]) -> list[Variable]:
+    """Every variable :func:`load_service` reads for ``cls``, in the order of its fields."""
+    port = getattr(cls, "DEFAULT_PORT", None)
+    return [dataclasses.replace(v, default=str(port)) if v.name == HTTP_PREFIX + "PORT" and port is not None else v
+            for v in _variables(cls)]  # fmt: skip
+
+
+def _variables(cls: type[Any]) -> Iterator[Variable]:
+    for _, prefix, kind in _topics(cls):
+        if not prefix:
+            yield from _variables(kind)
+            continue
+        meanings, hints, built = field_docs(kind), typing.get_type_hints(kind), kind()
+        for field in dataclasses.fields(kind):
+            variable = prefix + field.name.upper()
+            default = _render(variable, getattr(built, field.name), hints[field.name])
+            yield Variable(variable, _kind_name(hints[field.name]), default, meanings.get(field.name, ""))
+
+
+def part(settings: Any, kind: type[T]) -> T | None:
+    """The struct of type ``kind`` in a service's settings (e.g. its :class:`LogSettings`)."""
+    for field in dataclasses.fields(settings):
+        value = getattr(settings, field.name)
+        if isinstance(value, kind):
+            return value
+        found = part(value, kind) if dataclasses.is_dataclass(value) else None
+        if found is not None:
+            return found
+    return None
+
+
+def _kind_name(kind: Any) -> str:
+    origin = typing.get_origin(kind)
+    if origin is tuple:
+        (item,) = {a for a in typing.get_args(kind) if a is not Ellipsis}
+        return f"comma-separated {_kind_name(item)}s"
+    if origin is dict:
+        return "comma-separated key=value pairs"
+    return {str: "text", int: "integer", float: "number", bool: "boolean"}.get(kind, str(kind))
+
+
+def field_docs(cls: type[Any]) -> dict[str, str]:
+    """Each field's docstring (the string literal right under it in ``cls``'s source), on one line."""
+    try:
+        source = textwrap.dedent(inspect.getsource(cls))
+    except (OSError, TypeError):  # no source shipped: the help lists the variables without meanings
+        return {}
+    (node,) = ast.parse(source).body
+    assert isinstance(node, ast.ClassDef)
+    docs: dict[str, str] = {}
+    for field, under in zip(node.body, node.body[1:], strict=False):
+        if isinstance(field, ast.AnnAssign) and isinstance(field.target, ast.Name) and isinstance(under, ast.Expr) \
+                and isinstance(under.value, ast.Constant) and isinstance(under.value.value, str):
+            docs[field.target.id] = " ".join(under.value.value.split())
+    return docs
+
+
+def describe(cls: type[Any]) -> str:
+    """The settings part of a service's ``--help``: every variable, its type, default and meaning."""
+    lines = ["settings (environment variables, read once at start; a bad value stops the start with one",
+             "line naming the variable, exit status 2):", ""]
+    for variable in variables(cls):
+        default = variable.default if variable.default else '""'
+        lines.append(f"  {variable.name}  ({variable.kind}, default {default})")
+        lines.extend(textwrap.wrap(variable.meaning, 96, initial_indent=" " * 6, subsequent_indent=" " * 6))
+    return "\n".join(lines)

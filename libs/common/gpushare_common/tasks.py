@@ -9,18 +9,20 @@ service (the supervisor restarts the process) instead of leaving it half-alive.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import Any, TypeVar
 
+from . import logging as gs_logging
 from .adapters.kubeconfig import KubeConfigError
 from .ids import IdError
 from .logging import get_logger
 from .retry import wait_any
-from .settings import SettingsError
+from .settings import LogSettings, SettingsError, describe, load_service, part
 
 log = get_logger("tasks")
 
@@ -35,19 +37,22 @@ class Tasks:
         self.failed = asyncio.Event()
         self.failure: BaseException | None = None
 
-    def spawn(self, name: str, coro: Coroutine[Any, Any, Any], critical: bool = True) -> asyncio.Task[Any]:
+    def spawn(self, name: str, coro: Coroutine[Any, Any, Any], critical: bool = True,
+              once: bool = False) -> asyncio.Task[Any]:  # fmt: skip
+        """``critical``: its failure (or, unless ``once``, its end) stops the service. ``once``: a
+        task that ends when its work is done (a start-up), only its failure is one."""
         if name in self._tasks and not self._tasks[name].done():
             coro.close()
             raise ValueError(f"task {name!r} is already running")
         task = asyncio.get_running_loop().create_task(coro, name=name)
-        task.add_done_callback(lambda t: self._finished(name, t, critical))
+        task.add_done_callback(lambda t: self._finished(name, t, critical, once))
         self._tasks[name] = task
         return task
 
-    def _finished(self, name: str, task: asyncio.Task[Any], critical: bool) -> None:
+    def _finished(self, name: str, task: asyncio.Task[Any], critical: bool, once: bool = False) -> None:
         if self._tasks.get(name) is task:
             del self._tasks[name]
-        if task.cancelled():
+        if task.cancelled() or (once and task.exception() is None):
             return
         if self._stop is not None and self._stop.is_set() and task.exception() is None:
             return  # a task ending because the service is stopping is not a failure
@@ -100,15 +105,25 @@ def run_service(name: str, main: Callable[[asyncio.Event], Awaitable[int | None]
 
 
 ServiceMain = Callable[[asyncio.Event], Awaitable[int | None]]
+S = TypeVar("S")
 
 
-def service_main(name: str, build: Callable[[], ServiceMain]) -> int:
-    """A service's entry point: ``build()`` reads every setting (and sets up logging) and
-    returns the service's ``main(stop)``. A bad setting prints one line that names the
-    variable and what it expects, and exits 2 before anything starts; so does a Kubernetes
-    configuration that cannot be used (read when the service connects)."""
+def service_main(name: str, settings: type[S], build: Callable[[S], ServiceMain], about: str | None = "",
+                 argv: Sequence[str] | None = None) -> int:  # fmt: skip
+    """A service's entry point: ``--help`` lists every setting ``settings`` reads (generated from
+    it); the settings are read from the environment once, logging set up, and ``build(settings)``
+    (which reads whatever else the service needs, such as its keys) returns the service's
+    ``main(stop)``. A bad setting prints one line that names the variable and what it expects, and
+    exits 2 before anything starts; so does a Kubernetes configuration that cannot be used (read
+    when the service connects)."""
+    parser = argparse.ArgumentParser(prog=f"gpushare-{name}", description=(about or "").strip().split("\n\n")[0],
+                                     epilog=describe(settings), formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.parse_args(argv)
     try:
-        service = build()
+        loaded = load_service(settings)
+        logs = part(loaded, LogSettings) or LogSettings()
+        gs_logging.setup(logs.level, logs.json)
+        service = build(loaded)
     except (SettingsError, IdError, KubeConfigError) as err:
         print(f"gpushare-{name}: {err}", file=sys.stderr)
         return 2

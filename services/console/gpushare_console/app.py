@@ -14,34 +14,25 @@ Nothing here writes anything anywhere.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any
 
+from fastapi import FastAPI
 from gpushare_common.adapters.kube import Kube
 from gpushare_common.bus import Bus
 from gpushare_common.logging import get_logger
-from gpushare_common.service import Skeleton
-from gpushare_common.settings import CommonSettings
+from gpushare_common.service import ServiceBase
 
 from .follow import Followers
 from .metrics import ConsoleMetrics
 from .routes import add_routes
-from .settings import ConsoleSettings
+from .settings import Settings
 from .state import ClusterState
+from .status import ConsoleStatus
 
 SERVICE = "console"
 ROLE = "observer"  # the NATS role: reads the stream and every bucket, writes nothing
 log = get_logger(SERVICE)
-
-
-def status(state: ClusterState, followers: Followers, bus: Bus) -> dict[str, Any]:
-    cards = [c.state for view in state.solver.values() for c in view.cards()]
-    return {
-        "nats": bus.is_connected, "nodes": sorted(state.nodes), "pods": len(state.pods),
-        "cards": {s: cards.count(s) for s in sorted(set(cards))}, "synced": sorted(state.synced),
-        "timeline": {"owner_backs": len(state.timeline.owner_backs), "records": len(state.timeline.records)},
-        "stream_cursors": followers.cursors, "inputs_skipped": dict(state.problems),
-        "version": state.changes.version,
-    }  # fmt: skip
 
 
 async def follow_nats(bus: Bus, followers: Followers, stop: asyncio.Event) -> None:
@@ -53,21 +44,41 @@ async def follow_nats(bus: Bus, followers: Followers, stop: asyncio.Event) -> No
                          followers.stream(bus, stop))  # fmt: skip
 
 
-async def run(common: CommonSettings, settings: ConsoleSettings, stop: asyncio.Event) -> int:
-    async with Skeleton(SERVICE, common.http, "nats", "kube", "state", stop=stop) as svc:
-        metrics = ConsoleMetrics(svc.registry)
-        state = ClusterState(settings.rules(common.kube.system_namespace), settings.keep,
-                             on_problem=lambda source: metrics.skipped.labels(source).inc())  # fmt: skip
-        followers = Followers(state, settings, svc.health, metrics)
-        bus = svc.bus(common.nats, role=ROLE)  # drained last
-        kube = Kube(common.kube)
-        svc.on_exit(kube.close)
-        await svc.serve(lambda: status(state, followers, bus),
-                        lambda app: add_routes(app, state, settings, metrics, svc.stopping))
-        svc.on_exit(state.changes.bump)  # live streams end first: woken once ``stopping`` is set
-        svc.spawn("pods", followers.pods(kube, stop))
-        svc.spawn("nodes", followers.nodes(kube, stop))
-        svc.spawn("nats", follow_nats(bus, followers, stop))
-        log.info("console up", port=svc.port, nats=common.nats.url)
-        await svc.run_until_stopped()
-    return svc.exit_code
+class Service(ServiceBase):
+    """The cluster view: its pages join the service's HTTP application (:meth:`routes`)."""
+
+    status_model = ConsoleStatus
+
+    def __init__(self, settings: Settings, stop: asyncio.Event | None = None) -> None:
+        common, console = settings.common, settings.console
+        super().__init__(SERVICE, common.http, "nats", "kube", "state", stop=stop)
+        self.settings, self.nats_url = console, common.nats.url
+        self.metrics = metrics = ConsoleMetrics(self.registry)
+        self.state = ClusterState(console.rules(common.kube.system_namespace), console.keep,
+                                  on_problem=lambda source: metrics.skipped.labels(source).inc())  # fmt: skip
+        self.followers = Followers(self.state, console, self.health, metrics)
+        self.bus = self.skeleton.bus(common.nats, role=ROLE)  # drained last
+        self.kube = Kube(common.kube)
+        self.skeleton.on_exit(self.kube.close)
+
+    def routes(self, app: FastAPI) -> None:
+        add_routes(app, self.state, self.settings, self.metrics, self.stopping)
+
+    async def start(self) -> None:
+        svc, stop = self.skeleton, self.skeleton.stop
+        svc.on_exit(self.state.changes.bump)  # live streams end first: woken once ``stopping`` is set
+        svc.spawn("pods", self.followers.pods(self.kube, stop))
+        svc.spawn("nodes", self.followers.nodes(self.kube, stop))
+        svc.spawn("nats", follow_nats(self.bus, self.followers, stop))
+        log.info("console up", port=svc.port, nats=self.nats_url)
+
+    def status(self) -> Mapping[str, Any]:
+        state, followers = self.state, self.followers
+        cards = [c.state for view in state.solver.values() for c in view.cards()]
+        return {
+            "nats": self.bus.is_connected, "nodes": sorted(state.nodes), "pods": len(state.pods),
+            "cards": {s: cards.count(s) for s in sorted(set(cards))}, "synced": sorted(state.synced),
+            "timeline": {"owner_backs": len(state.timeline.owner_backs), "records": len(state.timeline.records)},
+            "stream_cursors": followers.cursors, "inputs_skipped": dict(state.problems),
+            "version": state.changes.version,
+        }  # fmt: skip

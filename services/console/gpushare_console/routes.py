@@ -1,4 +1,4 @@
-"""The console's pages and JSON API, added to the service's HTTP app (:mod:`gpushare_common.http`).
+"""The console's pages and JSON API, added to the service's FastAPI application (:mod:`gpushare_common.http`).
 
 ``/`` is the one page (``static/index.html`` with plain JS and CSS); its views are
 ``#/`` (the fleet), ``#/node/<name>`` and ``#/evictions``. ``/api/fleet``,

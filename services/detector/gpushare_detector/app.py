@@ -1,4 +1,4 @@
-"""The detector's lifecycle: connect, restore the published facts, serve HTTP, run the loops, drain.
+"""The detector's lifecycle: serve HTTP, connect, restore the published facts, run the loops, drain.
 
 - Consumes: the node's pods (API server watch), their cards (kubelet
   pod-resources), the GPU exporter's metrics, owner-backs (core subject).
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from gpushare_common.events import AnyEvent
 from gpushare_common.http import Health
 from gpushare_common.logging import get_logger
 from gpushare_common.pods import SYSTEM_NAMESPACE, PodRules
-from gpushare_common.service import Skeleton
+from gpushare_common.service import ServiceBase
 
 from .adapters.exporter import fetch_text
 from .away import AwayMachine
@@ -31,6 +32,7 @@ from .metrics import DetectorMetrics
 from .pods import PodTracker
 from .scraper import Scraper
 from .settings import DetectorSettings, Settings
+from .status import DetectorStatus
 from .vendors import BUILTIN_DIR, MappingError, load_mappings
 
 SERVICE = "detector"
@@ -65,42 +67,49 @@ def build_detector(node: str, settings: DetectorSettings, bus: Any, devices: Any
     )
 
 
-async def run(settings: Settings, stop: asyncio.Event) -> int:
-    node = settings.common.node.require()
-    config = settings.detector
-    async with Skeleton(SERVICE, settings.common.http, "nats", "pods", stop=stop) as svc:
-        metrics = DetectorMetrics(svc.registry)
-        bus = await svc.connect(settings.common.nats, node)
+class Service(ServiceBase):
+    """One node's detector."""
+
+    status_model = DetectorStatus
+
+    def __init__(self, settings: Settings, stop: asyncio.Event | None = None) -> None:
+        common, config = settings.common, settings.detector
+        super().__init__(SERVICE, common.http, "nats", "pods", stop=stop)
+        self.node = node = common.node.require()
+        self.config = config
+        self.metrics = DetectorMetrics(self.registry)
+        self.bus = self.skeleton.bus(common.nats, node)
         devices = PodResources(config.pod_resources_socket, config.pod_resources_timeout_s)
-        svc.on_exit(devices.close)
-        detector = build_detector(node, config, bus, devices, metrics, settings.common.kube.system_namespace)
+        self.skeleton.on_exit(devices.close)
+        self.detector = build_detector(node, config, self.bus, devices, self.metrics, common.kube.system_namespace)
+        self.capacity = CapacityService.build(node, config, self.bus, self.detector.tracker, self.metrics)
+        self.kube = Kube(common.kube)
+        self.skeleton.on_exit(self.kube.close)
+
+    async def start(self) -> None:
+        svc, bus, node, detector, config = self.skeleton, self.bus, self.node, self.detector, self.config
+        await bus.connect(svc.stop)
+        await bus.wait_for_stream(svc.stop)
         facts = await bus.store("detector", bus.layout.scope(node, "fact"))
         saved = await facts.items(list[AnyEvent])
         restored = detector.tracker.restore(saved)
         log.info("restored published facts", node=node, pods=restored,
                  inventories=detector.inventory.restore(saved))
-        capacity = CapacityService.build(node, config, bus, detector.tracker, metrics)
-        kube = Kube(settings.common.kube)
-        svc.on_exit(kube.close)
-
-        def status() -> dict[str, Any]:
-            return {**detector.status(), "capacity": capacity.status()}
-
-        await svc.serve(status)
         await bus.subscribe(bus.subjects.event(node, "ownerback"), detector.on_owner_back)
         until_cancelled = svc.stopping  # set only once the loops are cancelled: they end only then
-        changes = kube.watch_pods(until_cancelled, field_selector=f"spec.nodeName={node}")
+        changes = self.kube.watch_pods(until_cancelled, field_selector=f"spec.nodeName={node}")
         svc.spawn("watch", detector.watch(changes))
         svc.spawn("resync", detector.resync_loop(until_cancelled, config.resync_s))
         svc.spawn("inventory", detector.inventory_loop(until_cancelled, config.inventory_s))
         svc.spawn("kmod", detector.kmod.run(until_cancelled))
         svc.spawn("save", detector.save_loop(facts, until_cancelled))
         svc.spawn("owners", detector.owners_loop(until_cancelled, config.scrape_s))
-        svc.spawn("capacity", capacity.loop(until_cancelled))
-        svc.spawn("ready", _ready_when_synced(detector, svc.health), critical=False)
+        svc.spawn("capacity", self.capacity.loop(until_cancelled))
+        svc.spawn("ready", _ready_when_synced(detector, self.health), critical=False)
         svc.on_exit(detector.save_facts, facts)  # once the loops are cancelled
-        await svc.run_until_stopped()
-    return svc.exit_code
+
+    def status(self) -> Mapping[str, Any]:
+        return {**self.detector.status(), "capacity": self.capacity.status()}
 
 
 async def _ready_when_synced(detector: Detector, health: Health) -> None:

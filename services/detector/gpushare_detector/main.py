@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
-from gpushare_common import logging as gslog
+import sys
+
 from gpushare_common.tasks import ServiceMain, service_main
 
-from .app import SERVICE, run
-from .settings import load_settings
+from . import app
+from .settings import Settings
 
 
-def main() -> int:
-    def build() -> ServiceMain:
-        settings = load_settings()
+def main(argv: list[str] | None = None) -> int:
+    def build(settings: Settings) -> ServiceMain:
         settings.common.node.require()
-        gslog.setup(settings.common.log.level, settings.common.log.json)
-        return lambda stop: run(settings, stop)
+        return lambda stop: app.Service(settings, stop).run()
 
-    return service_main(SERVICE, build)
+    return service_main(app.SERVICE, Settings, build, app.__doc__, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

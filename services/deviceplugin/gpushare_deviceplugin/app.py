@@ -23,7 +23,7 @@ from gpushare_common.adapters.vendorplugin import VendorCard, watch_vendor
 from gpushare_common.bus import BusError, Permanent
 from gpushare_common.logging import get_logger
 from gpushare_common.pods import PodRules
-from gpushare_common.service import Skeleton
+from gpushare_common.service import ServiceBase
 from gpushare_common.settings import CommonSettings
 from gpushare_common.topology import CardTopology, card_topology
 from gpushare_common.vendors import VendorResource
@@ -37,26 +37,26 @@ from .plugins.manager import PluginSet
 from .plugins.metrics import PluginMetrics
 from .plugins.supervisor import Supervisor
 from .settings import DevicePluginSettings
+from .status import DevicePluginStatus
 
 SERVICE = "deviceplugin"
 log = get_logger(SERVICE)
 
 
-class Service:
+class Service(ServiceBase):
     """All plugins of one node, wired to NATS, the vendor plugins and the API server."""
+
+    status_model = DevicePluginStatus
+    freeze_after_start = True  # the kubelet's Allocate and ListAndWatch calls must not wait on a collection
 
     def __init__(self, common: CommonSettings, settings: DevicePluginSettings, key: bytes,
                  registry: CollectorRegistry | None = None, vendors: dict[str, VendorResource] | None = None,
                  stop: asyncio.Event | None = None) -> None:
+        super().__init__(SERVICE, common.http, "nats", "kubelet", stop=stop, registry=registry)
         self.common = common
         self.vendors = vendors or {}
         self.settings = settings
         self.node = common.node.require()
-        self.skeleton = Skeleton(SERVICE, common.http, "nats", "kubelet", stop=stop, registry=registry)
-        self.registry = self.skeleton.registry
-        self.health = self.skeleton.health
-        self.tasks = self.skeleton.tasks
-        self.stopping = self.skeleton.stopping  # set once every task is cancelled
         self.bus = self.skeleton.bus(common.nats, self.node)
         self.plugins = PluginSet(settings, Signer(key, self.node), PluginMetrics(self.registry))
         self.supervisor = Supervisor(self.plugins.plugins, settings.kubelet_path, settings.poll_s,
@@ -66,13 +66,19 @@ class Service:
 
     # --- startup ----------------------------------------------------------------
 
+    async def start(self) -> None:
+        """The plugins serve and register at once (every spot device Unhealthy until the solver
+        says otherwise); NATS connects in the background."""
+        self.start_plugins()
+        self.skeleton.spawn("nats connect", self.connect(), critical=False)
+
     def start_plugins(self) -> None:
-        self.tasks.spawn("supervisor", self.supervisor.run(self.stopping))
+        self.skeleton.spawn("supervisor", self.supervisor.run(self.stopping))
         if self.plugins.spot is not None:
             for vendor, socket in self.settings.vendor_sockets.items():
-                self.tasks.spawn(f"vendor {vendor}", self._feed_vendor(vendor, socket))
+                self.skeleton.spawn(f"vendor {vendor}", self._feed_vendor(vendor, socket))
         if self.settings.watch_shadow_pods and self.plugins.share():
-            self.tasks.spawn("shadow pods", self._feed_shadows())
+            self.skeleton.spawn("shadow pods", self._feed_shadows())
 
     async def connect(self) -> None:
         await self.bus.connect(self.stopping)
@@ -82,7 +88,7 @@ class Service:
                         subjects.event(self.node, "spot")):
             await self.bus.subscribe(subject, self._on_event)
         await self.load_desired_health()
-        self.tasks.spawn("health resync", self._resync_health())
+        self.skeleton.spawn("health resync", self._resync_health())
 
     async def load_desired_health(self) -> int:
         """Apply every newer desired health kept in the bucket; returns how many applied."""
@@ -122,9 +128,6 @@ class Service:
     def _reconnects(self) -> int:
         return self.bus.reconnects
 
-    async def stop(self) -> None:
-        await self.skeleton.close()  # the supervisor stops every plugin as it ends; NATS drained
-
     # --- feeds ------------------------------------------------------------------
 
     async def _on_event(self, event: events.AnyEvent) -> None:
@@ -160,7 +163,7 @@ class Service:
         registered = all(p.state == "registered" for p in self.plugins.plugins)
         self.health.set("kubelet", registered, "" if registered else "not every plugin registered")
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> dict[str, Any]:  # on close, the supervisor stops every plugin as it ends
         return {
             "node": self.node,
             "kubelet_socket": self.settings.kubelet_path,
@@ -168,15 +171,3 @@ class Service:
             "nats": self.bus.is_connected,
             **self.plugins.status(),
         }
-
-
-async def run(common: CommonSettings, settings: DevicePluginSettings, key: bytes,
-              stop: asyncio.Event, vendors: dict[str, VendorResource] | None = None) -> int:
-    service = Service(common, settings, key, vendors=vendors, stop=stop)
-    async with service.skeleton as svc:
-        service.start_plugins()
-        await svc.serve(service.status)
-        svc.spawn("nats connect", service.connect(), critical=False)
-        log.info("start-up heap frozen", objects=svc.freeze_heap())
-        await svc.run_until_stopped()
-    return svc.exit_code

@@ -1,12 +1,11 @@
-"""Settings of the device-plugin service: one frozen struct, read once in ``main()``."""
+"""The device plugin's settings: ``GPUSHARE_DP_*`` and the common topics, read once in ``main()``."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
-from gpushare_common.settings import SettingsError, load
+from gpushare_common.settings import CommonSettings, SettingsError, topic
 
 PREFIX = "GPUSHARE_DP_"
 Policy = Literal["packed", "spread"]
@@ -19,32 +18,49 @@ class DevicePluginSettings:
     """``GPUSHARE_DP_*`` variables; lists are comma-separated, maps ``key=value,...``."""
 
     plugin_dir: str = "/var/lib/kubelet/device-plugins"
-    kubelet_socket: str = "kubelet.sock"  # relative to plugin_dir unless absolute
+    """The kubelet's device-plugin directory: the plugins' sockets are made here."""
+    kubelet_socket: str = "kubelet.sock"
+    """The kubelet's registration socket, relative to plugin_dir unless absolute."""
     domain: str = "gpushare"
+    """The domain of the resources served (``<domain>/share-gpu-4``, ...)."""
     share_specs: tuple[int, ...] = (2, 3, 4, 5)
+    """The N of each share-gpu-N resource served (a card shared N ways)."""
     share_dev_specs: tuple[int, ...] = (2, 4, 8, 16)
+    """The N of each share-dev-gpu-N resource served (a dev machine's card shared N ways)."""
     spot: bool = True
-    watch_shadow_pods: bool = True  # share plugins learn ShadowPods from the API server
-    capacity_resources: tuple[str, ...] = ()  # e.g. vcpu,vmem (see docs/architecture.md, 'Overselling CPU and memory')
+    """Serve spot-gpu: idle dev machines' cards lent to spot pods."""
+    watch_shadow_pods: bool = True
+    """Share plugins learn the node's ShadowPods from the API server."""
+    capacity_resources: tuple[str, ...] = ()
+    """Oversold CPU and memory resources served: vcpu and/or vmem (see docs/architecture.md,
+    'Overselling CPU and memory')."""
     vendor_sockets: dict[str, str] = field(
         default_factory=lambda: {"nvidia.com/gpu": "nvidia-gpu.sock"}
     )
+    """Vendor resource -> the vendor device plugin's socket (in plugin_dir unless absolute), read
+    for the node's cards."""
     policy: str = "packed"
-    signing_key_file: str = "/etc/gpushare/signing.key"  # the file the runtime and node installer use
-    resend_s: float = 60.0  # full ListAndWatch resend, a safety net only
-    resync_s: float = 60.0  # re-read of the desired-health bucket, a safety net only
+    """Which cards a SharePod gets: packed (fill a card first) or spread."""
+    signing_key_file: str = "/etc/gpushare/signing.key"
+    """The node key the runtime and the node installer use: Allocate answers are signed with it."""
+    resend_s: float = 60.0
+    """How often ListAndWatch sends the full list again (a safety net only)."""
+    resync_s: float = 60.0
+    """How often the desired-health bucket is read again (a safety net only)."""
     poll_s: float = 0.2
+    """How often the kubelet's socket and the plugins' own sockets are checked."""
     backoff_min_s: float = 0.5
+    """The first delay before a failed registration or vendor connection is tried again."""
     backoff_max_s: float = 30.0
-    # share caps (capped ShadowPods): each card's memory per vendor resource, e.g.
-    # nvidia.com/gpu=81920, and the share kinds whose SharePods may opt out of their caps
+    """The longest delay between two attempts."""
     card_memory_mib: dict[str, str] = field(default_factory=dict)
+    """Each card's memory (MiB) per vendor resource, e.g. nvidia.com/gpu=81920: the shares' caps."""
     isolation_opt_out: tuple[str, ...] = ()
-    # topology of the cards (spot-gpu's NUMA nodes, GetPreferredAllocation): the vendor table of
-    # the runtime's file says where PCI addresses are; host_root is where the host's /sys and
-    # /proc are seen
+    """The share kinds (share, share-dev) whose SharePods may opt out of their caps."""
     runtime_config: str = "/etc/gpushare/runtime.json"
+    """The runtime's file: its vendor table says where each card's PCI address is (topology)."""
     host_root: str = ""
+    """Where the host's /sys and /proc are seen ("": here)."""
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -80,5 +96,10 @@ class DevicePluginSettings:
         return self.path(self.kubelet_socket)
 
 
-def load_settings(environ: Mapping[str, str] | None = None) -> DevicePluginSettings:
-    return load(DevicePluginSettings, PREFIX, environ)
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Everything the device plugin reads."""
+
+    DEFAULT_PORT: ClassVar[int] = 8083
+    common: CommonSettings = field(default_factory=CommonSettings)
+    deviceplugin: DevicePluginSettings = topic(DevicePluginSettings, PREFIX)

@@ -25,7 +25,7 @@ from gpushare_common.adapters.vendorplugin import watch_vendor
 from gpushare_common.bus import BusError, Permanent
 from gpushare_common.logging import get_logger
 from gpushare_common.retry import Backoff, Supervised
-from gpushare_common.service import Skeleton
+from gpushare_common.service import ServiceBase
 from gpushare_common.settings import CommonSettings
 from gpushare_common.topology import CardTopology, card_topology
 from gpushare_common.vendors import VendorResource
@@ -41,6 +41,7 @@ from .prepare import ClaimSource, Node, Preparer
 from .settings import DraSettings
 from .slices import build_slice, lendable_cards
 from .state import PreparedClaim
+from .status import DraStatus
 
 SERVICE = "dra-driver"
 SPOT_TOKEN = "spot-gpu"
@@ -65,21 +66,20 @@ class Versioned:
                 await asyncio.wait_for(self._changed.wait(), within_s)
 
 
-class Service:
+class Service(ServiceBase):
     """The driver of one node (the ``kubelet.Driver`` the gRPC servicers call)."""
+
+    status_model = DraStatus
+    freeze_after_start = True  # the kubelet's prepare calls must not wait on a collection
 
     def __init__(self, common: CommonSettings, settings: DraSettings, vendors: dict[str, VendorResource],
                  registry: CollectorRegistry | None = None, stop: asyncio.Event | None = None) -> None:
+        super().__init__(SERVICE, common.http, "kubelet", "slice", "nats", stop=stop, registry=registry)
         self.common, self.settings, self.vendors = common, settings, vendors
         self.node = self.pool = common.node.require()
         self.name, self.endpoint = settings.driver, settings.dra_socket
-        self.skeleton = Skeleton(SERVICE, common.http, "kubelet", "slice", "nats", stop=stop, registry=registry)
-        self.registry = self.skeleton.registry
         self.metrics = DriverMetrics(self.registry)
-        self.health = self.skeleton.health
         self.bus = self.skeleton.bus(common.nats, self.node)  # drained last on exit
-        self.stopping = self.skeleton.stopping  # set once every task is cancelled
-        self.tasks = self.skeleton.tasks
         self.files = NodeFiles(settings.cdi_dir, settings.state_file)
         self.inventory = Inventory(self.node, self._topology, settings.card_memory(), settings.card_model,
                                    settings.driver)
@@ -150,11 +150,11 @@ class Service:
         for server in self.sockets:
             await server.start()
         await kubelet.dial(self.settings.registration_socket)
-        self.tasks.spawn("sockets", self._keep_sockets())
+        self.skeleton.spawn("sockets", self._keep_sockets())
         for vendor, socket in self.settings.vendor_sockets.items():
-            self.tasks.spawn(f"vendor {vendor}", self._follow_vendor(vendor, socket))
-        self.tasks.spawn("kubernetes", self._kube())
-        self.tasks.spawn("nats", self._nats(), critical=False)
+            self.skeleton.spawn(f"vendor {vendor}", self._follow_vendor(vendor, socket))
+        self.skeleton.spawn("kubernetes", self._kube())
+        self.skeleton.spawn("nats", self._nats(), critical=False)
 
     async def _kube(self) -> None:
         kube = kube_adapter.connect(self.common.kube)
@@ -269,9 +269,6 @@ class Service:
 
     # --- stop and views ---------------------------------------------------------------
 
-    async def stop(self) -> None:
-        await self.skeleton.close()  # tasks cancelled, sockets closed, NATS drained
-
     def status(self) -> dict[str, Any]:
         return {
             "node": self.node, "driver": self.settings.driver,
@@ -285,14 +282,3 @@ class Service:
             "prepared": self.preparer.status(),
             "shares_per_card": self.settings.shares, "device_classes": list(dra.DEVICE_CLASSES),
         }
-
-
-async def run(common: CommonSettings, settings: DraSettings, vendors: dict[str, VendorResource],
-              stop: asyncio.Event) -> int:
-    service = Service(common, settings, vendors, stop=stop)
-    async with service.skeleton as svc:
-        await service.start()
-        await svc.serve(service.status)
-        log.info("start-up heap frozen", node=service.node, objects=svc.freeze_heap())
-        await svc.run_until_stopped()
-    return svc.exit_code

@@ -4,31 +4,26 @@ from __future__ import annotations
 
 import sys
 
-from gpushare_common import logging as gs_logging
-from gpushare_common.settings import SettingsError, load_common
+from gpushare_common.settings import SettingsError
 from gpushare_common.tasks import ServiceMain, service_main
 from gpushare_common.vendors import VendorError, load_vendor_table
 
 from . import app
-from .settings import load_settings
-
-DEFAULT_PORT = 8086
+from .settings import Settings
 
 
-def main() -> int:
-    def build() -> ServiceMain:
-        common = load_common(default_port=DEFAULT_PORT)
-        settings = load_settings()
-        common.node.require()
+def main(argv: list[str] | None = None) -> int:
+    def build(settings: Settings) -> ServiceMain:
+        own = settings.dra
+        settings.common.node.require()
         try:
-            vendors = load_vendor_table(settings.runtime_config)
+            vendors = load_vendor_table(own.runtime_config)
         except VendorError as err:
-            raise SettingsError("GPUSHARE_DRA_RUNTIME_CONFIG", settings.runtime_config,
+            raise SettingsError("GPUSHARE_DRA_RUNTIME_CONFIG", own.runtime_config,
                                 f"a readable vendor table ({err})") from None
-        gs_logging.setup(common.log.level, common.log.json)
-        return lambda stop: app.run(common, settings, vendors, stop)
+        return lambda stop: app.Service(settings.common, own, vendors, stop=stop).run()
 
-    return service_main(app.SERVICE, build)
+    return service_main(app.SERVICE, Settings, build, app.__doc__, argv)
 
 
 if __name__ == "__main__":

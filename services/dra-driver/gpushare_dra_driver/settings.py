@@ -1,12 +1,14 @@
-"""Settings of the DRA driver: one frozen struct, read once in ``main()`` (``GPUSHARE_DRA_*``)."""
+"""The DRA driver's settings: ``GPUSHARE_DRA_*`` and the common topics, read once in ``main()``."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from gpushare_common import dra
-from gpushare_common.settings import SettingsError, load
+from gpushare_common.settings import CommonSettings, SettingsError, topic
+
+PREFIX = "GPUSHARE_DRA_"
 
 
 @dataclass(frozen=True, slots=True)
@@ -14,28 +16,44 @@ class DraSettings:
     """Lists are comma-separated, maps ``key=value,...``."""
 
     driver: str = dra.DRIVER
-    # the kubelet's plugin watcher directory (our registration socket) and our own directory
+    """The driver's name (a DNS subdomain): its ResourceSlices, DeviceClasses and claims name it."""
     registry_dir: str = "/var/lib/kubelet/plugins_registry"
+    """The kubelet's plugin watcher directory: the registration socket is made here."""
     plugin_dir: str = "/var/lib/kubelet/plugins/gpushare.k8s.io"
-    # where prepared claims' CDI specs go (a directory the container runtime reads)
+    """The driver's own directory: its DRA socket and the prepared claims' state."""
     cdi_dir: str = "/var/run/cdi"
-    # the node's cards: the vendor plugins' sockets (read as a client, never registered by us)
+    """Where prepared claims' CDI specs go (a directory the container runtime reads)."""
     device_plugin_dir: str = "/var/lib/kubelet/device-plugins"
+    """Where the vendor plugins' sockets are (read as a client for the node's cards, never
+    registered)."""
     vendor_sockets: dict[str, str] = field(default_factory=lambda: {"nvidia.com/gpu": "nvidia-gpu.sock"})
-    # the vendor table (device nodes, variables, mounts, caps, topology): the runtime's file
+    """Vendor resource -> its vendor plugin's socket (in device_plugin_dir unless absolute)."""
     runtime_config: str = "/etc/gpushare/runtime.json"
-    host_root: str = ""  # where the host's /sys, /proc and /dev are seen (topology, control nodes)
-    device_root: str = ""  # prefix of device nodes' host paths in CDI specs ("": as the table says)
-    card_memory_mib: dict[str, str] = field(default_factory=dict)  # vendor resource -> MiB
-    card_model: dict[str, str] = field(default_factory=dict)  # vendor resource -> model name
-    isolation_dir: str = "/run/gpushare/isolation"  # a capped card's MPS directories live here
-    shares: int = dra.DEFAULT_SHARES  # a card's consumable capacity
-    spot: bool = True  # publish spot mirrors of lendable cards (solver's desired health)
-    publish_inventory: bool = True  # the node's CardInventory on NATS (a DRA node's one source)
-    poll_s: float = 0.5  # registration socket checks
+    """The vendor table (device nodes, variables, mounts, caps, topology): the runtime's file."""
+    host_root: str = ""
+    """Where the host's /sys, /proc and /dev are seen (topology, control nodes; "": here)."""
+    device_root: str = ""
+    """The prefix of device nodes' host paths in CDI specs ("": as the vendor table says)."""
+    card_memory_mib: dict[str, str] = field(default_factory=dict)
+    """Vendor resource -> each card's memory in MiB (published, and the shares' caps)."""
+    card_model: dict[str, str] = field(default_factory=dict)
+    """Vendor resource -> the cards' model name (published as an attribute)."""
+    isolation_dir: str = "/run/gpushare/isolation"
+    """Where a capped card's MPS directories live."""
+    shares: int = dra.DEFAULT_SHARES
+    """A card's consumable capacity in shares."""
+    spot: bool = True
+    """Publish spot mirrors of lendable cards (as the solver's desired health says)."""
+    publish_inventory: bool = True
+    """Publish the node's CardInventory on NATS (a DRA node's one source of it)."""
+    poll_s: float = 0.5
+    """How often the sockets are checked (served again when they vanished)."""
     backoff_min_s: float = 0.5
+    """The first delay before a failed vendor connection or slice write is tried again."""
     backoff_max_s: float = 10.0
-    resync_s: float = 60.0  # slices re-read and desired health re-read, a safety net
+    """The longest delay between two attempts."""
+    resync_s: float = 60.0
+    """How often the slice and the desired health are read again (a safety net)."""
 
     def __post_init__(self) -> None:
         if not dra.is_dns_label(self.driver.replace(".", "-")) or "." not in self.driver:
@@ -68,8 +86,10 @@ class DraSettings:
         return f"{self.plugin_dir.rstrip('/')}/prepared.json"
 
 
-PREFIX = "GPUSHARE_DRA_"
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Everything the DRA driver reads."""
 
-
-def load_settings(environ: Mapping[str, str] | None = None) -> DraSettings:
-    return load(DraSettings, PREFIX, environ)
+    DEFAULT_PORT: ClassVar[int] = 8087
+    common: CommonSettings = field(default_factory=CommonSettings)
+    dra: DraSettings = topic(DraSettings, PREFIX)

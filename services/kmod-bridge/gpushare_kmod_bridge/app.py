@@ -20,7 +20,7 @@ from gpushare_common import events
 from gpushare_common.bus import BusError, Transient
 from gpushare_common.logging import get_logger
 from gpushare_common.retry import retry
-from gpushare_common.service import Skeleton
+from gpushare_common.service import ServiceBase
 from gpushare_common.settings import CommonSettings
 from prometheus_client import CollectorRegistry
 
@@ -33,6 +33,7 @@ from .link import KernelLink, LinkSettings
 from .metrics import BridgeMetrics
 from .resolver import ContainerSource, Resolver
 from .settings import KmodBridgeSettings
+from .status import KmodBridgeStatus
 from .transport import Transport
 from .watchset import WatchSet
 
@@ -63,19 +64,20 @@ def filter_config(settings: KmodBridgeSettings) -> protocol.FilterConfig | None:
     return protocol.FilterConfig(settings.ioctl_types, settings.ioctl_majors)
 
 
-class Service:
+class Service(ServiceBase):
+    """One node's bridge between the kernel module and NATS; ``transport``, ``sources``: the
+    kernel link and the container sources (tests pass their own)."""
+
+    status_model = KmodBridgeStatus
+
     def __init__(self, common: CommonSettings, settings: KmodBridgeSettings,
                  transport: Transport | None = None,
                  sources: Sequence[ContainerSource] | None = None,
                  registry: CollectorRegistry | None = None, stop: asyncio.Event | None = None) -> None:
+        super().__init__(SERVICE, common.http, "nats", "kernel", stop=stop, registry=registry)
         self.common = common
         self.settings = settings
         self.node = common.node.require()
-        self.skeleton = Skeleton(SERVICE, common.http, "nats", "kernel", stop=stop, registry=registry)
-        self.registry = self.skeleton.registry
-        self.health = self.skeleton.health
-        self.tasks = self.skeleton.tasks
-        self.stopping = self.skeleton.stopping  # set once every task is cancelled
         self.bus = self.skeleton.bus(common.nats, self.node)
         self.metrics = BridgeMetrics(self.registry)
         self.outgoing: asyncio.Queue[events.Event] = asyncio.Queue()
@@ -117,7 +119,7 @@ class Service:
                 log.error("owner-back not published", node=self.node, id=event.id, error=str(err))
 
     async def start(self) -> None:
-        self.tasks.spawn("owner-backs", self._publish_owner_backs())
+        self.skeleton.spawn("owner-backs", self._publish_owner_backs())
         await self.bus.connect(self.stopping)
         if self.settings.persist:
             await self.bus.wait_for_stream(self.stopping)
@@ -127,10 +129,10 @@ class Service:
             loaded = await retry(self.bridge.watchset.load, (Transient,), "read the watch set", self.stopping,
                                  node=self.node)
             log.info("watch set restored", node=self.node, bucket=store.bucket, namespaces=loaded)
-            self.tasks.spawn("watch-set saver", self._save_watch_set())
+            self.skeleton.spawn("watch-set saver", self._save_watch_set())
         await self.bus.serve(self.bus.subjects.kmod_cmd(self.node), self.bridge.serve_command)
-        self.tasks.spawn("kernel link", self.link.run(self.stopping))
-        self.tasks.spawn("resolver", self.resolver.run(self.stopping, self.settings.refresh_s))
+        self.skeleton.spawn("kernel link", self.link.run(self.stopping))
+        self.skeleton.spawn("resolver", self.resolver.run(self.stopping, self.settings.refresh_s))
 
     async def _save_watch_set(self, every_s: float = 1.0) -> None:
         """Write again what the bucket refused (the set in memory never waits for it)."""
@@ -139,17 +141,5 @@ class Service:
             if self.bridge.watchset.unsaved and not await self.bridge.watchset.flush():
                 log.info("watch set saved again", node=self.node)
 
-    async def stop(self) -> None:
-        await self.skeleton.close()
-
     def status(self) -> dict[str, Any]:
         return {"nats": self.bus.is_connected, **self.bridge.status()}
-
-
-async def run(common: CommonSettings, settings: KmodBridgeSettings, stop: asyncio.Event) -> int:
-    service = Service(common, settings, stop=stop)
-    async with service.skeleton as svc:
-        await svc.serve(service.status)
-        svc.spawn("start", service.start(), critical=False)
-        await svc.run_until_stopped()
-    return svc.exit_code

@@ -9,19 +9,21 @@ queue group (replicas share the requests), serve HTTP, drain.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any
 
 from gpushare_common.adapters.kube import Kube
 from gpushare_common.bus import Bus, BusError
 from gpushare_common.layout import Layout
 from gpushare_common.logging import get_logger
-from gpushare_common.service import Skeleton
+from gpushare_common.service import ServiceBase
 
 from .adapters.tokenreview import TokenReviewer
 from .callout import Callout, CalloutMetrics
 from .handlers import AUTH_SUBJECT
 from .nkey import Signer
 from .settings import Settings
+from .status import NatsAuthStatus
 
 SERVICE = "nats-auth"
 log = get_logger(SERVICE)
@@ -39,32 +41,38 @@ async def answer_requests(pending: Pending, callout: Callout, bus: Bus) -> None:
             log.warning("could not answer an authorization request", error=str(err))
 
 
-async def run(settings: Settings, issuer: Signer, stop: asyncio.Event) -> int:
-    auth, nats = settings.auth, settings.common.nats
-    async with Skeleton(SERVICE, settings.common.http, "nats", "callout", stop=stop) as svc:
-        metrics = CalloutMetrics(svc.registry)
+class Service(ServiceBase):
+    """The callout: ``issuer`` signs every answer."""
+
+    status_model = NatsAuthStatus
+
+    def __init__(self, settings: Settings, issuer: Signer, stop: asyncio.Event | None = None) -> None:
+        super().__init__(SERVICE, settings.common.http, "nats", "callout", stop=stop)
+        auth, nats = settings.auth, settings.common.nats
+        self.auth, self.issuer = auth, issuer
+        self.metrics = CalloutMetrics(self.registry)
         reviewer = TokenReviewer(Kube(settings.common.kube), auth.audience)
-        svc.on_exit(reviewer.close)
-        callout = Callout(issuer, reviewer, auth.role_table(), Layout(nats.prefix, nats.stream, nats.kv_prefix),
-                          auth, metrics)  # fmt: skip
-        pending: Pending = asyncio.Queue()
+        self.skeleton.on_exit(reviewer.close)
+        self.callout = Callout(issuer, reviewer, auth.role_table(),
+                               Layout(nats.prefix, nats.stream, nats.kv_prefix), auth, self.metrics)
+        self.pending: Pending = asyncio.Queue()
+        self.bus = self.skeleton.bus(nats)
 
-        async def enqueue(raw: bytes, reply: str) -> None:
-            if reply:
-                pending.put_nowait((raw, reply))
+    async def _enqueue(self, raw: bytes, reply: str) -> None:
+        if reply:
+            self.pending.put_nowait((raw, reply))
 
-        def status() -> dict[str, Any]:
-            return {"issuer": issuer.public, "audience": auth.audience, "pending": pending.qsize(),
-                    **metrics.status()}  # fmt: skip
-
-        bus = await svc.connect(nats, stream=False)
-        await svc.serve(status)
+    async def start(self) -> None:
+        svc, auth = self.skeleton, self.auth
+        await self.bus.connect(svc.stop)
         for index in range(auth.workers):
-            svc.spawn(f"answer-{index}", answer_requests(pending, callout, bus))
-        subscription = await bus.subscribe_raw(AUTH_SUBJECT, enqueue, queue=auth.queue)
+            svc.spawn(f"answer-{index}", answer_requests(self.pending, self.callout, self.bus))
+        subscription = await self.bus.subscribe_raw(AUTH_SUBJECT, self._enqueue, queue=auth.queue)
         svc.on_exit(subscription.unsubscribe)
-        svc.health.set("callout", True)
-        log.info("answering authorization requests", issuer=issuer.public, audience=auth.audience,
+        self.health.set("callout", True)
+        log.info("answering authorization requests", issuer=self.issuer.public, audience=auth.audience,
                  queue=auth.queue, workers=auth.workers)  # fmt: skip
-        await svc.run_until_stopped()
-    return svc.exit_code
+
+    def status(self) -> Mapping[str, Any]:
+        return {"issuer": self.issuer.public, "audience": self.auth.audience, "pending": self.pending.qsize(),
+                **self.metrics.status()}  # fmt: skip

@@ -4,22 +4,19 @@ from __future__ import annotations
 
 import sys
 
-from gpushare_common import logging as gslog
 from gpushare_common.tasks import ServiceMain, service_main
 
-from .app import SERVICE, run
+from . import app
 from .issuer import load_issuer
-from .settings import load_settings
+from .settings import Settings
 
 
-def main() -> int:
-    def build() -> ServiceMain:
-        settings = load_settings()
+def main(argv: list[str] | None = None) -> int:
+    def build(settings: Settings) -> ServiceMain:
         issuer = load_issuer(settings.auth.issuer_seed_file)
-        gslog.setup(settings.common.log.level, settings.common.log.json)
-        return lambda stop: run(settings, issuer, stop)
+        return lambda stop: app.Service(settings, issuer, stop).run()
 
-    return service_main(SERVICE, build)
+    return service_main(app.SERVICE, Settings, build, app.__doc__, argv)
 
 
 if __name__ == "__main__":

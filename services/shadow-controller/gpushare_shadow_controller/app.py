@@ -10,36 +10,33 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from collections.abc import Mapping
 
 from gpushare_common.adapters.kube import Kube
 from gpushare_common.logging import get_logger
 from gpushare_common.retry import wait_any
-from gpushare_common.service import Skeleton
-from gpushare_common.settings import HttpSettings, KubeSettings
+from gpushare_common.service import ServiceBase
 
 from .controller import Controller
 from .leader import LeaderElector
-from .settings import ShadowSettings
+from .settings import Settings
+from .status import ShadowControllerStatus
 
 SERVICE = "shadow-controller"
 log = get_logger(SERVICE)
 
 
-@dataclass(frozen=True, slots=True)
-class AppSettings:
-    shadow: ShadowSettings
-    kube: KubeSettings
-    http: HttpSettings
+class Service(ServiceBase):
+    """The cluster's ShadowPod controller (one replica leads); ``kube``: the API client (tests pass
+    their own)."""
 
+    status_model = ShadowControllerStatus
 
-class ShadowControllerApp:
-    def __init__(self, settings: AppSettings, kube: Kube | None = None, stop: asyncio.Event | None = None) -> None:
+    def __init__(self, settings: Settings, kube: Kube | None = None, stop: asyncio.Event | None = None) -> None:
+        super().__init__(SERVICE, settings.http, "watch", stop=stop)
         self.settings = settings
-        self.skeleton = Skeleton(SERVICE, settings.http, "watch", stop=stop)
-        self.registry = self.skeleton.registry
-        self.health = self.skeleton.health
         self.kube = kube or Kube(settings.kube)
+        self.skeleton.on_exit(self.kube.close)  # last: the lease is released through it first
         self.leader = LeaderElector(
             self.kube, settings.shadow.lease_namespace, settings.shadow.lease_name,
             settings.shadow.who(), settings.shadow.lease_duration_s, settings.shadow.renew_every_s)
@@ -60,9 +57,8 @@ class ShadowControllerApp:
             if self.leader.is_leader and self.health.ready:
                 await self.controller.reconcile()
 
-    def start(self) -> None:
+    async def start(self) -> None:
         svc, stop = self.skeleton, self.skeleton.stop
-        svc.on_exit(self.kube.close)  # last: the lease is released through it first
         served = self.settings.shadow.namespaces  # the tenants served, and the ShadowPods' own namespace
         namespaces: list[str | None] = list(dict.fromkeys([*served, self.settings.kube.system_namespace])) \
             if served else [None]
@@ -72,12 +68,5 @@ class ShadowControllerApp:
         svc.spawn("reconcile", self._reconcile_loop(stop))
         svc.on_exit(self.leader.release)  # once the loops are cancelled
 
-    def status(self) -> dict[str, object]:
+    def status(self) -> Mapping[str, object]:
         return {"identity": self.leader.identity, **self.controller.status()}
-
-    async def run(self) -> int:
-        async with self.skeleton as svc:
-            await svc.serve(self.status)
-            self.start()
-            await svc.run_until_stopped()
-        return svc.exit_code

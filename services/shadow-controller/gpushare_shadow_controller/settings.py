@@ -1,4 +1,5 @@
-"""Shadow-controller settings (``GPUSHARE_SHADOW_*``), read once in ``main()``."""
+"""The shadow-controller's settings: ``GPUSHARE_SHADOW_*``, HTTP, logs and the API server, read once
+in ``main()``."""
 
 from __future__ import annotations
 
@@ -6,47 +7,74 @@ import json
 import os
 import socket
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from gpushare_common.isolation import MPS, is_profile_name
 from gpushare_common.pods import SHARE_KINDS, parse_share_resource
-from gpushare_common.settings import SettingsError
+from gpushare_common.settings import (
+    HTTP_PREFIX,
+    KUBE_PREFIX,
+    LOG_PREFIX,
+    HttpSettings,
+    KubeSettings,
+    LogSettings,
+    SettingsError,
+    topic,
+)
 
 PREFIX = "GPUSHARE_SHADOW_"
-DEFAULT_PORT = 8084
 
 
 @dataclass(frozen=True, slots=True)
 class ShadowSettings:
     domain: str = "gpushare"
-    namespaces: tuple[str, ...] = ()  # empty: every namespace
+    """The domain of the share resources served (``<domain>/share-gpu-4``, ...)."""
+    namespaces: tuple[str, ...] = ()
+    """The tenants' namespaces served (empty: every namespace)."""
     image: str = "registry.k8s.io/pause:3.10"
+    """The ShadowPods' image (they only hold a card)."""
     priority_class: str = ""
+    """The ShadowPods' priority class ("": none)."""
     vendor_resource: str = "nvidia.com/gpu"
+    """The vendor resource a ShadowPod holds one card of."""
     runtime_class: str = ""
-    tolerations: str = "[]"  # JSON list of Kubernetes tolerations
-    node_selector: str = ""  # comma-separated key=value
+    """The ShadowPods' runtime class ("": the node's default)."""
+    tolerations: str = "[]"
+    """The ShadowPods' tolerations: a JSON list of Kubernetes tolerations."""
+    node_selector: str = ""
+    """The ShadowPods' node selector: comma-separated key=value."""
     idle_timeout_s: float = 300.0
+    """A ShadowPod no SharePod uses is retired after this long."""
     resync_s: float = 30.0
-    expected_ttl_s: float = 60.0  # forget an unseen created ShadowPod after this long
+    """Reconcile at least this often, changes or not."""
+    expected_ttl_s: float = 60.0
+    """Forget a created ShadowPod the watch has not shown after this long."""
     lease_namespace: str = "gpushare-system"
+    """The namespace of the leader election's Lease."""
     lease_name: str = "gpushare-shadow-controller"
+    """The leader election's Lease."""
     lease_duration_s: float = 15.0
+    """How long a leader's Lease holds without renewal."""
     renew_every_s: float = 5.0
+    """How often the leader renews its Lease."""
     identity: str = ""
-    # hard caps: share kinds whose ShadowPods run NVIDIA's MPS control daemon for their card,
-    # the image it runs in (any with a POSIX shell: the driver's MPS binaries and nvidia-smi
-    # come with the card) and the host directory holding each ShadowPod's pipe, log and shm
-    # directories on the node (the runtime's isolation_dir; not a path in this container)
+    """This replica's name in the Lease ("": hostname and pid)."""
     mps_kinds: tuple[str, ...] = ()
+    """Hard caps: the share kinds (share, share-dev) whose ShadowPods run NVIDIA's MPS control daemon
+    for their card."""
     mps_image: str = "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"
-    mps_script: str = ""  # the daemon's shell script ("": the built-in one; the chart passes the same)
+    """The image the MPS daemon runs in (any with a POSIX shell: the driver's MPS binaries and
+    nvidia-smi come with the card)."""
+    mps_script: str = ""
+    """The daemon's shell script ("": the built-in one; the chart passes the same)."""
     isolation_host_path: str = "/run/gpushare/isolation"
-    # isolation profiles of the nodes' vendor table by share kind or by share resource, e.g.
-    # share-dev=npu_caps,share-gpu-3=mps (a resource wins over its kind): the ShadowPods'
-    # annotation gpushare.k8s.io/isolation, which the device plugin signs into each share's caps
-    # and the runtime computes them from; "mps" also runs the MPS daemon, as mps_kinds does
+    """The host directory holding each ShadowPod's pipe, log and shm directories on the node (the
+    runtime's isolation_dir; not a path in this container)."""
     isolation_profiles: dict[str, str] = field(default_factory=dict)
+    """Isolation profiles of the nodes' vendor table by share kind or by share resource, e.g.
+    share-dev=npu_caps,share-gpu-3=mps (a resource wins over its kind): the ShadowPods' annotation
+    gpushare.k8s.io/isolation, which the device plugin signs into each share's caps and the runtime
+    computes them from; "mps" also runs the MPS daemon, as mps_kinds does."""
 
     def __post_init__(self) -> None:
         for kind in self.mps_kinds:
@@ -66,6 +94,8 @@ class ShadowSettings:
         if not self.isolation_host_path.startswith("/") or "/../" in self.isolation_host_path + "/":
             raise SettingsError("GPUSHARE_SHADOW_ISOLATION_HOST_PATH", self.isolation_host_path,
                                 "an absolute path")
+        self.tolerations_list()
+        self.node_selector_map()
 
     def tolerations_list(self) -> list[dict[str, Any]]:
         try:
@@ -95,3 +125,14 @@ class ShadowSettings:
 
     def who(self) -> str:
         return self.identity or f"{socket.gethostname()}-{os.getpid()}"
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Everything the shadow-controller reads (it does not use NATS)."""
+
+    DEFAULT_PORT: ClassVar[int] = 8084
+    shadow: ShadowSettings = topic(ShadowSettings, PREFIX)
+    kube: KubeSettings = topic(KubeSettings, KUBE_PREFIX)
+    http: HttpSettings = topic(HttpSettings, HTTP_PREFIX)
+    log: LogSettings = topic(LogSettings, LOG_PREFIX)

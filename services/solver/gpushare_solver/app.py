@@ -15,9 +15,8 @@ drained.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections.abc import Mapping
+from typing import Any
 
 from gpushare_common.adapters.kube import Kube
 from gpushare_common.adapters.podresources import PodResources
@@ -25,7 +24,7 @@ from gpushare_common.bus import AckPolicy
 from gpushare_common.logging import get_logger
 from gpushare_common.pods import PodRules
 from gpushare_common.retry import Backoff
-from gpushare_common.service import Skeleton
+from gpushare_common.service import ServiceBase
 from gpushare_common.settings import CommonSettings
 from prometheus_client import CollectorRegistry
 
@@ -36,21 +35,10 @@ from .pressure import PRESSURE, PressurePolicy
 from .service import Solver
 from .settings import SolverSettings
 from .state import HandlerError
+from .status import SolverStatus
 
 SERVICE = "solver"
 log = get_logger(SERVICE)
-
-
-@dataclass
-class Running:
-    """A started solver (for tests and the runner): the service object and its skeleton."""
-
-    solver: Solver
-    skeleton: Skeleton
-
-    @property
-    def port(self) -> int:
-        return self.skeleton.port
 
 
 def ack_policy(settings: SolverSettings) -> AckPolicy:
@@ -61,43 +49,51 @@ def ack_policy(settings: SolverSettings) -> AckPolicy:
                      ack_wait_s=settings.ack_wait_s)
 
 
-@contextlib.asynccontextmanager
-async def started(common: CommonSettings, settings: SolverSettings, stop: asyncio.Event,
-                  pods: PodApi | None = None, tasks_api: TaskApi | None = None,
-                  registry: CollectorRegistry | None = None) -> AsyncIterator[Running]:
-    node = common.node.require()
-    async with Skeleton(SERVICE, common.http, "nats", "state", stop=stop, registry=registry) as svc:
-        bus = await svc.connect(common.nats, node)
+class Service(ServiceBase):
+    """One node's solver; ``pods``, ``tasks_api``: the Kubernetes and containerd ports (tests
+    pass their own)."""
+
+    status_model = SolverStatus
+
+    def __init__(self, common: CommonSettings, settings: SolverSettings, stop: asyncio.Event | None = None,
+                 pods: PodApi | None = None, tasks_api: TaskApi | None = None,
+                 registry: CollectorRegistry | None = None) -> None:  # fmt: skip
+        super().__init__(SERVICE, common.http, "nats", "state", stop=stop, registry=registry)
+        self.node = node = common.node.require()
+        self.settings = settings
+        self.bus = self.skeleton.bus(common.nats, node)
+        self.containerd: ContainerdTasks | None = None
         if tasks_api is None:
-            client = ContainerdTasks(settings.containerd_address, settings.containerd_namespace,
-                                     direct=settings.direct_kill)
-            tasks_api = await svc.enter(client)
+            tasks_api = self.containerd = ContainerdTasks(settings.containerd_address, settings.containerd_namespace,
+                                                          direct=settings.direct_kill)  # fmt: skip
         allocations = None
         if settings.pod_resources_socket:
             allocations = PodResources(settings.pod_resources_socket, settings.pod_resources_timeout_s)
-            svc.on_exit(allocations.close)
+            self.skeleton.on_exit(allocations.close)
         if pods is None:
             kube = Kube(common.kube)
-            svc.on_exit(kube.close)
+            self.skeleton.on_exit(kube.close)
             pods = kube
-        solver = Solver(node, settings, bus, pods, tasks_api, svc.registry,
-                        PodRules(system_namespace=common.kube.system_namespace), allocations)
-        policy = PressurePolicy(settings.memory_threshold, settings.cpu_threshold,
-                                settings.pressure_cooldown_s)
-        watch = PressureWatch(node, policy, solver.pods,
-                              lambda trigger, pods: solver.evict(trigger, PRESSURE, pods), rules=solver.rules)
-        await svc.serve(lambda: {**solver.status(), "pressure": watch.status()})
+        self.solver = Solver(node, settings, self.bus, pods, tasks_api, self.registry,
+                             PodRules(system_namespace=common.kube.system_namespace), allocations)
+        policy = PressurePolicy(settings.memory_threshold, settings.cpu_threshold, settings.pressure_cooldown_s)
+        self.pressure = PressureWatch(node, policy, self.solver.pods,
+                                      lambda trigger, pods: self.solver.evict(trigger, PRESSURE, pods),
+                                      rules=self.solver.rules)  # fmt: skip
+
+    async def start(self) -> None:
+        svc, bus, solver, stop = self.skeleton, self.bus, self.solver, self.skeleton.stop
+        if self.containerd is not None:
+            await svc.enter(self.containerd)
+        await bus.connect(stop)
+        await bus.wait_for_stream(stop)
         await solver.open()
         await solver.recover()
-        svc.health.set("state", True, "loaded and reconciled")
-        await bus.subscribe(bus.subjects.node_capacity(node), watch.on_event)
+        self.health.set("state", True, "loaded and reconciled")
+        await bus.subscribe(bus.subjects.node_capacity(self.node), self.pressure.on_event)
         svc.spawn("pending", solver.resume_pending(stop))
-        svc.spawn("events", bus.consume(bus.subjects.node_events(node), bus.layout.durable(node),
-                                        solver.on_event, ack_policy(settings), stop, batch=1))
-        yield Running(solver, svc)
+        svc.spawn("events", bus.consume(bus.subjects.node_events(self.node), bus.layout.durable(self.node),
+                                        solver.on_event, ack_policy(self.settings), stop, batch=1))
 
-
-async def run(common: CommonSettings, settings: SolverSettings, stop: asyncio.Event) -> int:
-    async with started(common, settings, stop) as running:
-        await running.skeleton.run_until_stopped()
-    return running.skeleton.exit_code
+    def status(self) -> Mapping[str, Any]:
+        return {**self.solver.status(), "pressure": self.pressure.status()}

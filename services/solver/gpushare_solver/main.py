@@ -4,25 +4,18 @@ from __future__ import annotations
 
 import sys
 
-from gpushare_common import logging as gs_logging
-from gpushare_common.settings import load, load_common
 from gpushare_common.tasks import ServiceMain, service_main
 
 from . import app
-from .settings import PREFIX, SolverSettings
-
-DEFAULT_PORT = 8082
+from .settings import Settings
 
 
-def main() -> int:
-    def build() -> ServiceMain:
-        common = load_common(default_port=DEFAULT_PORT)
-        settings = load(SolverSettings, PREFIX)
-        common.node.require()
-        gs_logging.setup(common.log.level, common.log.json)
-        return lambda stop: app.run(common, settings, stop)
+def main(argv: list[str] | None = None) -> int:
+    def build(settings: Settings) -> ServiceMain:
+        settings.common.node.require()
+        return lambda stop: app.Service(settings.common, settings.solver, stop).run()
 
-    return service_main(app.SERVICE, build)
+    return service_main(app.SERVICE, Settings, build, app.__doc__, argv)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
-from gpushare_common.http import Health, ServiceApp, bound_port, build_app, serve
+from gpushare_common.http import Health, bound_port, serve, service_app
 from gpushare_common.settings import HttpSettings
 from gpushare_common.tasks import Tasks, run_service, wait_first
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
@@ -65,8 +65,8 @@ def parse_args(argv: list[str] | None = None) -> NodeSimSettings:
     )  # fmt: skip
 
 
-def http_app(sim: NodeSim, health: Health) -> ServiceApp:
-    app = FastAPI(title="gpushare sim node", docs_url=None, redoc_url=None)
+def http_app(sim: NodeSim, health: Health) -> FastAPI:
+    app = service_app("sim-node", health, CollectorRegistry(), sim.status)
 
     @app.post("/kubelet/restart")
     async def restart() -> dict[str, int]:
@@ -93,7 +93,7 @@ def http_app(sim: NodeSim, health: Health) -> ServiceApp:
         await sim.vendor.set_health(card.device_id, healthy)
         return {"device": card.device_id, "healthy": healthy}
 
-    return build_app("sim-node", health, CollectorRegistry(), sim.status, app)
+    return app
 
 
 def exporter_app(sim: NodeSim) -> FastAPI:
