@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 
 import pytest
-from gpushare_common.settings import SettingsError
+from gpushare_common.settings import SettingsError, topic
 from gpushare_common.tasks import ServiceMain, Tasks, service_main, wait_first
 
 
@@ -31,16 +32,38 @@ async def test_tasks_ending_because_of_stop_are_not_failures() -> None:
     assert tasks.failure is None and not tasks.failed.is_set()
 
 
-def test_service_main_reports_a_bad_setting_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
-    def build() -> ServiceMain:
-        raise SettingsError("GPUSHARE_X_PORT", "eighty", "a number (int)")
+@dataclass(frozen=True, slots=True)
+class XSettings:
+    port: int = 1
 
-    assert service_main("x", build) == 2
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    x: XSettings = topic(XSettings, "GPUSHARE_X_")
+
+
+def test_service_main_reports_a_bad_setting_and_exits_2(capsys: pytest.CaptureFixture[str],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    def build(settings: Settings) -> ServiceMain:
+        raise SettingsError("GPUSHARE_X_NODE", "", "a node")
+
+    monkeypatch.setenv("GPUSHARE_X_PORT", "eighty")
+    assert service_main("x", Settings, build, argv=[]) == 2
     assert capsys.readouterr().err.strip() == "gpushare-x: GPUSHARE_X_PORT='eighty': expected a number (int)"
+    monkeypatch.delenv("GPUSHARE_X_PORT")
+    assert service_main("x", Settings, build, argv=[]) == 2  # what build reads is a setting too
+    assert capsys.readouterr().err.strip() == "gpushare-x: GPUSHARE_X_NODE='': expected a node"
 
 
-def test_service_main_runs_the_service_until_it_returns() -> None:
+def test_service_main_runs_the_service_until_it_returns(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[Settings] = []
+
     async def main(stop: asyncio.Event) -> int:
         return 0
 
-    assert service_main("x", lambda: main) == 0
+    def build(settings: Settings) -> ServiceMain:
+        seen.append(settings)
+        return main
+
+    monkeypatch.setenv("GPUSHARE_X_PORT", "7")
+    assert service_main("x", Settings, build, argv=[]) == 0 and seen == [Settings(XSettings(7))]

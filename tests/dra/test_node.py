@@ -49,6 +49,9 @@ async def test_shares_are_allocated_prepared_and_unprepared(kube_api: KubeApi,  
         claims = await node.claims()
         cards = sorted(c["status"]["allocation"]["devices"]["results"][0]["device"] for c in claims)
         assert cards == ["gpu-dra-node-0"] * 4 + ["gpu-dra-node-1"], "four quarters fill one card"
+        prepared = await wait_until(lambda: node.driver.status_view().prepared, 10,  # type: ignore[attr-defined]
+                                    "the claims prepared, as /status shows them")
+        assert {p.claim for p in prepared.values()} <= {f"default/{c['metadata']['name']}" for c in claims}
         cdi = await wait_until(lambda: cdi_of(node, "share-0"), 10, "pod-resources lists the CDI device")
         (device,) = cdi
         parsed = dra.parse_cdi_device(device)

@@ -78,8 +78,8 @@ async def test_five_pending_pods_get_exactly_two_shadowpods(kube_api: KubeApi) -
     assert pod["metadata"]["annotations"] == {ids.ANN_SHARE_KIND: "share", ids.ANN_SHARE_SPEC: "4"}
     assert pod["spec"]["containers"][0]["name"] == "main"
     assert pod["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
-    status = app.status()
-    assert status["quota"]["gpushare-system/share-gpu-4"]["pipelining"] == -5
+    status = app.status_view()  # as /status serves it, checked against its model
+    assert status.quota["gpushare-system/share-gpu-4"].pipelining == -5  # type: ignore[attr-defined]
     assert {p["metadata"]["namespace"] for p in created} == {SYSTEM}  # never in the tenant's namespace
     stop.set()
     assert await runner == 0

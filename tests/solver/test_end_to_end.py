@@ -45,7 +45,7 @@ async def kmod_bridge(nats: NatsSettings, kubeconfig: Path, stand_in: KernelStan
         await asyncio.wait_for(service.link.registered.wait(), 5)
         yield service
     finally:
-        await service.stop()
+        await service.close()
 
 
 async def the_owner(world: World, bus: Bus, containerd: Containerd) -> tuple[int, int, ContainerProcs, Recorder]:

@@ -122,6 +122,12 @@ class StatusError(Model):
 StatusView = Callable[[], Mapping[str, Any]]
 
 
+def checked_status(service: str, health: Health, status: StatusView, model: type[ServiceStatus]) -> ServiceStatus:
+    """``/status`` as served: ``service``, ``health`` and ``status()``, checked against ``model``
+    (pydantic's ``ValidationError`` names each field that does not match)."""
+    return model.model_validate({"service": service, "health": health.report(), **status()})
+
+
 def service_app(service: str, health: Health, registry: CollectorRegistry, status: StatusView,
                 model: type[ServiceStatus] = OpenStatus) -> FastAPI:  # fmt: skip
     """The service's FastAPI application: the four endpoints, ``status()`` checked against
@@ -136,7 +142,7 @@ def service_app(service: str, health: Health, registry: CollectorRegistry, statu
 
     async def status_view() -> Response:
         try:
-            view = model.model_validate({"service": service, "health": health.report(), **status()})
+            view = checked_status(service, health, status, model)
         except Exception as err:  # a boundary: a failing or drifted view must not take the endpoint down
             log.warning("status view failed", service=service, error=repr(err))
             return JSONResponse({"service": service, "error": repr(err)}, 500)

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
-from .http import Health, OpenStatus, ServiceStatus, StatusView, bound_port, serve, service_app
+from .http import Health, OpenStatus, ServiceStatus, StatusView, bound_port, checked_status, serve, service_app
 from .logging import get_logger
 from .settings import HttpSettings, NatsSettings
 from .tasks import Tasks, wait_first
@@ -198,6 +198,10 @@ class ServiceBase(abc.ABC):
     @abc.abstractmethod
     def status(self) -> Mapping[str, Any]:
         """The service's own ``/status`` fields (``service`` and ``health`` are added)."""
+
+    def status_view(self) -> ServiceStatus:
+        """``/status`` as served, checked against ``status_model``."""
+        return checked_status(self.skeleton.name, self.health, self.status, self.status_model)
 
     def routes(self, app: FastAPI) -> None:
         """Add the service's own routes (pages, an API) to its HTTP application; none by default."""
