@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -12,6 +11,8 @@ from fastapi import FastAPI
 from gpushare_common.http import Health, Model, ServiceStatus, bound_port, serve, service_app
 from gpushare_common.settings import HttpSettings
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter
+
+from tests.support.http import fetch
 
 
 class Part(Model):
@@ -24,19 +25,6 @@ class SampleStatus(ServiceStatus):
     node: str
     """The node it serves."""
     parts: dict[str, Part]
-
-
-async def fetch(port: int, path: str, method: str = "GET") -> tuple[int, dict[str, str], bytes]:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(f"{method} {path} HTTP/1.0\r\nHost: localhost\r\n\r\n".encode())
-    await writer.drain()
-    response = await reader.read()
-    writer.close()
-    await writer.wait_closed()
-    head, _, body = response.partition(b"\r\n\r\n")
-    status_line, *lines = head.decode().split("\r\n")
-    headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines)}
-    return int(status_line.split()[1]), headers, body
 
 
 @asynccontextmanager

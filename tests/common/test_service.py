@@ -12,31 +12,22 @@ from gpushare_common.retry import wait_any
 from gpushare_common.service import ServiceBase, Skeleton
 from gpushare_common.settings import HttpSettings, NatsSettings
 
+from tests.support.http import fetch
+
 LOOPBACK = HttpSettings(host="127.0.0.1", port=0)
-
-
-async def http_get(port: int, path: str) -> tuple[int, bytes]:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(f"GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n".encode())
-    await writer.drain()
-    response = await reader.read()
-    writer.close()
-    await writer.wait_closed()
-    head, _, body = response.partition(b"\r\n\r\n")
-    return int(head.split()[1]), body
 
 
 async def test_serves_health_readiness_status_and_metrics() -> None:
     async with Skeleton("test", LOOPBACK, "state") as svc:
         port = await svc.serve(lambda: {"answer": 42})
         assert port == svc.port > 0
-        assert (await http_get(port, "/healthz"))[0] == 200
-        assert (await http_get(port, "/readyz"))[0] == 503
+        assert (await fetch(port, "/healthz"))[0] == 200
+        assert (await fetch(port, "/readyz"))[0] == 503
         svc.health.set("state", True)
-        assert (await http_get(port, "/readyz"))[0] == 200
-        code, body = await http_get(port, "/status")
+        assert (await fetch(port, "/readyz"))[0] == 200
+        code, _, body = await fetch(port, "/status")
         assert code == 200 and json.loads(body)["answer"] == 42 and json.loads(body)["service"] == "test"
-        assert (await http_get(port, "/metrics"))[0] == 200
+        assert (await fetch(port, "/metrics"))[0] == 200
 
 
 async def test_exit_cancels_the_tasks_then_closes_in_reverse_order() -> None:
@@ -127,9 +118,9 @@ async def test_run_serves_before_it_starts_then_runs_until_stopped() -> None:
     running = asyncio.create_task(service.run())
     while not service.port:
         await asyncio.sleep(0.01)
-    code, body = await http_get(service.port, "/status")
+    code, _, body = await fetch(service.port, "/status")
     assert code == 200 and json.loads(body)["phase"] == "starting"  # served while it starts
-    assert (await http_get(service.port, "/readyz"))[0] == 503
+    assert (await fetch(service.port, "/readyz"))[0] == 503
     service.go.set()
     while not service.health.ready:
         await asyncio.sleep(0.01)
@@ -157,5 +148,5 @@ async def test_started_serves_and_starts_for_a_test_then_closes() -> None:
     service.go.set()
     async with service.started() as same:
         assert same is service and service.phase == "started" and service.health.ready
-        assert json.loads((await http_get(service.port, "/status"))[1])["service"] == "sample"
+        assert json.loads((await fetch(service.port, "/status"))[2])["service"] == "sample"
     assert service.phase == "closed"

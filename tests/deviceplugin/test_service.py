@@ -23,6 +23,7 @@ from gpushare_common.settings import (
 from gpushare_deviceplugin.app import Service
 from gpushare_deviceplugin.settings import DevicePluginSettings
 
+from tests.support.http import get_ok
 from tests.support.nats import NatsServer
 
 from .conftest import KEY
@@ -145,8 +146,8 @@ async def test_status_and_metrics_over_http(
         kubelet: KubeletStub, vendor: VendorPluginStub, service: Service) -> None:
     await kubelet.wait_list(SPOT, lambda d: len(d) == 2)
     port = await service.serve()  # stopped with the service
-    metrics = (await http_get(port, "/metrics")).decode()
-    status = json.loads(await http_get(port, "/status"))
+    metrics = (await get_ok(port, "/metrics")).decode()
+    status = json.loads(await get_ok(port, "/status"))
     assert status["service"] == "deviceplugin" and status["health"]["components"]["kubelet"]["ready"] is True
     by_resource = {p["resource"]: p for p in status["plugins"]}
     assert by_resource[SPOT]["registered"] is True
@@ -156,18 +157,6 @@ async def test_status_and_metrics_over_http(
     assert 'gpushare_deviceplugin_devices{health="Unhealthy",resource="gpushare/spot-gpu"} 2.0' \
         in metrics
     assert 'gpushare_deviceplugin_registered{resource="gpushare/spot-gpu"} 1.0' in metrics
-
-
-async def http_get(port: int, path: str) -> bytes:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(f"GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n".encode())
-    await writer.drain()
-    response = await reader.read()
-    writer.close()
-    await writer.wait_closed()
-    head, _, body = response.partition(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.1 200"), head
-    return body
 
 
 async def test_missed_health_is_reread_after_reconnect(

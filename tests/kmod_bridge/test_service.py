@@ -23,6 +23,8 @@ from gpushare_kmod_bridge.resolver import ContainerProcs
 from gpushare_kmod_bridge.settings import KmodBridgeSettings
 from gpushare_sim.kernel import KernelStandIn
 
+from tests.support.http import get_ok
+
 from .conftest import Namespaces, PidnsProcess, ioctl, wait_until
 
 NODE = "gpu-node-1.example"
@@ -178,9 +180,9 @@ async def test_status_and_metrics_over_http(
                          any(r.pidns == pidns and r.releases for r in service.link.last_stats.stats),
                          what="a heartbeat after the release")
         port = await service.serve()  # stopped with the service
-        status = json.loads(await http_get(port, "/status"))
-        metrics = (await http_get(port, "/metrics")).decode()
-        ready = await http_get(port, "/readyz")
+        status = json.loads(await get_ok(port, "/status"))
+        metrics = (await get_ok(port, "/metrics")).decode()
+        ready = await get_ok(port, "/readyz")
     assert status["registered"] is True and status["transport"].startswith("sim:")
     assert status["watch_set"] == [{"pidns": pidns, "mode": "watched", "pod": "", "container": "",
                                     "container_id": ""}]
@@ -193,12 +195,3 @@ async def test_status_and_metrics_over_http(
     assert json.loads(ready)["ready"] is True
 
 
-async def http_get(port: int, path: str) -> bytes:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(f"GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n".encode())
-    await writer.drain()
-    response = await reader.read()
-    writer.close()
-    head, _, body = response.partition(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.1 200"), head
-    return body
