@@ -1,6 +1,6 @@
 """A stand-in for the gpushare kernel module, for the local cluster and tests.
 
-    python -m gpushare_sim.kernel --socket PATH --hook-socket PATH [--timeout-ms 3000]
+    python -m gpushare_sim.kernel --socket PATH --hook-socket PATH [--timeout-ms MS] [--max-hold-ms MS]
 
 It keeps the module's state machine (``kmod/include/gpushare_kmod.h``; the
 map itself is in :mod:`gpushare_sim.kernel_map`): ADD/DETECT name a pid
@@ -39,6 +39,8 @@ import socket
 import struct
 import time
 
+from gpushare_common.hold import MODULE_MAX_HOLD_MS, MODULE_TIMEOUT_MS
+
 from .kernel_guards import instrument
 from .kernel_map import (
     F_NEED_NOTICE,
@@ -75,8 +77,8 @@ def frame(nl_type: int, nl_seq: int, cmd: int, seq: int, status: int, count: int
 class KernelStandIn:
     """Both sockets around one :class:`KernelState`."""
 
-    def __init__(self, socket_path: str, hook_path: str, timeout_ms: int = 3000,
-                 max_entries: int = 4096, max_hold_ms: int = 30000) -> None:
+    def __init__(self, socket_path: str, hook_path: str, timeout_ms: int = MODULE_TIMEOUT_MS,
+                 max_entries: int = 4096, max_hold_ms: int = MODULE_MAX_HOLD_MS) -> None:
         self.socket_path = socket_path
         self.hook_path = hook_path
         self.state = KernelState(timeout_ms, max_entries, max_hold_ms)
@@ -298,8 +300,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gpushare_sim.kernel", description=__doc__.split("\n")[0])
     parser.add_argument("--socket", required=True, help="command socket (netlink bytes)")
     parser.add_argument("--hook-socket", required=True, help="workload ioctl reports (JSON lines)")
-    parser.add_argument("--timeout-ms", type=_ms, default=3000, help="owner-back wait after the hit or a HOLD")
-    parser.add_argument("--max-hold-ms", type=_ms, default=30000, help="no HOLD past this long after the hit")
+    parser.add_argument("--timeout-ms", type=_ms, default=MODULE_TIMEOUT_MS,
+                        help="owner-back wait after the hit or a HOLD (the module parameter timeout_ms)")
+    parser.add_argument("--max-hold-ms", type=_ms, default=MODULE_MAX_HOLD_MS,
+                        help="no HOLD past this long after the hit (the module parameter max_hold_ms)")
     parser.add_argument("--max-entries", type=int, default=4096, help="container map capacity")
     asyncio.run(serve(parser.parse_args(argv)))
     return 0

@@ -22,6 +22,8 @@ import struct
 import time
 from dataclasses import dataclass, field
 
+from gpushare_common.hold import MODULE_MAX_HOLD_MS, MODULE_TIMEOUT_MS
+
 from .kernel_guards import Guards
 
 MAX_IDS = 1024
@@ -118,8 +120,8 @@ class Entry:
 class KernelState:
     """The container map and the owner-back wait, as the module keeps them."""
 
-    def __init__(self, timeout_ms: int = 3000, max_entries: int = 4096, max_hold_ms: int = 30000,
-                 proc: str = "/proc") -> None:
+    def __init__(self, timeout_ms: int = MODULE_TIMEOUT_MS, max_entries: int = 4096,
+                 max_hold_ms: int = MODULE_MAX_HOLD_MS, proc: str = "/proc") -> None:
         self.timeout_ms = timeout_ms
         self.max_hold_ms = max_hold_ms
         self.max_entries = max_entries

@@ -8,6 +8,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from gpushare_common.hold import MODULE_MAX_HOLD_MS, MODULE_TIMEOUT_MS, HoldTiming
+from gpushare_sim.kernel_map import KernelState
 
 from tests.kmod.vm import REPO
 
@@ -65,3 +67,17 @@ def test_struct_layout_matches_documentation(tmp_path: Path) -> None:
         assert int(got[struct]) == size, struct
         for field, offset in fields:
             assert int(got[f"{struct}.{field}"]) == offset, f"{struct}.{field}"
+
+
+MAIN = REPO / "kmod" / "gpushare_main.c"
+PARAM_RE = re.compile(r"^unsigned int gpushare_(timeout_ms|max_hold_ms) = (\d+);", re.M)
+
+
+def test_user_space_starts_from_the_modules_own_hold_defaults() -> None:
+    """The module's parameters are the one source of every owner-back timer; user space (and the
+    kernel stand-in) assume its defaults only until a kernel has reported its values."""
+    found = {name: int(value) for name, value in PARAM_RE.findall(MAIN.read_text())}
+    assert found == {"timeout_ms": MODULE_TIMEOUT_MS, "max_hold_ms": MODULE_MAX_HOLD_MS}
+    assert (HoldTiming().timeout_ms, HoldTiming().max_hold_ms) == (MODULE_TIMEOUT_MS, MODULE_MAX_HOLD_MS)
+    stand_in = KernelState()
+    assert (stand_in.timeout_ms, stand_in.max_hold_ms) == (MODULE_TIMEOUT_MS, MODULE_MAX_HOLD_MS)

@@ -442,19 +442,22 @@ async def test_an_unanswered_owner_back_is_held_until_the_solver_answers(
         assert _holds(bridge) == holds  # the answer ended the holding
 
 
-async def test_the_bridge_holds_an_unanswered_owner_for_hold_s_at_most(
+async def test_an_unanswered_owner_is_held_until_the_kernels_max_hold_and_no_longer(
         kernel: KernelStandIn, pidns_process: PidnsProcess) -> None:
-    """A solver that never answers costs the owner ``hold_s`` plus the kernel's timeout, no more;
-    with ``hold_s`` 0 only the kernel's timeout."""
-    kernel.state.timeout_ms = 300
+    """A solver that never answers costs the owner the kernel's ``max_hold_ms`` from its call, no
+    more: the bridge holds every third of ``timeout_ms`` and the kernel ends it. Both come from the
+    module's parameters (here written as at run time), not from a setting of the bridge."""
+    kernel.state.timeout_ms, kernel.state.max_hold_ms = 300, 1200
     source = Containers()
     source.run("c1", "ns/dev", pidns_process)
     async with wired(kernel, source) as (bridge, published, _):
-        for hold_s, least_ms, most_ms in ((0.9, 900, 2000), (0.0, 250, 700)):
-            bridge.hold_s = hold_s
-            await pod_cmd(bridge, "detect", "ns/dev/main")
-            call = asyncio.create_task(ioctl(kernel.hook_path, pidns_process.pidns, pid=pidns_process.pid))
-            await asyncio.wait_for(published.events.get(), 5)
-            blocked_ms = await asyncio.wait_for(call, 5)
-            assert least_ms <= blocked_ms <= most_ms, (hold_s, blocked_ms)
-            await _until(lambda: not bridge.status()["holding"])
+        await _until(lambda: bridge.link is not None and bridge.link.timing.max_hold_ms == 1200)
+        await pod_cmd(bridge, "detect", "ns/dev/main")
+        call = asyncio.create_task(ioctl(kernel.hook_path, pidns_process.pidns, pid=pidns_process.pid))
+        await asyncio.wait_for(published.events.get(), 5)
+        blocked_ms = await asyncio.wait_for(call, 5)
+        assert 1200 - 20 <= blocked_ms <= 1200 + 500, blocked_ms
+        assert 8 <= _holds(bridge) <= 12  # 1200 ms / (300 ms / 3), less the last that moved nothing
+        exhausted = bridge.metrics.registry.get_sample_value("gpushare_kmod_bridge_holds_exhausted_total")
+        assert exhausted == 1
+        await _until(lambda: not bridge.status()["holding"])

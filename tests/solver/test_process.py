@@ -58,7 +58,7 @@ def test_process_starts_serves_status_and_stops_cleanly(nats_settings: NatsSetti
 
 def test_a_bad_setting_exits_2_naming_the_variable(nats_settings: NatsSettings, kube_api: KubeApi) -> None:
     result = subprocess.run([sys.executable, "-m", "gpushare_solver"], capture_output=True, text=True,
-                            env=env(nats_settings, kube_api, free_port(), GPUSHARE_SOLVER_KILL_TIMEOUT_S="soon"),
+                            env=env(nats_settings, kube_api, free_port(), GPUSHARE_SOLVER_KMOD_TIMEOUT_S="soon"),
                             timeout=30, check=False)
     assert result.returncode == 2
-    assert "GPUSHARE_SOLVER_KILL_TIMEOUT_S" in result.stderr
+    assert "GPUSHARE_SOLVER_KMOD_TIMEOUT_S" in result.stderr

@@ -1,18 +1,20 @@
-"""The reclaim keeps the owner held in the kernel while slow borrowers die, then releases it; a
-borrower whose pod does not decode is refused."""
+"""The reclaim releases the owner once the borrowers are dead, and waits for them as long as the
+kernel may hold the owner: the kernel's ``max_hold_ms``, learned from the kmod-bridge's replies.
+The solver sends no HOLD (the kmod-bridge is the one holder); a borrower whose pod does not
+decode is refused."""
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import time
 from dataclasses import dataclass, field
 
 from gpushare_common.bus import Transient
 from gpushare_common.events import Event, KmodCommand, KmodReply
+from gpushare_common.hold import MODULE_MAX_HOLD_MS
 from gpushare_solver.actions import Reclaim, ReclaimProgress, Release
 from gpushare_solver.metrics import SolverMetrics
-from gpushare_solver.ports import TaskExit
+from gpushare_solver.ports import ContainerdUnavailable, TaskExit
 from gpushare_solver.reclaim import Reclaimer
 from gpushare_solver.settings import SolverSettings
 from gpushare_solver.state import Victim
@@ -26,38 +28,43 @@ OWNER = "dev/alice"
 
 @dataclass
 class SlowTasks:
-    """Borrower tasks whose exit takes until ``exited`` is set (a driver freeing GPU memory)."""
+    """Borrower tasks whose exit takes until ``exited`` is set (a driver freeing GPU memory); a
+    wait longer than its timeout fails as containerd's does."""
 
     exited: asyncio.Event = field(default_factory=asyncio.Event)
     done_at: float = 0.0
+    waits: list[float] = field(default_factory=list)  # the timeout of every kill
 
     async def pids(self, container_ids: list[str]) -> dict[str, int]:
         return {}
 
     async def kill_all(self, container_ids: list[str], timeout_s: float,
                        pids: dict[str, int] | None = None) -> list[TaskExit]:
+        self.waits.append(timeout_s)
         if container_ids:
-            await self.exited.wait()
+            try:
+                await asyncio.wait_for(self.exited.wait(), timeout_s)
+            except TimeoutError:
+                raise ContainerdUnavailable(f"wait task: no exit within {timeout_s}s") from None
             self.done_at = self.done_at or time.monotonic()
         return [TaskExit(c, 137, False, 0.1) for c in container_ids]
 
 
 @dataclass
 class Kernel:
-    """The kmod-bridge's answers: a hold moves the deadline (status 1) until ``holding`` ends."""
+    """The kmod-bridge's answers, carrying the kernel's hold parameters (0: not known yet)."""
 
-    timeout_ms: int = 300
-    holding: bool = True
-    failures: int = 0  # the next holds that get no answer
+    max_hold_ms: int = 0
+    failures: int = 0  # the next requests that get no answer
     sent: list[tuple[float, KmodCommand]] = field(default_factory=list)
 
     async def kmod(self, command: KmodCommand) -> KmodReply:
         self.sent.append((time.monotonic(), command))
-        if command.op == "hold" and self.failures:
+        if self.failures:
             self.failures -= 1
             raise Transient("request gpushare.v1.n1.kmod.cmd", "no responders")
-        status = int(self.holding) if command.op == "hold" else 1
-        return KmodReply(node=NODE, op=command.op, status=status, timeout_ms=self.timeout_ms)
+        return KmodReply(node=NODE, op=command.op, status=1, timeout_ms=300 if self.max_hold_ms else 0,
+                         max_hold_ms=self.max_hold_ms)
 
     async def publish(self, subject: str, event: Event) -> None:
         pass
@@ -69,17 +76,13 @@ class Kernel:
         return [t for t, c in self.sent if c.op == op]
 
 
-def reclaimer(kernel: Kernel, tasks: SlowTasks, release_deadline_s: float = 10.0,
-              pods: FakePods | None = None) -> Reclaimer:
+def reclaimer(kernel: Kernel, tasks: SlowTasks, pods: FakePods | None = None) -> Reclaimer:
     if pods is None:
         pods = FakePods()
         pods.add("spot/b1", NODE, ["b1-main"])
-    settings = SolverSettings(release_deadline_s=release_deadline_s, kill_timeout_s=30.0)
     victims = {"spot/b1": Victim(uid="uid-b1", owner=OWNER)}  # taken out of the cache by a handler
-    found = Reclaimer(NODE, settings, pods, tasks, kernel, "eviction", SolverMetrics(CollectorRegistry()),
-                      lambda: victims)
-    found.hold_first_s = 0.05
-    return found
+    return Reclaimer(NODE, SolverSettings(), pods, tasks, kernel, "eviction", SolverMetrics(CollectorRegistry()),
+                     lambda: victims)
 
 
 async def reclaim(found: Reclaimer) -> None:
@@ -92,62 +95,56 @@ async def reclaim(found: Reclaimer) -> None:
     await found.run(action, ReclaimProgress(), "trigger", time.time(), save)
 
 
-async def test_slow_borrowers_are_held_for_every_third_of_the_timeout_then_released() -> None:
-    kernel, tasks = Kernel(timeout_ms=600), SlowTasks()
+async def test_slow_borrowers_are_waited_for_without_a_hold_then_the_owner_is_released() -> None:
+    kernel, tasks = Kernel(), SlowTasks()
     running = asyncio.create_task(reclaim(reclaimer(kernel, tasks)))
-    await wait(lambda: len(kernel.ops("hold")) >= 4, "four holds")
-    assert not kernel.ops("release"), "released while the borrower still runs"
+    await wait(lambda: tasks.waits, "the kill")
+    await asyncio.sleep(0.3)  # the borrower is slow to die: the solver holds nothing meanwhile
+    assert kernel.sent == [], "the kmod-bridge holds the owner; the solver sends nothing until the release"
     tasks.exited.set()
     await asyncio.wait_for(running, 5)
-    holds, (release,) = kernel.ops("hold"), kernel.ops("release")
-    assert release >= tasks.done_at and all(t < release for t in holds)
-    gaps = [b - a for a, b in itertools.pairwise(holds)]
-    assert all(0.19 <= gap < 0.6 for gap in gaps), gaps  # every timeout / 3: always before it ends
-    assert all(c.pods == (OWNER,) and c.pidns == (4026532001,) for _, c in kernel.sent)
-
-
-async def test_borrowers_that_die_at_once_cost_no_hold() -> None:
-    kernel, tasks = Kernel(), SlowTasks()
-    tasks.exited.set()
-    await asyncio.wait_for(reclaim(reclaimer(kernel, tasks)), 5)
+    (release,) = kernel.ops("release")
+    assert release >= tasks.done_at
     assert [c.op for _, c in kernel.sent] == ["release"]
 
 
-async def test_holding_stops_when_the_kernel_holds_no_longer() -> None:
-    kernel, tasks = Kernel(holding=False), SlowTasks()
-    running = asyncio.create_task(reclaim(reclaimer(kernel, tasks)))
-    await wait(lambda: len(kernel.ops("hold")) == 1, "the first hold")
-    await asyncio.sleep(0.3)  # the borrower takes three more hold intervals (0.1 s) to die
-    assert len(kernel.ops("hold")) == 1  # none was sent for them
+async def test_the_kill_waits_as_long_as_the_kernel_may_hold_the_owner() -> None:
+    """The kernel's max_hold_ms, read at start through the kmod-bridge, is the kill's wait: a
+    borrower that outlives it fails the kill, and a failed kill releases nothing."""
+    kernel, tasks = Kernel(max_hold_ms=400), SlowTasks()
+    found = reclaimer(kernel, tasks)
+    assert found.timing.max_hold_ms == MODULE_MAX_HOLD_MS and not found.timing.known
+    await asyncio.wait_for(found.read_timing(asyncio.Event()), 5)
+    assert (found.timing.max_hold_ms, found.timing.known) == (400, True)
+    started = time.monotonic()
+    try:
+        await asyncio.wait_for(reclaim(found), 5)
+    except ContainerdUnavailable:
+        pass
+    else:
+        raise AssertionError("a borrower alive after the kernel's max_hold_ms must fail the kill")
+    assert set(tasks.waits) == {0.4} and 0.35 <= time.monotonic() - started < 2.0
+    assert kernel.ops("release") == []
+
+
+async def test_the_kernels_hold_parameters_are_read_until_a_kmod_bridge_answers() -> None:
+    kernel, tasks = Kernel(max_hold_ms=1234, failures=2), SlowTasks()
+    found = reclaimer(kernel, tasks)
+    await asyncio.wait_for(found.read_timing(asyncio.Event()), 10)
+    assert len(kernel.ops("stats")) == 3 and found.timing.max_hold_ms == 1234
     tasks.exited.set()
-    await asyncio.wait_for(running, 5)
-    assert len(kernel.ops("release")) == 1
+    await asyncio.wait_for(reclaim(found), 5)
+    assert set(tasks.waits) == {1.234}
 
 
-async def test_an_undelivered_hold_is_tried_again() -> None:
-    kernel, tasks = Kernel(failures=2), SlowTasks()
-    running = asyncio.create_task(reclaim(reclaimer(kernel, tasks)))
-    await wait(lambda: len(kernel.ops("hold")) == 4, "two failed holds, then two held")
+async def test_a_reply_without_the_kernels_parameters_keeps_the_last_known() -> None:
+    kernel, tasks = Kernel(max_hold_ms=800), SlowTasks()
+    found = reclaimer(kernel, tasks)
+    await found.read_timing(asyncio.Event())
+    kernel.max_hold_ms = 0  # a bridge that has not registered with the kernel yet
     tasks.exited.set()
-    await asyncio.wait_for(running, 5)
-    assert len(kernel.ops("release")) == 1
-
-
-async def test_the_release_deadline_ends_the_holds() -> None:
-    kernel, tasks = Kernel(), SlowTasks()
-    await asyncio.wait_for(reclaim_until_released(kernel, tasks), 5)
-    (release,) = kernel.ops("release")
-    assert kernel.ops("hold") and all(t < release for t in kernel.ops("hold"))
-    tasks.exited.set()
-
-
-async def reclaim_until_released(kernel: Kernel, tasks: SlowTasks) -> None:
-    running = asyncio.create_task(reclaim(reclaimer(kernel, tasks, release_deadline_s=0.5)))
-    await wait(lambda: len(kernel.ops("release")) == 1, "the release at the deadline")
-    holds = len(kernel.ops("hold"))
-    tasks.exited.set()
-    await running
-    assert len(kernel.ops("hold")) == holds
+    await asyncio.wait_for(reclaim(found), 5)
+    assert found.timing.max_hold_ms == 800 and set(tasks.waits) == {0.8}
 
 
 async def wait(predicate: object, what: str, timeout: float = 5.0) -> None:

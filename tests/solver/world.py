@@ -32,7 +32,7 @@ def common_settings(nats: NatsSettings, kubeconfig: Path, node: str) -> CommonSe
 def solver_settings(ctrd: Containerd, **overrides: object) -> SolverSettings:
     values: dict[str, object] = {"containerd_address": str(ctrd.address),
                                  "containerd_namespace": NAMESPACE, "ack_wait_s": 2.0,
-                                 "retry_first_s": 0.05, "retry_max_s": 0.5, "kill_timeout_s": 5.0}
+                                 "retry_first_s": 0.05, "retry_max_s": 0.5}
     values.update(overrides)
     return SolverSettings(**values)  # type: ignore[arg-type]
 

@@ -175,7 +175,10 @@ class KmodReply(Event, frozen=True, kw_only=True, tag="kmod_reply"):
     pidns: tuple[int, ...] = ()
     stats: tuple[NamespaceStats, ...] = ()
     kernel_now_ns: int = 0
-    timeout_ms: int = 0  # the module's timeout_ms (stats and hold replies; 0 when not known)
+    # the module's hold parameters as the kmod-bridge last read them from the kernel (0: not known);
+    # the one source of every owner-back timer (gpushare_common.hold)
+    timeout_ms: int = 0
+    max_hold_ms: int = 0
 
 
 class EvictionRecord(Event, frozen=True, kw_only=True, tag="eviction"):

@@ -87,7 +87,7 @@ class Service(ServiceBase):
                                  cgroup_of=lambda pid: cgroup_of(pid, proc))
         self.bridge = Bridge(self.node, self.bus.subjects.event(self.node, "ownerback"),
                              self._enqueue, WatchSet(), self.resolver, self.metrics,
-                             filter_config(settings), settings.hold_unanswered_s)
+                             filter_config(settings))
         self.resolver.on_refresh.append(self.bridge.prune)
         self.metrics.follow_gpu_calls(self.bridge.gpu_calls)
         link_settings = LinkSettings(settings.reply_timeout_s, settings.heartbeat_s,

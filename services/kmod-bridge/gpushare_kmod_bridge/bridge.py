@@ -13,11 +13,14 @@
   handed to ``publish``, which must not return before the stream has it (or
   must queue it for a task that does). Its id comes from the node, namespace
   and hit time, so a notice the kernel sends again on registration is the
-  same event. Until the solver answers (RELEASE or DELETE of that namespace)
-  the bridge itself keeps the owner held (HOLD every third of the kernel's
-  timeout, for at most ``hold_s``): the owner-back may wait on a NATS
-  failover or a solver restart longer than the kernel's timeout, and the
-  owner must not run beside borrowers nobody has killed yet. A notice from
+  same event. The bridge is the one holder of the owner: from the notice until
+  the solver answers (RELEASE or DELETE of that namespace, sent once the
+  borrowers are dead) it sends HOLD every third of the kernel's
+  ``timeout_ms``, and the kernel itself ends the holding at hit +
+  ``max_hold_ms`` (the module's parameters, read from its replies: the one
+  source of the bound). The owner-back may wait on a solver restart or slow
+  borrowers for longer than ``timeout_ms``, and the owner must not run beside
+  borrowers nobody has killed yet. A notice from
   a namespace whose entry is stale (another container lives there now)
   wakes the caller at once (DELETE) and publishes nothing.
 - ``on_registered``: the ioctl filter when one is configured, then the watch
@@ -39,6 +42,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from gpushare_common import events
+from gpushare_common.hold import HoldTiming
 from gpushare_common.logging import get_logger
 
 from . import handlers, protocol
@@ -51,17 +55,14 @@ log = get_logger("kmod-bridge")
 
 Publish = Callable[[str, events.Event], Awaitable[None]]
 _BY_RECORD = ("delete", "undetect", "release", "hold")  # ops that also reach namespaces of pods gone
-_ANSWERS = ("release", "delete")  # ops that end the bridge's own hold of an owner
-HOLD_FIRST_S = 1.0  # a third of the module's default timeout_ms (3 s); hold replies give the real one
+_ANSWERS = ("release", "delete")  # ops that end the bridge's hold of an owner
 
 
 class Bridge:
     def __init__(self, node: str, subject: str, publish: Publish, watchset: WatchSet,
                  resolver: Resolver, metrics: BridgeMetrics,
-                 filter_config: protocol.FilterConfig | None = None, hold_s: float = 30.0) -> None:
+                 filter_config: protocol.FilterConfig | None = None) -> None:
         self.node = node
-        self.hold_s = hold_s  # keep an unanswered owner held this long at most (0: never)
-        self.hold_first_s = HOLD_FIRST_S
         self._holding: dict[int, asyncio.Task[None]] = {}
         self.subject = subject
         self.publish = publish
@@ -236,12 +237,15 @@ class Bridge:
             return self._reply(op, handlers.ENOTCONN, ids, f"kernel module unavailable: {err}")
         status = handlers.combine([r.header.status for r in replies])
         self.metrics.commands.labels(op, "ok" if status >= 0 else "error").inc()
-        return handlers.reply_event(self.node, op, status, ids, "", replies, self.pod_of)
+        for reply in replies:
+            link.note_timing(reply)
+        return handlers.reply_event(self.node, op, status, ids, link.timing, "", replies, self.pod_of)
 
     def _reply(self, op: str, status: int, ids: Sequence[int], message: str) -> events.KmodReply:
         if status < 0:
             log.warning("kmod command refused", node=self.node, op=op, status=status, reason=message)
-        return handlers.reply_event(self.node, op, status, ids, message)
+        timing = self.link.timing if self.link is not None else HoldTiming()
+        return handlers.reply_event(self.node, op, status, ids, timing, message)
 
     # --- forgetting what is gone -----------------------------------------------------
 
@@ -270,7 +274,7 @@ class Bridge:
     # --- holding an owner until the solver answers ------------------------------------
 
     def _hold_until_answered(self, pidns: int, pod: str) -> None:
-        if self.hold_s <= 0 or (pidns in self._holding and not self._holding[pidns].done()):
+        if pidns in self._holding and not self._holding[pidns].done():
             return
         self._holding[pidns] = asyncio.ensure_future(self._hold(pidns, pod))
 
@@ -281,36 +285,39 @@ class Bridge:
                 task.cancel()
 
     async def _hold(self, pidns: int, pod: str) -> None:
-        """HOLD ``pidns`` every third of the kernel's timeout until the solver answers, the
-        kernel holds the owner no longer (released, or ``max_hold_ms`` from the hit), or
-        ``hold_s`` passed."""
-        started, held = time.monotonic(), 0
+        """HOLD ``pidns`` every third of the kernel's ``timeout_ms`` until the solver answers
+        (the task is cancelled) or the kernel holds the owner no longer: released meanwhile,
+        or ``max_hold_ms`` after the hit, when the owner continues even unanswered."""
+        held = 0
         try:
-            known = self.link.last_stats if self.link and self.link.last_stats else None
-            known = known or await self._link().request(protocol.CMD_STATS)  # the kernel's timeout
-            head = known.stats_head
-            every = min(self.hold_first_s, head.timeout_ms / 3000) if head and head.timeout_ms else self.hold_first_s
             while True:
-                await asyncio.sleep(every)
-                if time.monotonic() - started >= self.hold_s:
-                    log.warning("owner-back unanswered; the kernel lets the owner go at its timeout",
-                                node=self.node, pod=pod or None, pidns=pidns, held_s=round(self.hold_s, 1))
-                    return
+                await asyncio.sleep(self._link().timing.hold_every_s)
                 reply = await self._link().request(protocol.CMD_HOLD, [pidns])
+                self._link().note_timing(reply)
                 if reply.header.status <= 0:
-                    return  # released, or held as long as the kernel allows
-                head = reply.stats_head
-                every = head.timeout_ms / 3000 if head and head.timeout_ms else every
+                    self._held_no_longer(pidns, pod, reply, held)
+                    return
                 held += 1
                 self.metrics.holds.inc()
                 if held == 1:
-                    log.warning("owner-back not answered yet; holding the owner", node=self.node,
-                                pod=pod or None, pidns=pidns, every_s=round(every, 3))
+                    log.info("holding the owner until the solver answers", node=self.node, pod=pod or None,
+                             pidns=pidns, every_s=round(self._link().timing.hold_every_s, 3))
         except KernelUnavailable:
-            return  # the module sends the notice again on registration: the next bridge holds it
+            return  # the module sends the notice again on registration: the next session holds it
         finally:
             if self._holding.get(pidns) is asyncio.current_task():
                 del self._holding[pidns]
+
+    def _held_no_longer(self, pidns: int, pod: str, reply: protocol.Reply, held: int) -> None:
+        """A HOLD that moved nothing: the reclaim ended (nothing to say), or it reached the
+        kernel's ``max_hold_ms`` while the solver has not answered: the owner continues at that
+        deadline, maybe beside borrowers still alive."""
+        if not any(r.pidns == pidns and r.flags & protocol.F_RECLAIMING for r in reply.stats):
+            return
+        self.metrics.unanswered.inc()
+        log.error("owner-back unanswered for the kernel's max_hold_ms: the owner continues at its deadline",
+                  node=self.node, pod=pod or None, pidns=pidns, holds=held,
+                  max_hold_ms=self._link().timing.max_hold_ms)
 
     async def close(self) -> None:
         tasks = list(self._holding.values())

@@ -7,6 +7,7 @@ import hashlib
 from collections.abc import Callable, Iterable, Sequence
 
 import gpushare_common.events as events
+from gpushare_common.hold import HoldTiming
 
 from . import protocol
 from .resolver import Owner, Snapshot
@@ -145,15 +146,18 @@ def namespace_stats(record: protocol.StatsRecord, pod: str) -> events.NamespaceS
     )
 
 
-def reply_event(node: str, op: str, status: int, ids: Sequence[int], message: str = "",
+def reply_event(node: str, op: str, status: int, ids: Sequence[int], timing: HoldTiming, message: str = "",
                 replies: Sequence[protocol.Reply] = (),
                 pod_of: Callable[[int], str] = lambda _: "") -> events.KmodReply:
+    """The answer to a command; every answer carries the kernel's hold parameters as last known
+    (``timing``), so that the solver learns them from the kernel too."""
     records = [r for reply in replies for r in reply.stats]
     heads = [reply.stats_head for reply in replies if reply.stats_head is not None]
     return events.KmodReply(
         node=node, op=op, status=status, message=message, pidns=tuple(ids),
         stats=tuple(namespace_stats(r, pod_of(r.pidns)) for r in records),
-        kernel_now_ns=heads[-1].now_ns if heads else 0, timeout_ms=heads[-1].timeout_ms if heads else 0,
+        kernel_now_ns=heads[-1].now_ns if heads else 0,
+        timeout_ms=timing.timeout_ms if timing.known else 0, max_hold_ms=timing.max_hold_ms if timing.known else 0,
     )
 
 

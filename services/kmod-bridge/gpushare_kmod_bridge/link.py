@@ -3,16 +3,18 @@
 Lifecycle (one loop, :meth:`KernelLink.run`):
 
 1. open the transport, send REGISTER (this socket becomes the receiver of
-   notices), then call ``on_registered`` (the service re-sends its watch set);
-   only then is the link ``registered`` (ready)
+   notices), read STATS (the module's hold parameters, :attr:`KernelLink.timing`),
+   then call ``on_registered`` (the service re-sends its watch set); only then
+   is the link ``registered`` (ready)
 2. read messages: replies complete the pending command of the same
    ``hdr.seq``; notices go, in order, to ``on_notice`` (from a task of their
    own, so a handler may send commands); malformed messages are counted and
    skipped. The module sends the notice of every reclaim in progress again
    right after the REGISTER reply;
-3. every ``heartbeat_s`` ask STATS: no reply within ``reply_timeout_s``, a
-   send error, or a receiver port that is no longer ours (the module was
-   reloaded and forgot us) ends the session;
+3. every ``heartbeat_s`` ask STATS (a parameter written at run time is seen
+   here): no reply within ``reply_timeout_s``, a send error, or a receiver
+   port that is no longer ours (the module was reloaded and forgot us) ends
+   the session;
 4. close, wait (exponential backoff, reset after a good registration) and go
    back to 1.
 """
@@ -25,6 +27,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+from gpushare_common.hold import HoldTiming
 from gpushare_common.logging import get_logger
 from gpushare_common.retry import Backoff, Supervised
 
@@ -68,6 +71,7 @@ class KernelLink:
         self.registered = asyncio.Event()
         self.registrations = 0
         self.last_stats: protocol.Reply | None = None
+        self.timing = HoldTiming()  # the module's timeout_ms and max_hold_ms, from its last STATS or HOLD
         self.last_error = ""
         self._seq = 0
         self._pending: dict[int, asyncio.Future[protocol.Reply]] = {}
@@ -175,6 +179,7 @@ class KernelLink:
         if reply.header.status < 0:
             raise SessionLost(f"REGISTER refused with status {reply.header.status}")
         self._open.set()
+        self._keep_stats(await self.request(protocol.CMD_STATS))  # the hold parameters, before any notice
         if self.on_registered is not None:
             await self.on_registered()
         self.registrations += 1
@@ -201,13 +206,28 @@ class KernelLink:
         while True:
             await asyncio.sleep(self.settings.heartbeat_s)
             reply = await self.request(protocol.CMD_STATS)
-            self.last_stats = reply
+            self._keep_stats(reply)
             head = reply.stats_head
             port = self.transport.port_id
             if head is not None and (head.receiver_portid == 0 or (port and head.receiver_portid != port)):
                 self.metrics.errors.labels("reloaded").inc()
                 self._lose(f"receiver is port {head.receiver_portid}, not ours ({port}): module reloaded")
                 return
+
+    def _keep_stats(self, reply: protocol.Reply) -> None:
+        self.last_stats = reply
+        self.note_timing(reply)
+
+    def note_timing(self, reply: protocol.Reply) -> None:
+        """The hold parameters of a reply with a stats head (STATS, HOLD) become :attr:`timing`."""
+        head = reply.stats_head
+        if head is None:
+            return
+        timing = self.timing.updated(head.timeout_ms, head.max_hold_ms)
+        if timing != self.timing:
+            log.info("kernel hold parameters", transport=self.transport.name, timeout_ms=timing.timeout_ms,
+                     max_hold_ms=timing.max_hold_ms)
+            self.timing = timing
 
     # --- receiving -----------------------------------------------------------------
 

@@ -33,6 +33,9 @@ class BridgeMetrics:
         self.holds = Counter("gpushare_kmod_bridge_holds",
                              "HOLDs the bridge sent for an owner-back the solver had not answered yet",
                              registry=reg)
+        self.unanswered = Counter("gpushare_kmod_bridge_holds_exhausted",
+                                  "Owner-backs the solver had not answered within the kernel's max_hold_ms "
+                                  "(the owner continued at its deadline)", registry=reg)
         self.watched = Gauge("gpushare_kmod_watched_namespaces",
                              "Pid namespaces in the watch set by mode", ["mode"], registry=reg)
 

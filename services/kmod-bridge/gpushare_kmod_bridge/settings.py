@@ -49,10 +49,6 @@ class KmodBridgeSettings:
     """The ioctl types the module counts as GPU calls (empty: keep the module's filter)."""
     ioctl_majors: tuple[int, ...] = ()
     """The device majors the module watches (empty: keep the module's filter)."""
-    hold_unanswered_s: float = 30.0
-    """Keep an owner held while the solver has not answered its owner-back, at most this long (the
-    module's max_hold_ms caps it too); 0: only the kernel's timeout. An owner-back can wait on a
-    NATS failover or a solver restart, and the owner must not run beside live borrowers."""
 
     def __post_init__(self) -> None:
         if self.transport not in TRANSPORTS:
@@ -64,9 +60,6 @@ class KmodBridgeSettings:
             if getattr(self, name) <= 0:
                 raise SettingsError(f"GPUSHARE_KMOD_{name.upper()}", str(getattr(self, name)),
                                     "a positive number")
-        if self.hold_unanswered_s < 0:
-            raise SettingsError("GPUSHARE_KMOD_HOLD_UNANSWERED_S", str(self.hold_unanswered_s),
-                                "0 (off) or a positive number of seconds")
         if self.backoff_min_s > self.backoff_max_s:
             raise SettingsError("GPUSHARE_KMOD_BACKOFF_MIN_S", str(self.backoff_min_s),
                                 f"at most GPUSHARE_KMOD_BACKOFF_MAX_S ({self.backoff_max_s})")

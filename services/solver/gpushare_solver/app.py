@@ -88,6 +88,7 @@ class Service(ServiceBase):
         await bus.connect(stop)
         await bus.wait_for_stream(stop)
         await solver.open()
+        svc.spawn("kernel hold parameters", solver.reclaimer.read_timing(stop), critical=False)
         await solver.recover()
         self.health.set("state", True, "loaded and reconciled")
         await bus.subscribe(bus.subjects.node_capacity(self.node), self.pressure.on_event)

@@ -106,7 +106,7 @@ class Executor:
         command = KmodCommand(node=self.node, op=action.op, pods=action.pods, pidns=action.pidns,
                               reason=action.reason)
         try:
-            reply = await self.outbox.kmod(command)
+            reply = await self.reclaimer.kmod(command)
         except BusError as err:  # best effort: without detect the owner's return is seen by utilisation
             log.warning("kmod command not delivered", node=self.node, op=action.op,
                         pods=",".join(action.pods), error=str(err))

@@ -11,15 +11,13 @@ solver resumes at the step it stopped):
    the plan says — a plan is data in a bucket, the checks are not;
 1. find every container of every pod (``status.*containerStatuses[].containerID``);
 2. SIGKILL all of them in parallel through containerd and wait for the exits;
-3. release the owner (kmod ``release``) as soon as the tasks exited, or at the
-   deadline (logged) if they take longer. Meanwhile, while the kill is in
-   progress, ask the kernel to keep holding the owner (kmod ``hold``): first
-   ``HOLD_FIRST_S`` after the kill began, then every third of the module's
-   ``timeout_ms`` (each hold reply says it), until the tasks are dead, the
-   release deadline, or a hold moves nothing any more (the reclaim ended, or
-   the module's ``max_hold_ms`` from the hit is reached). A borrower whose
-   exit waits for the GPU driver to free its memory can take longer than the
-   module's timeout (3 s): without holds the owner would run beside it;
+3. release the owner (kmod ``release``) as soon as the tasks exited: the whole pid
+   namespace of each container is gone then (see docs/failures.md, "Which dead the release
+   waits for"). Meanwhile the kmod-bridge keeps the owner held in the kernel (it holds from
+   the kernel's notice until this release); the kernel's ``max_hold_ms`` bounds that, and the
+   wait for the killed tasks is that long too (the module's parameter, read from the kernel
+   through the kmod-bridge: :class:`~gpushare_common.hold.HoldTiming`). A kill that fails
+   releases nothing: the plan is retried, and the kernel lets the owner go at its deadline;
 4. delete the pods with grace period 0 (uid precondition);
 5. publish one :class:`EvictionRecord` per pod with an id derived from the
    trigger and the pod, so a replay is dropped by JetStream's de-duplication.
@@ -38,7 +36,8 @@ from typing import Any
 from gpushare_common.adapters.kube import NotFound
 from gpushare_common.adapters.podresources import PodResourcesError
 from gpushare_common.bus import BusError, Transient
-from gpushare_common.events import EvictionRecord, KmodCommand
+from gpushare_common.events import EvictionRecord, KmodCommand, KmodReply
+from gpushare_common.hold import HoldTiming
 from gpushare_common.ids import parse_pod_key
 from gpushare_common.logging import get_logger
 from gpushare_common.mapping import IDLE_SPACE
@@ -54,7 +53,6 @@ from .state import Evicted, Victim
 
 log = get_logger("solver.reclaim")
 Save = Callable[[], Awaitable[None]]
-HOLD_FIRST_S = 1.0  # a third of the module's default timeout_ms (3 s); hold replies give the real one
 
 
 def record_id(trigger_id: str, pod: str) -> str:
@@ -107,7 +105,7 @@ class Reclaimer:
         self.metrics = metrics
         self.known: dict[str, Seen] = {}  # borrower pod -> as the API showed it earlier
         self.pids: dict[str, int] = {}  # container id -> init pid seen earlier (checked before use)
-        self.hold_first_s = HOLD_FIRST_S
+        self.timing = HoldTiming()  # the kernel's hold parameters, as the kmod-bridge last reported them
 
     async def run(self, action: Reclaim, progress: ReclaimProgress, trigger_id: str,
                   received: float, save: Save) -> None:
@@ -222,9 +220,10 @@ class Reclaimer:
 
     def _timed_kill(self, containers: list[str], progress: ReclaimProgress,
                     pids: dict[str, int] | None = None) -> asyncio.Future[Any]:
-        """Kill ``containers``; the moment they had all exited is the reclaim's ``dead_at``."""
+        """Kill ``containers`` and wait for their exits as long as the kernel may hold the owner
+        (its ``max_hold_ms``); the moment they had all exited is the reclaim's ``dead_at``."""
         async def kill() -> Any:
-            exits = await self.tasks.kill_all(containers, self.settings.kill_timeout_s, pids)
+            exits = await self.tasks.kill_all(containers, self.timing.max_hold_s, pids)
             if containers:
                 progress.dead_at = max(progress.dead_at, time.time())
             return exits
@@ -233,46 +232,33 @@ class Reclaimer:
 
     async def _release_when_dead(self, killing: asyncio.Future[Any], action: Reclaim,
                                  progress: ReclaimProgress, received: float) -> None:
-        """Release the owner once the kill finished, or at the deadline while it still runs; never
-        after a kill that failed (the borrowers may live: the plan retries the kill first)."""
+        """Release the owner once the kill finished; never after a kill that failed (the borrowers
+        may live: the plan retries the kill first, and the kernel lets the owner go at its
+        ``max_hold_ms``). Until the release the kmod-bridge holds the owner."""
         if action.release is None or progress.released:
             return
-        holding = asyncio.ensure_future(self._hold_while(killing, action))
-        try:
-            done, _ = await asyncio.wait({killing}, timeout=self.settings.release_deadline_s)
-        finally:
-            holding.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await holding
-        if done and killing.exception() is not None:
+        await asyncio.wait({killing})
+        if killing.exception() is not None:
             return
-        if not done:
-            log.warning("borrowers still running at the release deadline; releasing the owner now",
-                        node=self.node, owner=action.owner, pods=",".join(action.pods),
-                        deadline_s=self.settings.release_deadline_s)
         await self._release(action, progress, received)
 
-    async def _hold_while(self, killing: asyncio.Future[Any], action: Reclaim) -> None:
-        """Keep the owner blocked in the kernel while the borrowers are still being killed."""
-        assert action.release is not None
-        command = KmodCommand(node=self.node, op="hold", pods=action.release.pods,
-                              pidns=action.release.pidns, reason=action.reason)
-        every, held = self.hold_first_s, 0
-        while not (await asyncio.wait({killing}, timeout=every))[0]:
-            try:
-                reply = await self.outbox.kmod(command)
-            except BusError as err:  # no kmod-bridge now, or one that does not know hold
-                log.warning("hold not delivered", node=self.node, owner=action.owner, error=str(err))
-                continue
-            if reply.status <= 0:
-                log.warning("the kernel holds the owner no longer; borrowers still being killed",
-                            node=self.node, owner=action.owner, status=reply.status, message=reply.message)
-                return
-            every = reply.timeout_ms / 3000 if reply.timeout_ms > 0 else every
-            held += 1
-            if held == 1:
-                log.info("borrowers slow to die: holding the owner", node=self.node, owner=action.owner,
-                         every_s=round(every, 3))
+    async def kmod(self, command: KmodCommand) -> KmodReply:
+        """A kmod-bridge request; its reply carries the kernel's hold parameters, kept here."""
+        reply = await self.outbox.kmod(command)
+        timing = self.timing.updated(reply.timeout_ms, reply.max_hold_ms)
+        if timing != self.timing:
+            log.info("kernel hold parameters", node=self.node, timeout_ms=timing.timeout_ms,
+                     max_hold_ms=timing.max_hold_ms)
+            self.timing = timing
+        return reply
+
+    async def read_timing(self, stop: asyncio.Event) -> None:
+        """At start: ask the kernel (through the kmod-bridge, which may start later) for its hold
+        parameters until it answers. Every later reply refreshes them."""
+        command = KmodCommand(node=self.node, op="stats", reason="hold parameters")
+        with contextlib.suppress(Stopped):
+            await retry(lambda: self.kmod(command), (Transient,), "read the kernel's hold parameters", stop,
+                        Backoff(0.5, 30.0), node=self.node)
 
     async def _finish_kill(self, killing: asyncio.Future[Any], action: Reclaim,
                            progress: ReclaimProgress, start: float) -> None:
@@ -315,7 +301,7 @@ class Reclaimer:
                               pidns=action.release.pidns, reason=action.reason)
         progress.released, progress.released_at = True, time.time()
         try:
-            reply = await retry(lambda: self.outbox.kmod(command), (Transient,), "release the owner",
+            reply = await retry(lambda: self.kmod(command), (Transient,), "release the owner",
                                 backoff=Backoff(0.02, 0.5), deadline_s=self.settings.release_retry_s,
                                 node=self.node, owner=action.owner)  # fmt: skip
         except (Stopped, BusError) as err:

@@ -18,13 +18,8 @@ class SolverSettings:
     """The containerd namespace of the kubelet's containers."""
     direct_kill: bool = True
     """Also SIGKILL each task's init through a pidfd (needs hostPID)."""
-    kill_timeout_s: float = 30.0
-    """How long an owner may wait for its borrowers' killed tasks to exit. It matches the module's
-    max_hold_ms (30 s): a real GPU borrower's exit waits for the driver to free its memory, and the
-    owner's call must not continue beside it. The owner is released as soon as the borrowers are
-    dead."""
-    release_deadline_s: float = 30.0
-    """Release the owner at the latest this long after the kill began."""
+    # How long an owner may wait for its borrowers is no setting of the solver's: the kernel module's
+    # max_hold_ms (read through the kmod-bridge) bounds the hold and the wait for killed tasks.
     kmod_timeout_s: float = 2.0
     """How long one request to the kmod-bridge may take."""
     release_retry_s: float = 3.0
