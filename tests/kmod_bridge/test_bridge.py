@@ -148,12 +148,15 @@ class Containers:
 
 
 @contextlib.asynccontextmanager
-async def wired(kernel: KernelStandIn, source: Containers,
-                store: MemoryStore | None = None) -> AsyncIterator[tuple[Bridge, Published, MemoryStore]]:
+async def wired(kernel: KernelStandIn, source: Containers, store: MemoryStore | None = None,
+                loaded: bool = True) -> AsyncIterator[tuple[Bridge, Published, MemoryStore]]:
+    """The bridge linked to the kernel; ``loaded=False``: its watch set is not read back yet (NATS away)."""
     store, published = store or MemoryStore(), Published()
     resolver = Resolver([source], pidns_of, None, min_refresh_s=0.0, cgroup_of=source.cgroup_of)
-    bridge = Bridge(NODE, "p.v1.n1.event.ownerback", published, WatchSet(store), resolver, BridgeMetrics())
-    await bridge.watchset.load()
+    bridge = Bridge(NODE, "p.v1.n1.event.ownerback", published, WatchSet(), resolver, BridgeMetrics())
+    if loaded:
+        await bridge.watchset.load(store)
+        await bridge.watch_set_loaded()
     resolver.on_refresh.append(bridge.prune)
     link = KernelLink(SimTransport(kernel.socket_path), FAST, bridge.metrics, bridge.on_notice,
                       bridge.on_registered)
@@ -461,3 +464,28 @@ async def test_an_unanswered_owner_is_held_until_the_kernels_max_hold_and_no_lon
         exhausted = bridge.metrics.registry.get_sample_value("gpushare_kmod_bridge_holds_exhausted_total")
         assert exhausted == 1
         await _until(lambda: not bridge.status()["holding"])
+
+
+async def test_a_notice_before_the_watch_set_is_read_back_leaves_its_entry_watched(
+        kernel: KernelStandIn, pidns_process: PidnsProcess) -> None:
+    """The link registers before the bucket can be read (NATS away): a notice then has no entry
+    here. Read back later, the entry (saved as detected) must not be detected again: the kernel
+    cleared need_notice, and a DETECT would arm a second owner-back."""
+    kernel.state.timeout_ms = 300
+    source, store = Containers(), MemoryStore()
+    source.run("c1", "ns/dev", pidns_process)
+    entry = WatchEntry(pidns=pidns_process.pidns, mode="detected", pod="ns/dev", container="main", container_id="c1")
+    await store.put(str(pidns_process.pidns), entry)
+    assert kernel.state.add(pidns_process.pidns, pidns_process.pid, detect=True) == 0
+    async with wired(kernel, source, store, loaded=False) as (bridge, published, _):
+        assert kernel.state.entries[pidns_process.pidns].need_notice, "nothing was sent before the set is read"
+        call = asyncio.create_task(ioctl(kernel.hook_path, pidns_process.pidns, pid=pidns_process.pid))
+        event = await asyncio.wait_for(published.events.get(), 5)
+        assert isinstance(event, events.OwnerBackEvent) and event.pod == "ns/dev"
+        assert await bridge.watchset.load(store) == 1
+        await bridge.watch_set_loaded()
+        assert bridge.watchset.get(pidns_process.pidns).mode == "watched"  # type: ignore[union-attr]
+        assert msgspec.json.decode(store.data[str(pidns_process.pidns)], type=WatchEntry).mode == "watched"
+        assert (await pod_cmd(bridge, "release", "ns/dev/main")).status == 1
+        await asyncio.wait_for(call, 5)
+        assert not kernel.state.entries[pidns_process.pidns].need_notice, "armed for a second owner-back"

@@ -24,6 +24,7 @@ from gpushare_kmod_bridge.settings import KmodBridgeSettings
 from gpushare_sim.kernel import KernelStandIn
 
 from tests.support.http import get_ok
+from tests.support.nats import NatsServer
 
 from .conftest import Namespaces, PidnsProcess, ioctl, wait_until
 
@@ -195,3 +196,51 @@ async def test_status_and_metrics_over_http(
     assert json.loads(ready)["ready"] is True
 
 
+async def test_a_bridge_started_while_nats_is_away_holds_the_owner_until_the_solver_answers(
+        subject_prefix: str, kernel: KernelStandIn, pidns_process: PidnsProcess) -> None:
+    """The kmod-bridge starts again during an owner-back while no NATS server answers (an outage
+    of the cluster): it registers with the kernel at once, takes the notice the kernel sends again
+    and holds the owner; once NATS is back the owner-back goes out and the solver's release ends
+    the hold. A bridge that read its watch set from NATS before it registered held nobody: the
+    kernel let the owner go at ``timeout_ms``, beside borrowers nobody had killed yet."""
+    kernel.state.timeout_ms = 1000
+    assert kernel.state.add(pidns_process.pidns, pidns_process.pid, detect=True) == 0  # the last bridge's DETECT
+    call = asyncio.create_task(ioctl(kernel.hook_path, pidns_process.pidns, pid=pidns_process.pid))
+    await wait_until(lambda: kernel.dropped == 1, what="the notice, dropped: no bridge registered")
+    server = NatsServer()  # its port, not started yet: NATS is away
+    nats = NatsSettings(url=server.url, prefix=f"{subject_prefix}.v1", stream=subject_prefix.upper(),
+                        kv_prefix=subject_prefix, reconnect_wait_s=0.05, connect_timeout_s=0.5, ensure_layout=True)
+    common = CommonSettings(nats=nats, http=HttpSettings(host="127.0.0.1", port=0), log=LogSettings(),
+                            node=NodeSettings(NODE), kube=KubeSettings())
+    source = FixedSource(ContainerProcs("c1", (pidns_process.pid,), "team-a/dev-1", "main"))
+    service = Service(common, bridge_settings(kernel), sources=[source])
+    starting = asyncio.create_task(service.start())
+    try:
+        await wait_until(lambda: service.bridge.status()["holding"] == [pidns_process.pidns], what="the hold")
+        holds = service.registry
+        await wait_until(lambda: (holds.get_sample_value("gpushare_kmod_bridge_holds_total") or 0) >= 7,
+                         what="seven holds: more than two kernel timeouts")
+        assert not call.done() and not service.health.report()["components"]["nats"]["ready"]
+        await asyncio.to_thread(server.start)
+        await asyncio.wait_for(starting, 10)
+        async with client(nats) as (bus, _):
+            await wait_until_async(lambda: owner_backs(bus), 10, "the owner-back in the stream")
+            assert (await command(bus, "release", pods=("team-a/dev-1",))).status == 1
+        assert await asyncio.wait_for(call, 5) >= 2000
+        assert service.bridge.status()["holding"] == []
+    finally:
+        starting.cancel()
+        await service.close()
+        await asyncio.to_thread(server.cleanup)
+
+
+async def owner_backs(bus: Bus) -> list[events.AnyEvent]:
+    return [m.event() for m in await bus.read_after(bus.subjects.event(NODE, "ownerback"), 0)]
+
+
+async def wait_until_async(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not await predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.02)

@@ -102,6 +102,10 @@ class Service(ServiceBase):
                 self.skeleton.on_exit(source.close)
 
     def _kernel_state(self, registered: bool, reason: str) -> None:
+        """Ready once registered and the watch set was sent (it waits to be read from NATS)."""
+        if registered and not self.bridge.loaded:
+            self.health.set("kernel", False, "registered; the watch set is not read back yet (NATS)")
+            return
         self.health.set("kernel", registered, reason)
 
     async def _enqueue(self, subject: str, event: events.Event) -> None:
@@ -119,20 +123,25 @@ class Service(ServiceBase):
                 log.error("owner-back not published", node=self.node, id=event.id, error=str(err))
 
     async def start(self) -> None:
-        self.skeleton.spawn("owner-backs", self._publish_owner_backs())
+        """The kernel link first: holding a returning owner needs neither NATS nor the watch set,
+        so a bridge that starts while NATS is away still registers, receives the notices the
+        kernel sends again, and holds those owners until the solver can answer. The watch set is
+        re-sent to the kernel once it is read back from its bucket."""
+        self.skeleton.spawn("kernel link", self.link.run(self.stopping))
+        self.skeleton.spawn("resolver", self.resolver.run(self.stopping, self.settings.refresh_s))
         await self.bus.connect(self.stopping)
+        self.skeleton.spawn("owner-backs", self._publish_owner_backs())  # queued in kernel order meanwhile
         if self.settings.persist:
             await self.bus.wait_for_stream(self.stopping)
             store = await retry(lambda: self.bus.store("kmod", self.bus.layout.scope(self.node, "watch")),
                                 (Transient,), "open the watch-set bucket", self.stopping, node=self.node)
-            self.bridge.watchset.store = store
-            loaded = await retry(self.bridge.watchset.load, (Transient,), "read the watch set", self.stopping,
-                                 node=self.node)
+            loaded = await retry(lambda: self.bridge.watchset.load(store), (Transient,), "read the watch set",
+                                 self.stopping, node=self.node)
             log.info("watch set restored", node=self.node, bucket=store.bucket, namespaces=loaded)
             self.skeleton.spawn("watch-set saver", self._save_watch_set())
+        await self.bridge.watch_set_loaded()
+        self._kernel_state(self.link.registered.is_set(), self.link.last_error or "not registered")
         await self.bus.serve(self.bus.subjects.kmod_cmd(self.node), self.bridge.serve_command)
-        self.skeleton.spawn("kernel link", self.link.run(self.stopping))
-        self.skeleton.spawn("resolver", self.resolver.run(self.stopping, self.settings.refresh_s))
 
     async def _save_watch_set(self, every_s: float = 1.0) -> None:
         """Write again what the bucket refused (the set in memory never waits for it)."""

@@ -26,7 +26,9 @@
 - ``on_registered``: the ioctl filter when one is configured, then the watch
   set again with fresh pids (ADD, then DETECT; a detected namespace still
   being reclaimed is only added, its notice comes again); an entry whose
-  container has no live process, or that the kernel refuses, is dropped.
+  container has no live process, or that the kernel refuses, is dropped. The
+  link may register before the watch set is read back from NATS (holding an
+  owner needs neither): the set is then sent by ``watch_set_loaded``.
 - ``prune``: after every refresh of the container map, entries bound to a
   container that is gone, or whose namespace another container now has, are
   dropped here and in the kernel. ``delete``, ``undetect`` and ``release`` by
@@ -72,6 +74,8 @@ class Bridge:
         self.filter_config = filter_config
         self.link: KernelLink | None = None
         self.last_notice: dict[str, Any] = {}
+        self.loaded = False  # the watch set was read back (until then registrations re-send nothing)
+        self._noticed_early: set[int] = set()  # notices from namespaces before the set was read
 
     def attach(self, link: KernelLink) -> None:
         self.link = link
@@ -99,12 +103,14 @@ class Bridge:
         if notice.resent:
             log.info("notice sent again by the kernel", node=self.node, pidns=notice.pidns, id=event.id)
         await self.publish(self.subject, event)
-        self._hold_until_answered(notice.pidns, pod)
+        self._hold_until_answered(notice.pidns, pod, notice.ts_ns)
         self.metrics.published.labels(str(event.resolved).lower()).inc()
         self.metrics.latency.observe(event.notice_to_publish_ms / 1000)
         if entry is not None and entry.mode == "detected":
             await self.watchset.undetect([notice.pidns])  # the kernel cleared need_notice
             self._count_watched()
+        elif entry is None and not self.loaded:
+            self._noticed_early.add(notice.pidns)  # its entry, read back later, is detected no more
         self.last_notice = {"pidns": notice.pidns, "pid": notice.pid, "pod": pod,
                             "id": event.id, "latency_ms": round(event.notice_to_publish_ms, 3)}
         log.info("owner back", node=self.node, pod=pod or None, pidns=notice.pidns, pid=notice.pid,
@@ -115,6 +121,26 @@ class Bridge:
         if self.filter_config is not None:
             await link.request(protocol.CMD_CONFIG, config=self.filter_config)
         await self.resolver.refresh()  # the pids sent with the namespaces must be alive now
+        if self.loaded:
+            await self._resend()
+
+    async def watch_set_loaded(self) -> None:
+        """The watch set is read back: entries whose notice came before are watched, not detected,
+        and the whole set goes to the kernel when the link is registered already."""
+        self.loaded = True
+        await self.watchset.undetect(sorted(self._noticed_early))
+        self._noticed_early.clear()
+        self._count_watched()
+        if self.link is not None and self.link.registered.is_set():
+            try:
+                await self._resend()
+            except KernelUnavailable as err:  # the next registration sends it
+                log.info("kernel away while sending the watch set", node=self.node, error=str(err))
+
+    async def _resend(self) -> None:
+        """The watch set again, with fresh pids: ADD, then DETECT (a detected namespace still
+        being reclaimed is only added: its notice comes again)."""
+        link = self._link()
         detected = self.watchset.by_mode("detected")
         kernel = [await link.request(protocol.CMD_STATS, chunk) for chunk in handlers.chunks(detected) if chunk]
         add, detect = handlers.resend_plan(self.watchset.entries.values(),
@@ -273,10 +299,10 @@ class Bridge:
 
     # --- holding an owner until the solver answers ------------------------------------
 
-    def _hold_until_answered(self, pidns: int, pod: str) -> None:
+    def _hold_until_answered(self, pidns: int, pod: str, hit_ns: int) -> None:
         if pidns in self._holding and not self._holding[pidns].done():
             return
-        self._holding[pidns] = asyncio.ensure_future(self._hold(pidns, pod))
+        self._holding[pidns] = asyncio.ensure_future(self._hold(pidns, pod, hit_ns))
 
     def _answered(self, ids: Sequence[int]) -> None:
         for pidns in ids:
@@ -284,14 +310,18 @@ class Bridge:
             if task is not None:
                 task.cancel()
 
-    async def _hold(self, pidns: int, pod: str) -> None:
-        """HOLD ``pidns`` every third of the kernel's ``timeout_ms`` until the solver answers
-        (the task is cancelled) or the kernel holds the owner no longer: released meanwhile,
-        or ``max_hold_ms`` after the hit, when the owner continues even unanswered."""
+    async def _hold(self, pidns: int, pod: str, hit_ns: int) -> None:
+        """HOLD ``pidns`` every third of the kernel's ``timeout_ms``, counted from the hit (a
+        notice sent again after a restart may be late: its first HOLD goes at once), until the
+        solver answers (the task is cancelled) or the kernel holds the owner no longer: released
+        meanwhile, or ``max_hold_ms`` after the hit, when the owner continues even unanswered.
+        The hit's time is the kernel's CLOCK_MONOTONIC, this process's monotonic clock."""
         held = 0
+        wait_s = max(0.0, (hit_ns - time.monotonic_ns()) / 1e9 + self._link().timing.hold_every_s)
         try:
             while True:
-                await asyncio.sleep(self._link().timing.hold_every_s)
+                await asyncio.sleep(wait_s)
+                wait_s = self._link().timing.hold_every_s
                 reply = await self._link().request(protocol.CMD_HOLD, [pidns])
                 self._link().note_timing(reply)
                 if reply.header.status <= 0:

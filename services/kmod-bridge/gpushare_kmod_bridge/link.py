@@ -78,6 +78,7 @@ class KernelLink:
         self._lost: asyncio.Event = asyncio.Event()
         self._notices: asyncio.Queue[tuple[protocol.Notice, int]] = asyncio.Queue()
         self._open = asyncio.Event()  # REGISTER answered in this session: commands may go
+        self._timed = asyncio.Event()  # the hold parameters read in this session: notices may go
 
     # --- commands ---------------------------------------------------------------
 
@@ -139,6 +140,7 @@ class KernelLink:
     async def _session(self, stop: asyncio.Event) -> None:
         self._lost = asyncio.Event()
         self._open = asyncio.Event()
+        self._timed = asyncio.Event()
         self._notices = asyncio.Queue()
         await self.transport.open()
         reader = asyncio.ensure_future(self._read())
@@ -166,8 +168,9 @@ class KernelLink:
                     await task
 
     async def _handle_notices(self) -> None:
-        """Notices in order, once REGISTER is answered (a handler may send commands)."""
-        await self._open.wait()
+        """Notices in order, once REGISTER is answered and the hold parameters are read (a
+        handler may send commands, and holds the owner at the kernel's pace)."""
+        await self._timed.wait()
         while True:
             notice, received_ns = await self._notices.get()
             await self.on_notice(notice, received_ns)
@@ -180,6 +183,7 @@ class KernelLink:
             raise SessionLost(f"REGISTER refused with status {reply.header.status}")
         self._open.set()
         self._keep_stats(await self.request(protocol.CMD_STATS))  # the hold parameters, before any notice
+        self._timed.set()
         if self.on_registered is not None:
             await self.on_registered()
         self.registrations += 1

@@ -48,10 +48,17 @@ class WatchSet:
         self.entries: dict[int, WatchEntry] = {}
         self.unsaved: set[int] = set()  # keys whose bucket copy lags the set in memory
 
-    async def load(self) -> int:
+    async def load(self, store: KeyValue | None = None) -> int:
+        """Read the set back from ``store`` (then kept there). What changed in memory since the
+        start (the kernel link may run before the bucket can be read) wins over the bucket's copy,
+        and is written back."""
+        self.store = store or self.store
         if self.store is not None:
             saved = await self.store.items(WatchEntry)
-            self.entries = {entry.pidns: entry for entry in saved.values()}
+            changed = self.entries
+            self.entries = {**{entry.pidns: entry for entry in saved.values()}, **changed}
+            for pidns in changed:
+                await self._save(pidns)
         return len(self.entries)
 
     def by_mode(self, mode: Mode) -> list[int]:
