@@ -25,6 +25,7 @@ def sample_events() -> list[events.Event]:
         events.LowPowerEvent(node="n1", owner="dev/m", using=False),
         events.OwnerBackEvent(node="n1", pidns=4026531836, pid=12, kernel_ts_ns=5),
         events.DeviceHealth(node="n1", resource="spot-gpu", devices={"spot-GPU-0": "Healthy"}),
+        events.HealthApplied(node="n1", resource="spot-gpu", devices={"spot-GPU-0": "Unhealthy"}, request_id="r1"),
         events.SpareCapacity(node="n1", resource="vcpu", devices=7, unit=100),
         events.KmodCommand(node="n1", op="detect", pidns=(1, 2)),
         events.KmodReply(node="n1", op="stats", status=0,
@@ -109,6 +110,8 @@ def test_subjects_build_and_parse() -> None:
     assert s.parse(s.kmod_cmd("n1")).channel == "kmod"
     assert s.parse(s.eviction("n1")) == subjects.SubjectInfo("n1", "eviction", "")
     assert s.parse(s.capacity("n1", "vmem")).name == "vmem"
+    assert s.parse(s.fence("n1", "gpushare/spot-gpu")) == subjects.SubjectInfo("n1", "fence", "spot-gpu")
+    assert s.node_fences("n1").endswith(".n1.fence.*")
 
 
 def test_the_subjects_of_many_nodes_and_of_nats_itself() -> None:

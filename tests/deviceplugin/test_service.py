@@ -9,6 +9,7 @@ import json
 import os
 from collections.abc import AsyncIterator
 
+import grpc
 import pytest
 from gpushare_common import events
 from gpushare_common.bus import Bus
@@ -196,3 +197,26 @@ async def test_run_serves_until_stopped(nats_settings: NatsSettings,
     assert await asyncio.wait_for(task, 10) == 0
     assert [n for n in os.listdir(dp_settings.plugin_dir) if n.startswith("gpushare-")] == []
     gc.unfreeze()  # run() froze the start-up heap of this whole test process
+
+
+async def test_a_fence_is_applied_before_its_answer_and_says_what_is_served(
+        kubelet: KubeletStub, vendor: VendorPluginStub, service: Service, bus: Bus) -> None:
+    """The solver's fence (a desired health as a request): applied at once, answered with the
+    health now served; an older one than the last applied changes nothing and says so; anything
+    but a desired health is answered with nothing applied."""
+    await publish_health(bus, {"spot-GPU-0": "Healthy", "spot-GPU-1": "Healthy"})
+    await kubelet.wait_list(SPOT, lambda d: set(d.values()) == {"Healthy"})
+    subject = bus.subjects.fence(NODE, "spot-gpu")
+    fence = events.DeviceHealth(node=NODE, resource="spot-gpu", devices={"spot-GPU-0": "Unhealthy"})
+    applied = await bus.request(subject, fence)
+    assert isinstance(applied, events.HealthApplied) and applied.request_id == fence.id
+    assert applied.devices == {"spot-GPU-0": "Unhealthy"}
+    with pytest.raises(grpc.aio.AioRpcError, match="Unhealthy"):
+        await kubelet.allocate(SPOT, ["spot-GPU-0"])
+    assert (await kubelet.allocate(SPOT, ["spot-GPU-1"])).container_responses  # the other card: lent still
+    stale = events.DeviceHealth(node=NODE, resource="spot-gpu", devices={"spot-GPU-1": "Unhealthy"}, ts=1.0)
+    answer = await bus.request(subject, stale)
+    assert isinstance(answer, events.HealthApplied) and answer.devices == {"spot-GPU-1": "Healthy"}
+    wrong = await bus.request(subject, events.SpotEvent(node=NODE, pod="a/b", container="c", state="using"))
+    assert isinstance(wrong, events.HealthApplied) and (wrong.resource, wrong.devices) == ("", {})
+    await kubelet.wait_list(SPOT, lambda d: d == {"spot-GPU-0": "Unhealthy", "spot-GPU-1": "Healthy"})

@@ -134,6 +134,16 @@ class DeviceHealth(Event, frozen=True, kw_only=True, tag="health"):
     reason: str = ""
 
 
+class HealthApplied(Event, frozen=True, kw_only=True, tag="health_applied"):
+    """The device plugin's answer to a fence (a :class:`DeviceHealth` sent as a request on
+    ``fence.<resource>``): the health it now serves for those devices. A device it reports
+    Unhealthy is refused to every Allocate from now on."""
+
+    resource: str
+    devices: dict[str, Health] = {}  # each fenced device the plugin serves: its health now
+    request_id: str = ""
+
+
 class SpareCapacity(Event, frozen=True, kw_only=True, tag="capacity"):
     """Oversold CPU/memory a node can sell again (``gpushare/vcpu``, ``gpushare/vmem``)."""
 
@@ -209,6 +219,7 @@ AnyEvent: TypeAlias = (
     | LowPowerEvent
     | OwnerBackEvent
     | DeviceHealth
+    | HealthApplied
     | SpareCapacity
     | KmodCommand
     | KmodReply
@@ -224,6 +235,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     LowPowerEvent,
     OwnerBackEvent,
     DeviceHealth,
+    HealthApplied,
     SpareCapacity,
     KmodCommand,
     KmodReply,

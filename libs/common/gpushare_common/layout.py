@@ -42,10 +42,11 @@ _WRITES: dict[str, tuple[str, ...]] = {"solver": (SOLVER, HEALTH), "detector": (
                                        "kmod-bridge": (KMOD,)}
 _READS: dict[str, tuple[str, ...]] = {"solver": (SOLVER, HEALTH), "detector": (DETECTOR,),
                                       "kmod-bridge": (KMOD,), "deviceplugin": (HEALTH,), "dra-driver": (HEALTH,)}
-# node channels each role publishes (request for kmod.cmd), and subscribes to
+# node channels each role publishes (request for kmod.cmd and fence.*), and subscribes to (the
+# roles that answer requests may publish their replies: allow_responses)
 _PUBLISHES: dict[str, tuple[str, ...]] = {
     "detector": (*(f"event.{k}" for k in EVENT_KINDS if k != "ownerback"), "capacity.*", "kmod.cmd"),
-    "solver": ("health.*", "eviction", "kmod.cmd"),
+    "solver": ("health.*", "eviction", "kmod.cmd", "fence.*"),
     "kmod-bridge": ("event.ownerback",),
     "deviceplugin": (),
     "dra-driver": ("event.inventory",),  # its cards, beside the detector's inventory
@@ -54,9 +55,11 @@ _SUBSCRIBES: dict[str, tuple[str, ...]] = {
     "detector": ("event.ownerback",),
     "solver": ("capacity.*",),
     "kmod-bridge": ("kmod.cmd",),
-    "deviceplugin": ("health.*", "capacity.*", "event.spot"),
+    "deviceplugin": ("health.*", "capacity.*", "event.spot", "fence.*"),
     "dra-driver": ("health.spot-gpu",),  # the solver's desired health of the spot devices
 }
+
+_ANSWERS: tuple[str, ...] = ("kmod-bridge", "deviceplugin")  # kmod.cmd, fence.*
 
 
 class LayoutError(ValueError):
@@ -134,7 +137,7 @@ class Layout:
         publish += [nats.below(nats.kv_key(self.bucket(name), token)) for name in _WRITES.get(role, ())]
         if role == "solver":
             publish += self._durable_consumer(node)
-        return Permissions(tuple(publish), tuple(subscribe), allow_responses=role == "kmod-bridge")
+        return Permissions(tuple(publish), tuple(subscribe), allow_responses=role in _ANSWERS)
 
     def _kv_read(self, bucket: str, token: str) -> list[str]:
         stream, keys = nats.kv_stream(bucket), nats.below(nats.kv_key(bucket, token))

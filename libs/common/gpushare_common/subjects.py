@@ -2,7 +2,7 @@
 
 ``<prefix>.<node>.event.<kind>``, ``<prefix>.<node>.health.<resource>``,
 ``<prefix>.<node>.capacity.<resource>``, ``<prefix>.<node>.kmod.cmd``,
-``<prefix>.<node>.eviction``. The prefix is ``gpushare.v1`` in production;
+``<prefix>.<node>.fence.<resource>``, ``<prefix>.<node>.eviction``. The prefix is ``gpushare.v1`` in production;
 tests and the replay sandbox use their own.  A node name's ``.`` becomes ``_``
 (node names never contain ``_``, so the mapping is reversible).
 
@@ -23,7 +23,7 @@ DEFAULT_DOMAIN = "gpushare"
 
 EventKind = Literal["shadow", "share", "generic", "spot", "lowpower", "ownerback", "inventory"]
 EVENT_KINDS: tuple[str, ...] = get_args(EventKind)
-Channel = Literal["event", "health", "capacity", "kmod", "eviction"]
+Channel = Literal["event", "health", "capacity", "kmod", "fence", "eviction"]
 
 _TOKEN = re.compile(r"[A-Za-z0-9_-]+\Z")
 _PREFIX = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*\Z")
@@ -94,6 +94,14 @@ class Subjects:
     def kmod_cmd(self, node: str) -> str:
         return f"{self.prefix}.{node_token(node)}.kmod.cmd"
 
+    def fence(self, node: str, resource: str) -> str:
+        """The solver's request that the device plugin refuse Allocate of some devices now, answered
+        once it does (a reclaim looks its borrowers up only after that)."""
+        return f"{self.prefix}.{node_token(node)}.fence.{resource_token(resource)}"
+
+    def node_fences(self, node: str) -> str:
+        return f"{self.prefix}.{node_token(node)}.fence.*"
+
     def eviction(self, node: str) -> str:
         return f"{self.prefix}.{node_token(node)}.eviction"
 
@@ -142,7 +150,7 @@ class Subjects:
         node, channel, rest = node_from_token(parts[0]), parts[1], parts[2:]
         if channel == "event" and len(rest) == 1 and rest[0] in EVENT_KINDS:
             return SubjectInfo(node, channel, rest[0])
-        if channel in ("health", "capacity") and len(rest) == 1:
+        if channel in ("health", "capacity", "fence") and len(rest) == 1:
             return SubjectInfo(node, channel, rest[0])
         if channel == "kmod" and rest == ["cmd"]:
             return SubjectInfo(node, channel, "cmd")

@@ -8,7 +8,9 @@ live subjects take over.
 - Consumes: desired device health, spare capacity and spot use (core subjects;
   the ``health`` bucket after every reconnect), the vendor plugins' device
   lists, ShadowPods (API server watch).
-- Publishes: nothing on NATS; the devices, to the kubelet (device-plugin API).
+- Answers: fences (``fence.<resource>``: a desired health applied at once, so
+  the solver looks up a reclaim's borrowers only once no Allocate can add one).
+- Publishes: nothing else on NATS; the devices, to the kubelet (device-plugin API).
 - Runs: supervisor, vendor feeds, ShadowPod feed, NATS connect, health resync; HTTP.
 """
 
@@ -87,6 +89,7 @@ class Service(ServiceBase):
         for subject in (subjects.node_health(self.node), subjects.node_capacity(self.node),
                         subjects.event(self.node, "spot")):
             await self.bus.subscribe(subject, self._on_event)
+        await self.bus.serve(subjects.node_fences(self.node), self._on_fence)
         await self.load_desired_health()
         self.skeleton.spawn("health resync", self._resync_health())
 
@@ -133,6 +136,20 @@ class Service(ServiceBase):
     async def _on_event(self, event: events.AnyEvent) -> None:
         if not self.plugins.apply(event):
             log.debug("event for no plugin", node=self.node, event=events.event_tag(event))
+
+    async def _on_fence(self, request: events.AnyEvent) -> events.Event:
+        """A fence: the solver takes devices back and asks, before it looks up who holds them,
+        that no Allocate of them succeed any more. Their health is applied at once (Allocate runs
+        on this same loop, so none can slip in after this answer) and the answer says what is
+        served now. Anything but a desired health is answered with nothing applied."""
+        if not isinstance(request, events.DeviceHealth):
+            log.warning("fence request is not a desired health", node=self.node, got=events.event_tag(request))
+            return events.HealthApplied(node=self.node, resource="", request_id=request.id)
+        self.plugins.apply(request)
+        served = self.plugins.served(request.resource, request.devices)
+        log.info("fence applied", node=self.node, resource=request.resource, reason=request.reason or None,
+                 devices=",".join(f"{d}={h}" for d, h in sorted(served.items())))
+        return events.HealthApplied(node=self.node, resource=request.resource, devices=served, request_id=request.id)
 
     async def _feed_vendor(self, vendor: str, socket: str) -> None:
         spot = self.plugins.spot

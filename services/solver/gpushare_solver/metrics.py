@@ -20,6 +20,10 @@ class SolverMetrics:
                                   "Borrowers of a card taken back that the kubelet named before their SpotEvent "
                                   "came (found), or pod-resources lookups that failed (unreadable)",
                                   ["outcome"], registry=registry)
+        self.fences = Counter("gpushare_solver_fences",
+                              "Fences before a reclaim's pod-resources lookup: confirmed (the device plugin refuses "
+                              "Allocate of the devices taken back), open (it still serves one Healthy) or "
+                              "unconfirmed (no device plugin answered)", ["outcome"], registry=registry)
         self.refused = Counter("gpushare_solver_evictions_refused",
                                "Pods a plan named that failed verification (never killed nor deleted), by why",
                                ["why"], registry=registry)

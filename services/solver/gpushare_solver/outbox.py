@@ -1,14 +1,14 @@
-"""The solver's outgoing side on NATS: publish, publish once (JetStream), kmod request/reply."""
+"""The solver's outgoing side on NATS: publish, publish once (JetStream), kmod and fence requests."""
 
 from __future__ import annotations
 
 from gpushare_common.bus import Bus, Permanent
-from gpushare_common.events import Event, KmodCommand, KmodReply, event_tag
+from gpushare_common.events import DeviceHealth, Event, HealthApplied, KmodCommand, KmodReply, event_tag
 
 
 class BusOutbox:
-    def __init__(self, bus: Bus, node: str, kmod_timeout_s: float) -> None:
-        self.bus, self.node, self.timeout = bus, node, kmod_timeout_s
+    def __init__(self, bus: Bus, node: str, kmod_timeout_s: float, fence_timeout_s: float = 0.5) -> None:
+        self.bus, self.node, self.timeout, self.fence_timeout = bus, node, kmod_timeout_s, fence_timeout_s
 
     async def publish(self, subject: str, event: Event) -> None:
         await self.bus.publish(subject, event)
@@ -21,4 +21,11 @@ class BusOutbox:
         reply = await self.bus.request(subject, command, self.timeout)
         if not isinstance(reply, KmodReply):
             raise Permanent(f"request {subject}", f"expected a kmod_reply, got {event_tag(reply)}")
+        return reply
+
+    async def fence(self, health: DeviceHealth) -> HealthApplied:
+        subject = self.bus.subjects.fence(self.node, health.resource)
+        reply = await self.bus.request(subject, health, self.fence_timeout)
+        if not isinstance(reply, HealthApplied):
+            raise Permanent(f"request {subject}", f"expected a health_applied, got {event_tag(reply)}")
         return reply

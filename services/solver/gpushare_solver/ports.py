@@ -16,7 +16,7 @@ from gpushare_common.adapters.containerd import ContainerdError as ContainerdErr
 from gpushare_common.adapters.containerd import ContainerdUnavailable as ContainerdUnavailable
 from gpushare_common.adapters.containerd import TaskNotFound as TaskNotFound
 from gpushare_common.adapters.podresources import NodeDevices
-from gpushare_common.events import Event, KmodCommand, KmodReply
+from gpushare_common.events import DeviceHealth, Event, HealthApplied, KmodCommand, KmodReply
 
 Obj = dict[str, Any]
 
@@ -69,3 +69,7 @@ class Outbox(Protocol):
     async def publish_once(self, subject: str, event: Event) -> None: ...
 
     async def kmod(self, command: KmodCommand) -> KmodReply: ...
+
+    async def fence(self, health: DeviceHealth) -> HealthApplied:
+        """Have the device plugin apply ``health`` now; its answer says what it serves."""
+        ...

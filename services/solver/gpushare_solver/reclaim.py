@@ -8,7 +8,10 @@ solver resumes at the step it stopped):
    kubelet's pod-resources as holding one of the spot devices taken back (``lent``: a borrower
    whose SpotEvent has not reached the solver yet), run on this node and carry the recorded
    uid; a pod that fails is *refused* (logged, counted, neither killed nor deleted), whatever
-   the plan says — a plan is data in a bucket, the checks are not;
+   the plan says — a plan is data in a bucket, the checks are not. That lookup comes only after
+   a *fence*: the device plugin has applied the Unhealthy health of the devices taken back and
+   answered, so it refuses every Allocate of them from then on and no pod admitted after the
+   lookup can hold one;
 1. find every container of every pod (``status.*containerStatuses[].containerID``);
 2. SIGKILL all of them in parallel through containerd and wait for the exits;
 3. release the owner (kmod ``release``) as soon as the tasks exited: the whole pid
@@ -36,7 +39,7 @@ from typing import Any
 from gpushare_common.adapters.kube import NotFound
 from gpushare_common.adapters.podresources import PodResourcesError
 from gpushare_common.bus import BusError, Transient
-from gpushare_common.events import EvictionRecord, KmodCommand, KmodReply
+from gpushare_common.events import DeviceHealth, EvictionRecord, KmodCommand, KmodReply
 from gpushare_common.hold import HoldTiming
 from gpushare_common.ids import parse_pod_key
 from gpushare_common.logging import get_logger
@@ -197,6 +200,7 @@ class Reclaimer:
         allocations = self.allocations
 
         async def find() -> list[str]:
+            await self._fence(action)
             try:
                 users = self.rules.spot_users(await allocations.list())
             except PodResourcesError as err:
@@ -217,6 +221,27 @@ class Reclaimer:
             return new
 
         return asyncio.ensure_future(find())
+
+    async def _fence(self, action: Reclaim) -> None:
+        """Before the lookup, the device plugin applies the Unhealthy health of the spot devices
+        taken back and answers: from then on it refuses every Allocate of them, so no pod the
+        kubelet admits after the lookup can hold one. Without an answer (no device plugin, as on
+        a DRA node, or one restarting) the lookup goes on, as it did before fences."""
+        health = DeviceHealth(node=self.node, resource=self.settings.spot_resource,
+                              devices=dict.fromkeys(action.lent, "Unhealthy"),
+                              reason=f"fence: {action.reason} {action.owner}".strip())
+        try:
+            applied = await self.outbox.fence(health)
+        except BusError as err:
+            self.metrics.fences.labels("unconfirmed").inc()
+            log.warning("fence not confirmed: a pod admitted onto a card taken back meanwhile is evicted only "
+                        "when its SpotEvent comes", node=self.node, owner=action.owner, error=str(err))
+            return
+        served = sorted(d for d, h in applied.devices.items() if h != "Unhealthy")
+        self.metrics.fences.labels("open" if served else "confirmed").inc()
+        if served:
+            log.warning("the device plugin still serves spot devices taken back as Healthy", node=self.node,
+                        owner=action.owner, devices=",".join(served))
 
     def _timed_kill(self, containers: list[str], progress: ReclaimProgress,
                     pids: dict[str, int] | None = None) -> asyncio.Future[Any]:

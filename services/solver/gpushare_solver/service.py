@@ -78,7 +78,8 @@ class Solver:
         self.metrics = SolverMetrics(registry)
         self.seen = Seen(settings.seen_events)
         self.plans: dict[str, Plan] = {}
-        self.reclaimer = Reclaimer(node, settings, pods, tasks, BusOutbox(bus, node, settings.kmod_timeout_s),
+        outbox = BusOutbox(bus, node, settings.kmod_timeout_s, settings.fence_timeout_s)
+        self.reclaimer = Reclaimer(node, settings, pods, tasks, outbox,
                                    bus.subjects.eviction(node), self.metrics, lambda: self.state.evicting,
                                    allocations, self.rules, self.state.evicted)
         taints = DeviceTaints(node, pods) if settings.dra_taints else None  # type: ignore[arg-type]

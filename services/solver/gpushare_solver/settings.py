@@ -37,6 +37,9 @@ class SolverSettings:
     that the solver has not heard of yet are found there and killed before the release ("": off)."""
     pod_resources_timeout_s: float = 1.0
     """How long one pod-resources call may take."""
+    fence_timeout_s: float = 0.5
+    """Before that lookup the device plugin is asked to refuse Allocate of those spot devices (a
+    fence); its answer is awaited this long (a node without a device plugin answers at once)."""
     seen_events: int = 2048
     """Event ids remembered for idempotency."""
     memory_threshold: float = 0.70

@@ -9,6 +9,7 @@ from gpushare_common import events
 from gpushare_common.isolation import SOFT_SHARE
 from gpushare_common.logging import get_logger
 
+from ..devices import Health
 from ..handlers.base import PluginLogic, Signer
 from ..handlers.capacity import CapacityLogic
 from ..handlers.share import ShadowPodView, ShareLogic, share_resource_token
@@ -85,6 +86,13 @@ class PluginSet:
         self._health_ts[event.resource] = event.ts
         logic.apply_health(event.devices, event.full)
         return True
+
+    def served(self, resource: str, devices: Iterable[str]) -> dict[str, Health]:
+        """The health each of ``devices`` of ``resource`` is served with now (unknown ones left out)."""
+        logic = self.logics.get(resource)
+        if logic is None:
+            return {}
+        return {d: h for d in devices if (h := logic.board.health(d)) is not None}
 
     def replace_shadows(self, shadows: Iterable[ShadowPodView]) -> None:
         """A full snapshot of this node's Running ShadowPods, routed by spec and kind."""
