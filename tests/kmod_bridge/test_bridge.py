@@ -489,3 +489,43 @@ async def test_a_notice_before_the_watch_set_is_read_back_leaves_its_entry_watch
         assert (await pod_cmd(bridge, "release", "ns/dev/main")).status == 1
         await asyncio.wait_for(call, 5)
         assert not kernel.state.entries[pidns_process.pidns].need_notice, "armed for a second owner-back"
+
+
+class SlowListing(Containers):
+    """A container listing that waits for ``go`` once ``slow`` is set (containerd slow to answer)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.slow, self.listing, self.go = False, asyncio.Event(), asyncio.Event()
+
+    async def containers(self) -> list[ContainerProcs]:
+        if self.slow:
+            self.listing.set()
+            await self.go.wait()
+        return await super().containers()
+
+
+async def test_a_watch_set_read_back_while_a_notice_is_handled_is_not_detected_again(
+        kernel: KernelStandIn, pidns_process: PidnsProcess) -> None:
+    """The notice's handling waits on the container listing; the watch set is read back meanwhile:
+    its entry, saved as detected, must come out watched all the same."""
+    kernel.state.timeout_ms = 1000
+    source, store = SlowListing(), MemoryStore()
+    entry = WatchEntry(pidns=pidns_process.pidns, mode="detected", pod="ns/dev", container="main", container_id="c1")
+    await store.put(str(pidns_process.pidns), entry)
+    assert kernel.state.add(pidns_process.pidns, pidns_process.pid, detect=True) == 0
+    async with wired(kernel, source, store, loaded=False) as (bridge, published, _):
+        source.run("c1", "ns/dev", pidns_process)  # started after the listing: the notice lists again
+        source.slow = True
+        call = asyncio.create_task(ioctl(kernel.hook_path, pidns_process.pidns, pid=pidns_process.pid))
+        await asyncio.wait_for(source.listing.wait(), 5)
+        await bridge.watchset.load(store)
+        loading = asyncio.create_task(bridge.watch_set_loaded())  # sends the set once the listing is done
+        await _until(lambda: bridge.loaded)
+        source.go.set()
+        await asyncio.wait_for(loading, 5)
+        await asyncio.wait_for(published.events.get(), 5)
+        await asyncio.wait_for(_until(lambda: bridge.watchset.get(pidns_process.pidns).mode == "watched"),  # type: ignore[union-attr]
+                               5)
+        assert (await pod_cmd(bridge, "release", "ns/dev/main")).status == 1
+        await asyncio.wait_for(call, 5)

@@ -101,3 +101,13 @@ def test_guest_clean(guest: vm.VMRun) -> None:
     results = guest.results()
     assert results["guest"]["rc"] == "0", guest.output
     assert results["dmesg"]["problems"] == "0", guest.output
+
+
+def test_the_bridge_reads_the_modules_hold_parameters_and_follows_a_change(guest: vm.VMRun) -> None:
+    """timeout_ms (given at insmod) and max_hold_ms (the default) come from the real module's STATS;
+    max_hold_ms written through /sys/module at run time is followed, and every reply hands it on."""
+    params = guest.results().get("params")
+    assert params is not None, guest.output
+    assert (params["timeout_ms"], params["max_hold_ms"]) == ("20000", "30000")
+    assert params["followed"] == "1"
+    assert (params["reply_timeout_ms"], params["reply_max_hold_ms"]) == ("20000", "25000")

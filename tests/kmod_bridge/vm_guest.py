@@ -48,6 +48,7 @@ from gpushare_sim.natsd import server_binary
 NODE = "vm-node"
 POD = "team-a/dev-1"
 PATTERN = r"gpushare-vm/(?P<namespace>[^_/]+)_(?P<pod>[^_/]+)_(?P<container>[^_/]+)_(?P<container_id>\w+)$"
+PARAMS = "/sys/module/gpushare/parameters"  # the module's parameters, writable at run time
 OWNER = """
 import fcntl, os, sys, time
 with open(sys.argv[1] + "/cgroup.procs", "w") as f:
@@ -196,9 +197,10 @@ async def drive(nats: NatsSettings, args: argparse.Namespace, common: CommonSett
     await bus.subscribe(bus.subjects.event(NODE, "ownerback"), lambda e: _put(got, e))
     async with owner(args.cgroup) as proc:
         pidns = await asyncio.to_thread(child_pidns, proc.pid)
-        async with bridge(common, settings, "bridge"):
+        async with bridge(common, settings, "bridge") as first:
             rounds = [await one_round(bus, got, proc, pidns) for _ in range(args.rounds)]
             result("ownerback", **summary(rounds))
+            await hold_parameters(bus, first)
         await resend_rounds(bus, got, proc, common, settings)
         await reload_module(args.ko)
         async with bridge(common, settings, "bridge_again") as again:
@@ -207,6 +209,20 @@ async def drive(nats: NatsSettings, args: argparse.Namespace, common: CommonSett
             result("resent", entries=head.entries if head else -1,
                    detected=len(again.bridge.watchset.by_mode("detected")))
     await bus.drain()
+
+
+async def hold_parameters(bus: Bus, service: Service) -> None:
+    """The module's timeout_ms and max_hold_ms as the bridge reads them (STATS at registration),
+    one written at run time through /sys/module (followed at the next heartbeat), and what every
+    kmod reply hands the solver."""
+    loaded = service.link.timing
+    await asyncio.to_thread(Path(f"{PARAMS}/max_hold_ms").write_text, "25000")
+    followed = await wait_for(lambda: service.link.timing.max_hold_ms == 25000, 30)
+    reply = await bus.request(bus.subjects.kmod_cmd(NODE), events.KmodCommand(node=NODE, op="stats"), timeout=30)
+    assert isinstance(reply, events.KmodReply)
+    await asyncio.to_thread(Path(f"{PARAMS}/max_hold_ms").write_text, "30000")
+    result("params", timeout_ms=loaded.timeout_ms, max_hold_ms=loaded.max_hold_ms, followed=int(followed),
+           reply_timeout_ms=reply.timeout_ms, reply_max_hold_ms=reply.max_hold_ms)
 
 
 async def reload_module(ko: str) -> None:

@@ -83,7 +83,7 @@ class Bridge:
     # --- kernel -> NATS -------------------------------------------------------------
 
     async def on_notice(self, notice: protocol.Notice, received_ns: int) -> None:
-        entry = self.watchset.get(notice.pidns)
+        entry, loaded = self.watchset.get(notice.pidns), self.loaded
         owner = await self.resolver.owner(notice.pidns)
         same = None
         if entry is not None and entry.container_id:
@@ -109,8 +109,8 @@ class Bridge:
         if entry is not None and entry.mode == "detected":
             await self.watchset.undetect([notice.pidns])  # the kernel cleared need_notice
             self._count_watched()
-        elif entry is None and not self.loaded:
-            self._noticed_early.add(notice.pidns)  # its entry, read back later, is detected no more
+        elif entry is None and not loaded:  # its entry, read back later (or meanwhile), is detected no more
+            await self._noticed_before_load(notice.pidns)
         self.last_notice = {"pidns": notice.pidns, "pid": notice.pid, "pod": pod,
                             "id": event.id, "latency_ms": round(event.notice_to_publish_ms, 3)}
         log.info("owner back", node=self.node, pod=pod or None, pidns=notice.pidns, pid=notice.pid,
@@ -123,6 +123,13 @@ class Bridge:
         await self.resolver.refresh()  # the pids sent with the namespaces must be alive now
         if self.loaded:
             await self._resend()
+
+    async def _noticed_before_load(self, pidns: int) -> None:
+        if self.loaded:  # read back while this notice was handled
+            await self.watchset.undetect([pidns])
+            self._count_watched()
+        else:
+            self._noticed_early.add(pidns)
 
     async def watch_set_loaded(self) -> None:
         """The watch set is read back: entries whose notice came before are watched, not detected,
