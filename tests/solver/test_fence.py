@@ -68,7 +68,7 @@ async def device_plugin(nats_settings: NatsSettings, plugin_dir: str,  # noqa: F
         await service.connect()
         yield service
     finally:
-        await service.stop()
+        await service.close()
         await vendor.stop()
 
 

@@ -54,7 +54,7 @@ class UndyingTasks:
 
 @contextlib.asynccontextmanager
 async def node(nats: NatsSettings, stand_in: KernelStandIn, owner: PidnsProcess,
-               tasks: UndyingTasks) -> AsyncIterator[tuple[BridgeService, app.Running]]:
+               tasks: UndyingTasks) -> AsyncIterator[tuple[BridgeService, app.Service]]:
     pods = FakePods()
     pods.add(OWNER, NODE, ["alice-main"])
     pods.add(BORROWER, NODE, ["b1-main"])
@@ -66,11 +66,11 @@ async def node(nats: NatsSettings, stand_in: KernelStandIn, owner: PidnsProcess,
     try:
         await bridge.start()
         await asyncio.wait_for(bridge.link.registered.wait(), 5)
-        async with app.started(common, settings, stop, pods=pods, tasks_api=tasks) as running:
+        async with app.Service(common, settings, stop, pods=pods, tasks_api=tasks).started() as running:
             yield bridge, running
             stop.set()
     finally:
-        await bridge.stop()
+        await bridge.close()
 
 
 @pytest.mark.parametrize(("timeout_ms", "max_hold_ms"), [(450, 1200), (900, 2100)])
