@@ -189,6 +189,7 @@ class KmodReply(Event, frozen=True, kw_only=True, tag="kmod_reply"):
     # the one source of every owner-back timer (gpushare_common.hold)
     timeout_ms: int = 0
     max_hold_ms: int = 0
+    unresolved: tuple[str, ...] = ()  # pods of the command with no pid namespace found (add, detect)
 
 
 class EvictionRecord(Event, frozen=True, kw_only=True, tag="eviction"):

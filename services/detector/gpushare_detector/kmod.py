@@ -33,12 +33,15 @@ class KmodSync:
         self.wanted: set[str] = set()
         self.sent: set[str] = set()
         self.changed = asyncio.Event()
+        self._loop: Supervised | None = None
         self.last_error = ""
 
     def want(self, containers: set[str]) -> None:
         if containers != self.wanted:
             self.wanted = set(containers)
             self.changed.set()
+            if self._loop is not None and self._loop.failures:
+                self._loop.restart()  # news: send it now, not after another container's backoff
 
     def resend(self) -> None:
         """Send every container again (the bridge may have restarted); deletes stay done."""
@@ -68,13 +71,20 @@ class KmodSync:
         return None
 
     async def sync_once(self) -> bool:
+        """Add what is wanted and not sent, delete what is sent and not wanted; False when some of
+        it must be tried again. A container the bridge found no pid namespace for (not started
+        yet: pod-resources lists a pod's devices before its containers run) is not sent: it is
+        asked for again with the backoff, not left unwatched until the next resync."""
         add = tuple(sorted(self.wanted - self.sent))
         delete = tuple(sorted(self.sent - self.wanted))
         ok = True
         if add:
-            ok = await self.request("add", add) is not None
-            if ok:
-                self.sent.update(add)
+            reply = await self.request("add", add)
+            unresolved = set(reply.unresolved) if reply is not None else set(add)
+            self.sent.update(c for c in add if c not in unresolved)
+            if unresolved and reply is not None:
+                self._failed("add", "unresolved", f"no pid namespace yet for {', '.join(sorted(unresolved))}")
+            ok = not unresolved
         if delete:
             done = await self.request("delete", delete) is not None
             if done:
@@ -84,9 +94,11 @@ class KmodSync:
 
     async def run(self, stop: asyncio.Event, backoff_s: float = 1.0, max_backoff_s: float = 30.0) -> None:
         """Send the watch set's changes as they come, again with backoff until the bridge took them
-        (e.g. a container without a pid namespace yet)."""
-        async for sync in Supervised("send the watch set to the kmod-bridge", stop, Backoff(backoff_s, max_backoff_s),
-                                     wake=self.changed, node=self.node):  # fmt: skip
+        (e.g. a container without a pid namespace yet); a change of the wanted set (a new owner)
+        is sent at once, not after the backoff of another container's retry."""
+        self._loop = Supervised("send the watch set to the kmod-bridge", stop, Backoff(backoff_s, max_backoff_s),
+                                wake=self.changed, node=self.node)  # fmt: skip
+        async for sync in self._loop:
             if await self.sync_once():
                 sync.progress()
             else:

@@ -189,7 +189,7 @@ class Bridge:
         if op not in handlers.KERNEL_OPS:
             return self._reply(op, handlers.EINVAL, (), f"op {op!r} is not served (config is a setting)")
         try:
-            ids, owners = await self._resolve(request)
+            ids, owners, unresolved = await self._resolve(request)
         except (ResolveError, protocol.ProtocolError) as err:
             return self._reply(op, handlers.EINVAL, request.pidns, str(err))
         if request.pods and not ids:
@@ -202,37 +202,42 @@ class Bridge:
             log.info("kmod command", node=self.node, op=op, reason=request.reason or None,
                      pods=",".join(request.pods) or None, pidns=",".join(map(str, ids)))  # fmt: skip
         if op in ("add", "detect"):
-            return await self._watch(op, ids, owners)
+            return await self._watch(op, ids, owners, unresolved)
         await self._remember(op, ids, owners)
         return await self._to_kernel(op, ids)
 
-    async def _watch(self, op: str, ids: list[int], owners: dict[int, Owned]) -> events.KmodReply:
-        """ADD/DETECT: only what the kernel took (or will be sent, when it is away) is remembered."""
+    async def _watch(self, op: str, ids: list[int], owners: dict[int, Owned],
+                     unresolved: list[str]) -> events.KmodReply:
+        """ADD/DETECT: only what the kernel took (or will be sent, when it is away) is remembered;
+        the pods of the command with no pid namespace yet (a container not started) are named in
+        the reply, so the sender asks again for them instead of taking them as watched."""
         await self._drop_replaced(ids, owners)
         try:
             failed = await self._send_targets(handlers.KERNEL_OPS[op], ids)
         except KernelUnavailable as err:
             self.metrics.commands.labels(op, "unavailable").inc()
             await self._remember(op, ids, owners)
-            return self._reply(op, handlers.ENOTCONN, ids, f"kernel module unavailable: {err}")
+            return self._reply(op, handlers.ENOTCONN, ids, f"kernel module unavailable: {err}", unresolved)
         await self._remember(op, [p for p in ids if p not in failed], owners)
         status = next(iter(failed.values()), 0)
         self.metrics.commands.labels(op, "ok" if status >= 0 else "error").inc()
-        return self._reply(op, status, ids, handlers.failures_message(failed))
+        return self._reply(op, status, ids, handlers.failures_message(failed), unresolved)
 
-    async def _resolve(self, request: events.KmodCommand) -> tuple[list[int], dict[int, Owned]]:
+    async def _resolve(self, request: events.KmodCommand) -> tuple[list[int], dict[int, Owned], list[str]]:
+        """The command's pid namespaces, their owners, and its pods with no namespace found."""
         protocol.check_ids(request.pidns)
         recorded = [p for key in request.pods for p in self.watchset.of_pod(*split_key(key))] \
             if request.op in _BY_RECORD else []
         owners: dict[int, Owned] = {}
-        for key, found in (await self.resolver.namespaces(request.pods)).items():
+        resolved = await self.resolver.namespaces(request.pods)
+        for key, found in resolved.items():
             for pidns in found:
                 owner = self.resolver.snapshot.owners.get(pidns)
                 owners[pidns] = (owner.pod, owner.container, owner.container_id) if owner \
                     else (*split_key(key), "")
         ids = list(dict.fromkeys([*request.pidns, *owners, *recorded]))
         protocol.check_ids(ids)
-        return ids, owners
+        return ids, owners, [key for key, found in resolved.items() if not found]
 
     async def _drop_replaced(self, ids: Sequence[int], owners: dict[int, Owned]) -> None:
         """An entry recorded for another container than the one living in its namespace now (the
@@ -274,11 +279,12 @@ class Bridge:
             link.note_timing(reply)
         return handlers.reply_event(self.node, op, status, ids, link.timing, "", replies, self.pod_of)
 
-    def _reply(self, op: str, status: int, ids: Sequence[int], message: str) -> events.KmodReply:
+    def _reply(self, op: str, status: int, ids: Sequence[int], message: str,
+               unresolved: Sequence[str] = ()) -> events.KmodReply:
         if status < 0:
             log.warning("kmod command refused", node=self.node, op=op, status=status, reason=message)
         timing = self.link.timing if self.link is not None else HoldTiming()
-        return handlers.reply_event(self.node, op, status, ids, timing, message)
+        return handlers.reply_event(self.node, op, status, ids, timing, message, unresolved=unresolved)
 
     # --- forgetting what is gone -----------------------------------------------------
 

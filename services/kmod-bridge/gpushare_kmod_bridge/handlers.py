@@ -148,7 +148,7 @@ def namespace_stats(record: protocol.StatsRecord, pod: str) -> events.NamespaceS
 
 def reply_event(node: str, op: str, status: int, ids: Sequence[int], timing: HoldTiming, message: str = "",
                 replies: Sequence[protocol.Reply] = (),
-                pod_of: Callable[[int], str] = lambda _: "") -> events.KmodReply:
+                pod_of: Callable[[int], str] = lambda _: "", unresolved: Sequence[str] = ()) -> events.KmodReply:
     """The answer to a command; every answer carries the kernel's hold parameters as last known
     (``timing``), so that the solver learns them from the kernel too."""
     records = [r for reply in replies for r in reply.stats]
@@ -158,6 +158,7 @@ def reply_event(node: str, op: str, status: int, ids: Sequence[int], timing: Hol
         stats=tuple(namespace_stats(r, pod_of(r.pidns)) for r in records),
         kernel_now_ns=heads[-1].now_ns if heads else 0,
         timeout_ms=timing.timeout_ms if timing.known else 0, max_hold_ms=timing.max_hold_ms if timing.known else 0,
+        unresolved=tuple(unresolved),
     )
 
 
