@@ -11,7 +11,9 @@ control plane (API emulator, NATS) on another, as a cluster's API server is not 
 "any", wherever the scheduler puts them:
 - NodePrepareResources of a claim of one shared device (a new claim each time: the claim read
   from the API, its allocation checked, its CDI spec written and recorded) p50/p99, target p99
-  <= 5 ms; the same call for a claim already prepared (the driver answers from memory: this
+  <= 5 ms; beside it, from the driver's own histogram (``gpushare_dra_prepare_part_seconds``,
+  0.1 ms buckets to 2 ms, interpolated), the driver's own time without the claim's read from
+  the API and that read alone, so a regression shows where it is; the same call for a claim already prepared (the driver answers from memory: this
   machine's gRPC round trip, the floor under every other figure); NodeUnprepareResources;
 - the node's ResourceSlice written again after its inventory changed (a card turns unhealthy,
   then healthy, at the vendor plugin) until the API serves it, p50/p99, target p99 <= 50 ms;
@@ -38,11 +40,13 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from prometheus_client.parser import text_string_to_metric_families
 from gpushare_common import dra
 from gpushare_common.adapters.kube import resource_path
 from gpushare_common.adapters.kubeletapi import dra_v1_pb2 as pb
 from gpushare_common.adapters.kubeletapi import dra_v1_pb2_grpc as pb_grpc
 from gpushare_sim.node.adapters.kube import SimKube
+from gpushare_sim.run.procs import http_text
 from gpushare_sim.run.kubeapi import ensure_namespace
 
 from bench.deviceplugin.__main__ import collector_paused, rss_mb
@@ -136,6 +140,46 @@ def latency_rows(name: str, samples: list[float], target_p99_ms: float | None = 
                 None if target_p99_ms is None else p99 <= target_p99_ms)]
 
 
+def part_counts(metrics_url: str) -> dict[str, list[tuple[float, float]]]:
+    """The driver's prepare parts: per part, cumulative (upper bound, count) of its histogram."""
+    found: dict[str, list[tuple[float, float]]] = {}
+    for family in text_string_to_metric_families(http_text(metrics_url)):
+        if family.name != "gpushare_dra_prepare_part_seconds":
+            continue
+        for sample in family.samples:
+            if sample.name.endswith("_bucket"):
+                found.setdefault(sample.labels["part"], []).append((float(sample.labels["le"]), sample.value))
+    return {part: sorted(buckets) for part, buckets in found.items()}
+
+
+def bucket_percentile(buckets: list[tuple[float, float]], p: float) -> float:
+    """The ``p`` percentile of a cumulative histogram, linear within its bucket."""
+    total = buckets[-1][1] if buckets else 0
+    if not total:
+        return float("nan")
+    wanted, lower, below = total * p / 100, 0.0, 0.0
+    for upper, count in buckets:
+        if count >= wanted:
+            if upper == float("inf"):
+                return lower
+            return lower + (upper - lower) * (wanted - below) / max(count - below, 1e-9)
+        lower, below = upper, count
+    return lower
+
+
+def part_rows(before: dict[str, list[tuple[float, float]]], after: dict[str, list[tuple[float, float]]],
+              placement: str) -> list[Row]:
+    """The driver's own time and the claim's read, over the calls between two scrapes."""
+    rows = []
+    for part, name in (("driver", "its own time, without the claim's read"), ("claim_read", "the claim's read")):
+        old = dict(before.get(part, []))
+        buckets = [(le, count - old.get(le, 0.0)) for le, count in after.get(part, [])]
+        for p in (50, 99):
+            rows.append(Row(PART, f"NodePrepareResources, {name} p{p} (n={int(buckets[-1][1]) if buckets else 0}, "
+                            f"driver histogram), {placement}", bucket_percentile(buckets, p) * 1e3, "ms"))
+    return rows
+
+
 def wakeups(first: int, second: int, rounds: int = 4000) -> list[float]:
     """Round trips of one byte between this process on CPU ``first`` and a child on ``second``
     (a pause now and then lets the CPUs go idle, as between a node's calls)."""
@@ -193,8 +237,12 @@ async def measure(args: argparse.Namespace, work: Path, nats: NatsServer, kubeco
             with grpc.insecure_channel(f"unix://{work / 'plugin' / 'dra.sock'}") as channel:
                 stub = pb_grpc.DRAPluginStub(channel)
                 prepare_cycle(stub, claims[:50])  # warm-up
+                metrics_url = f"http://127.0.0.1:{env['GPUSHARE_HTTP_PORT']}/metrics"
+                before = part_counts(metrics_url)
                 prepare, again, unprepare = prepare_cycle(stub, claims[50:])
+                parts = part_rows(before, part_counts(metrics_url), placement)
             rows = latency_rows("NodePrepareResources, a claim of one shared device", prepare, 5, placement)
+            rows += parts
             rows += latency_rows("NodePrepareResources, the claim already prepared", again, None, placement)
             rows += latency_rows("NodeUnprepareResources", unprepare, None, placement)
             await republish(kube, vendor, 10)  # warm-up

@@ -246,3 +246,14 @@ async def test_a_claim_prepared_by_a_call_made_meanwhile_is_written_once(tmp_pat
     first, second = await asyncio.gather(preparer.prepare([ref]), preparer.prepare([ref]))
     assert first == second and isinstance(first[ref.uid], PreparedClaim)
     assert writes == 1
+
+
+async def test_prepare_reports_its_claims_read_apart_from_the_rest(tmp_path: Path) -> None:
+    """bench.dra shows the driver's own time beside the total: the read is timed on its own, and
+    a call that reads nothing (every claim prepared before) reports no read."""
+    claims = SlowClaims(0.05)
+    ref = claims.add(claim(results=[result(f"gpu-{NODE}-0", "25")]))
+    preparer = make(tmp_path, claims)
+    results, read_s = await preparer.prepare_timed([ref])
+    assert isinstance(results[ref.uid], PreparedClaim) and read_s is not None and read_s >= 0.05
+    assert (await preparer.prepare_timed([ref]))[1] is None

@@ -112,8 +112,11 @@ class Service(ServiceBase):
 
     async def prepare(self, refs: list[ClaimRef]) -> dict[str, PreparedClaim | str]:
         started, shared = time.perf_counter(), self.shared_cards()
-        results = await self.preparer.prepare(refs)
-        self.metrics.observe("prepare", results.values(), time.perf_counter() - started)
+        results, read_s = await self.preparer.prepare_timed(refs)
+        total_s = time.perf_counter() - started
+        self.metrics.observe("prepare", results.values(), total_s)
+        if read_s is not None:  # a call that prepared something new (not an answer from memory)
+            self.metrics.observe_prepare(read_s, total_s)
         if self.shared_cards() != shared:
             self.cards_changed.set()
         return results

@@ -15,6 +15,7 @@ record) and removes spec files of this driver that record nothing (a crash mid-w
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -99,12 +100,19 @@ class Preparer:
         """Per claim UID: what was prepared, or why not (a string). The claims not prepared yet
         are read from the API first, all at once and outside the lock (the kubelet prepares
         several pods' claims at the same time: one slow read must not hold the others up)."""
+        return (await self.prepare_timed(refs))[0]
+
+    async def prepare_timed(self, refs: Sequence[ClaimRef]) -> tuple[dict[str, PreparedClaim | str], float | None]:
+        """:meth:`prepare`, and the seconds its read of the claims from the API took (None: every
+        claim was prepared before, nothing was read)."""
         check_refs(refs)
         wanted = [ref for ref in refs if ref.uid not in self.state.claims]
+        started = time.perf_counter()
         read = await asyncio.gather(*(self._read(ref) for ref in wanted))
+        read_s = time.perf_counter() - started if wanted else None
         bodies = {ref.uid: body for ref, body in zip(wanted, read, strict=True)}
         async with self._lock:
-            return {ref.uid: await self._prepare_one(ref, bodies.get(ref.uid)) for ref in refs}
+            return {ref.uid: await self._prepare_one(ref, bodies.get(ref.uid)) for ref in refs}, read_s
 
     async def _read(self, ref: ClaimRef) -> Obj | str:
         try:
