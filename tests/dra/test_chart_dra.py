@@ -81,3 +81,13 @@ def test_the_driver_is_the_dra_driver_nats_role_through_its_own_token(docs: list
     (callout,) = find(docs, "Deployment", "gpushare-nats-auth")["spec"]["template"]["spec"]["containers"]
     roles = dict(pair.split("=") for pair in env_of(callout)["GPUSHARE_AUTH_ROLES"].split(","))
     assert roles[f"gpushare-system/{spec['serviceAccountName']}"] == "dra-driver"
+
+
+def test_a_rolling_update_starts_the_new_driver_beside_the_old_one(docs: list[dict[str, Any]]) -> None:
+    """Each driver pod's sockets are named after its UID, and the new pod starts before the old one
+    goes (the kubelet moves to the newest registered instance)."""
+    daemonset = find(docs, "DaemonSet", "gpushare-dra-driver")
+    assert daemonset["spec"]["updateStrategy"] == {"type": "RollingUpdate",
+                                                   "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    (container,) = daemonset["spec"]["template"]["spec"]["containers"]
+    assert env_of(container)["GPUSHARE_DRA_INSTANCE"] == {"fieldRef": {"fieldPath": "metadata.uid"}}

@@ -6,7 +6,9 @@ call at once), its allocation checked
 (:mod:`.claims`), its CDI spec built and checked (:mod:`.cdi`), and the spec file written
 with the claim's record in its annotations (:mod:`.state`): one atomic write, after which the
 claim is prepared for a restarted driver too; a claim that fails at any step writes nothing
-and gets its error. Unprepare removes the spec file; an unknown claim is already unprepared.
+and gets its error. Unprepare removes the spec file; an unknown claim is already unprepared. A claim this process
+does not know is looked for in the CDI directory first: during a rolling update another
+instance of the driver may have prepared it, and either instance may be asked to unprepare it.
 At start, :meth:`Preparer.recover` reads the records back from the spec files, merges those of
 an older version's state file (rewriting spec files it names that went missing or carry no
 record) and removes spec files of this driver that record nothing (a crash mid-write).
@@ -45,6 +47,7 @@ class Files(Protocol):
     def write_spec(self, name: str, doc: Obj) -> None: ...
     def remove_spec(self, name: str) -> None: ...
     def read_spec(self, name: str) -> object: ...
+    def has_spec(self, name: str) -> bool: ...
     def spec_names(self) -> list[str]: ...
     def exists(self, path: str) -> bool: ...
     def make_dirs(self, paths: Sequence[str]) -> None: ...
@@ -106,7 +109,7 @@ class Preparer:
         """:meth:`prepare`, and the seconds its read of the claims from the API took (None: every
         claim was prepared before, nothing was read)."""
         check_refs(refs)
-        wanted = [ref for ref in refs if ref.uid not in self.state.claims]
+        wanted = [ref for ref in refs if self._known(ref.uid) is None]
         started = time.perf_counter()
         read = await asyncio.gather(*(self._read(ref) for ref in wanted))
         read_s = time.perf_counter() - started if wanted else None
@@ -120,10 +123,24 @@ class Preparer:
         except ClaimUnreadable as err:
             return str(err)
 
+    def _known(self, uid: str) -> PreparedClaim | None:
+        """The claim as prepared here, or by another instance of the driver (a rolling update: the
+        old and the new one share the CDI directory, and the kubelet may call either)."""
+        known = self.state.claims.get(uid)
+        if known is not None and not self.files.has_spec(known.file):  # unprepared by the other one
+            del self.state.claims[uid]
+            known = None
+        if known is None:
+            name = cdi.spec_file_name(uid)
+            known = record_of(name, self.files.read_spec(name))
+            if known is not None and known.uid == uid:
+                self.state.claims[uid] = known
+        return known
+
     async def _prepare_one(self, ref: ClaimRef, claim: Obj | str | None) -> PreparedClaim | str:
-        known = self.state.claims.get(ref.uid)
-        if known is not None:  # prepared before, or by a call that held the lock while this one read
-            return known
+        known = self._known(ref.uid)
+        if known is not None:  # prepared before, by a call that held the lock while this one read,
+            return known  # or by the other instance of a rolling update
         if claim is None:  # prepared when this call came, unprepared since (rare): read it now
             claim = await self._read(ref)
         try:
@@ -191,7 +208,7 @@ class Preparer:
             return {ref.uid: self._unprepare_one(ref) for ref in refs}
 
     def _unprepare_one(self, ref: ClaimRef) -> str:
-        known = self.state.claims.get(ref.uid)
+        known = self._known(ref.uid)
         if known is None:
             return ""
         try:

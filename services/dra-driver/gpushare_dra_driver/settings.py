@@ -54,6 +54,9 @@ class DraSettings:
     """The longest delay between two attempts."""
     resync_s: float = 60.0
     """How often the slice and the desired health are read again (a safety net)."""
+    instance: str = ""
+    """This instance's own socket names (the pod's UID): during a rolling update the old and the
+    new driver are registered side by side, the kubelet moving to the newest ("": one name)."""
 
     def __post_init__(self) -> None:
         if not dra.is_dns_label(self.driver.replace(".", "-")) or "." not in self.driver:
@@ -64,6 +67,9 @@ class DraSettings:
             if not (mib.isdigit() and mib.isascii() and int(mib) > 0):
                 raise SettingsError("GPUSHARE_DRA_CARD_MEMORY_MIB", f"{resource}={mib}",
                                     "resource=MiB pairs with a positive whole number of MiB")
+        if self.instance and not dra.is_dns_label(self.instance.lower()):
+            raise SettingsError("GPUSHARE_DRA_INSTANCE", self.instance,
+                                "letters, digits and '-' (the pod's UID), at most 63")
         if self.poll_s <= 0 or self.resync_s <= 0:
             raise SettingsError("GPUSHARE_DRA_POLL_S", str(self.poll_s), "positive numbers")
 
@@ -75,11 +81,13 @@ class DraSettings:
 
     @property
     def registration_socket(self) -> str:
-        return f"{self.registry_dir.rstrip('/')}/{self.driver}-reg.sock"
+        suffix = f"-{self.instance}" if self.instance else ""
+        return f"{self.registry_dir.rstrip('/')}/{self.driver}{suffix}-reg.sock"
 
     @property
     def dra_socket(self) -> str:
-        return f"{self.plugin_dir.rstrip('/')}/dra.sock"
+        suffix = f"-{self.instance}" if self.instance else ""
+        return f"{self.plugin_dir.rstrip('/')}/dra{suffix}.sock"
 
     @property
     def state_file(self) -> str:

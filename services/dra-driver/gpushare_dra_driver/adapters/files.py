@@ -50,6 +50,9 @@ class NodeFiles:
         except (OSError, msgspec.DecodeError):
             return None
 
+    def has_spec(self, name: str) -> bool:
+        return os.path.exists(self.cdi_dir / name)
+
     def remove_spec(self, name: str) -> None:
         try:
             os.unlink(self.cdi_dir / name)

@@ -6,6 +6,11 @@ created again) it calls ``Registration.GetInfo``; a ``DRAPlugin`` that offers
 so (``NotifyRegistrationStatus``); anything else is told why not. A socket that goes away
 takes its driver with it. ``prepare``/``unprepare`` call the driver's
 ``NodePrepareResources``/``NodeUnprepareResources`` over its own socket.
+
+As the kubelet does since 1.33, several instances of one driver may be registered at once,
+each under its own sockets (a rolling update: the new DaemonSet pod starts before the old one
+stops): calls go to the instance registered last, and when its socket goes the one before
+takes over.
 """
 
 from __future__ import annotations
@@ -73,11 +78,20 @@ class DraPlugins:
     def __init__(self, registry_dir: Path, poll_s: float = 0.2) -> None:
         self.registry_dir = registry_dir
         self.poll_s = poll_s
-        self.drivers: dict[str, _Driver] = {}
+        self.instances: dict[str, list[_Driver]] = {}  # driver -> its instances, the newest last
         self.refused: dict[str, str] = {}  # socket -> why
+
+    @property
+    def drivers(self) -> dict[str, _Driver]:
+        """Each driver's instance that calls go to (the newest registered)."""
+        return {name: found[-1] for name, found in self.instances.items() if found}
 
     def registered(self) -> list[str]:
         return sorted(self.drivers)
+
+    def endpoints(self, name: str) -> list[str]:
+        """The DRA sockets of a driver's registered instances, the one in use last."""
+        return [d.endpoint for d in self.instances.get(name, [])]
 
     async def run(self, stop: asyncio.Event, after_scan: Callable[[], Awaitable[None]] | None = None) -> None:
         self.registry_dir.mkdir(parents=True, exist_ok=True)
@@ -93,11 +107,14 @@ class DraPlugins:
 
     async def scan(self) -> None:
         sockets = {p: socket_identity(p) for p in self.registry_dir.glob("*.sock") if not p.name.startswith(".")}
-        for name, driver in list(self.drivers.items()):
-            if sockets.get(driver.registration) != driver.identity:
-                log.info("DRA plugin socket gone driver=%s", name)
-                await self.drivers.pop(name).close()
-        known = {d.registration for d in self.drivers.values()}
+        for name, found in list(self.instances.items()):
+            for driver in [d for d in found if sockets.get(d.registration) != d.identity]:
+                log.info("DRA plugin socket gone driver=%s endpoint=%s", name, driver.endpoint)
+                found.remove(driver)
+                await driver.close()
+            if not found:
+                del self.instances[name]
+        known = {d.registration for found in self.instances.values() for d in found}
         for path, identity in sockets.items():
             if path not in known and self.refused.get(str(path)) != str(identity):
                 await self.register(path, identity)
@@ -117,13 +134,13 @@ class DraPlugins:
             log.warning("DRA plugin refused socket=%s: %s", path, problem)
             self.refused[str(path)] = str(identity)
             return
-        old = self.drivers.pop(info.name, None)
-        if old is not None:
+        found = self.instances.setdefault(info.name, [])
+        for old in [d for d in found if d.registration == path or d.endpoint == info.endpoint]:
+            found.remove(old)  # the same instance serving again
             await old.close()
         channel = grpc.aio.insecure_channel(f"unix://{info.endpoint}")
-        self.drivers[info.name] = _Driver(info.name, info.endpoint, path, identity, channel,
-                                          pb_grpc.DRAPluginStub(channel))
-        log.info("DRA plugin registered driver=%s endpoint=%s", info.name, info.endpoint)
+        found.append(_Driver(info.name, info.endpoint, path, identity, channel, pb_grpc.DRAPluginStub(channel)))
+        log.info("DRA plugin registered driver=%s endpoint=%s instances=%d", info.name, info.endpoint, len(found))
 
     def _driver(self, name: str) -> _Driver:
         driver = self.drivers.get(name)
@@ -154,6 +171,7 @@ class DraPlugins:
         return {uid: r.error for uid, r in reply.claims.items()}
 
     async def close(self) -> None:
-        for driver in self.drivers.values():
-            await driver.close()
-        self.drivers.clear()
+        for found in self.instances.values():
+            for driver in found:
+                await driver.close()
+        self.instances.clear()
