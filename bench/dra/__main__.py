@@ -13,8 +13,9 @@ control plane (API emulator, NATS) on another, as a cluster's API server is not 
   from the API, its allocation checked, its CDI spec written and recorded) p50/p99, target p99
   <= 5 ms; beside it, from the driver's own histogram (``gpushare_dra_prepare_part_seconds``,
   0.1 ms buckets to 2 ms, interpolated), the driver's own time without the claim's read from
-  the API and that read alone, so a regression shows where it is; the same call for a claim already prepared (the driver answers from memory: this
-  machine's gRPC round trip, the floor under every other figure); NodeUnprepareResources;
+  the API and that read alone, so a regression shows where it is; the same call for a claim
+  already prepared (the driver answers from memory: this machine's gRPC round trip, the floor
+  under every other figure); NodeUnprepareResources;
 - the node's ResourceSlice written again after its inventory changed (a card turns unhealthy,
   then healthy, at the vendor plugin) until the API serves it, p50/p99, target p99 <= 50 ms;
 - the driver's resident memory;
@@ -40,14 +41,14 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from prometheus_client.parser import text_string_to_metric_families
 from gpushare_common import dra
 from gpushare_common.adapters.kube import resource_path
 from gpushare_common.adapters.kubeletapi import dra_v1_pb2 as pb
 from gpushare_common.adapters.kubeletapi import dra_v1_pb2_grpc as pb_grpc
 from gpushare_sim.node.adapters.kube import SimKube
-from gpushare_sim.run.procs import http_text
 from gpushare_sim.run.kubeapi import ensure_namespace
+from gpushare_sim.run.procs import http_text
+from prometheus_client.parser import text_string_to_metric_families
 
 from bench.deviceplugin.__main__ import collector_paused, rss_mb
 from bench.procs import process

@@ -49,7 +49,8 @@ async def test_registration_names_the_driver_its_socket_and_api(kube_api: KubeAp
             first = await stream.read()
             stream.cancel()
         assert [(d.device.pool_name, d.device.device_name, d.health) for d in first.devices] == \
-            [(node.name, "gpu-dra-node-0", hpb.HEALTHY)]
+            [(node.name, "gpu-dra-node-0", hpb.HEALTHY), (node.name, "spot-gpu-dra-node-0", hpb.UNHEALTHY)], \
+            "a card, and its spot mirror not lent"
 
 
 async def test_bad_requests_fail_clearly_and_write_nothing(kube_api: KubeApi,  # noqa: F811

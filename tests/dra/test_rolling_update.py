@@ -11,13 +11,12 @@ from pathlib import Path
 import pytest
 from gpushare_common import dra
 from gpushare_common.settings import NatsSettings, SettingsError
-from gpushare_dra_driver.app import Service
-from gpushare_dra_driver.settings import DraSettings
-from gpushare_sim.node.testing import wait_until
-
 from gpushare_common.vendors import load_vendor_table
+from gpushare_dra_driver.app import Service
 from gpushare_dra_driver.claims import ClaimRef
 from gpushare_dra_driver.prepare import Preparer
+from gpushare_dra_driver.settings import DraSettings
+from gpushare_sim.node.testing import wait_until
 
 from tests.dra.builders import NODE, claim, result
 from tests.dra.harness import DraNode, common, dra_node, driver_settings

@@ -134,7 +134,12 @@ class Service(ServiceBase):
         return self.preparer.shared_cards()
 
     def device_health(self) -> tuple[int, list[tuple[str, str, bool]]]:
-        return self.board.version, [(self.pool, c.name, c.healthy) for c in self.inventory.cards]
+        """Every card, and its spot mirror: healthy while the card is and the solver lends it (a
+        spot device taken back by its owner is unhealthy: the borrower's pod status says so)."""
+        lendable = lendable_cards(self.inventory.cards, self.spot_health)
+        return self.board.version, [
+            (self.pool, name, healthy) for c in self.inventory.cards
+            for name, healthy in ((c.name, c.healthy), (c.spot_name, c.id in lendable))]
 
     async def health_changed(self, version: int, within_s: float) -> None:
         await self.board.wait_newer(version, within_s)
@@ -256,8 +261,11 @@ class Service(ServiceBase):
         if event.ts < self._health_ts:
             return
         self._health_ts = event.ts
+        lendable = lendable_cards(self.inventory.cards, self.spot_health)
         self.spot_health = dict(event.devices) if event.full else {**self.spot_health, **event.devices}
         self.cards_changed.set()
+        if lendable_cards(self.inventory.cards, self.spot_health) != lendable:
+            self.board.bump()  # the spot devices' health in the kubelet's stream
 
     async def _publish_inventory(self, resend: bool = False) -> None:
         if not self.settings.publish_inventory or not self.bus.is_connected:

@@ -117,6 +117,7 @@ class NodeSim:
         if self.dra is not None and self.api is not None:
             key = await asyncio.to_thread(ids.load_key, str(self.signing_key))
             self.kubelet.claims = ClaimPreparer(self.dra, self.api, key, settings.name)
+            self.dra.on_health = self.kubelet.health_changed
         await self.plugins.start()
         stack.push_async_callback(self.plugins.stop)
         await self.pod_resources.start()

@@ -22,6 +22,7 @@ from gpushare_common import ids
 
 from gpushare_sim.node.adapters.dra import ClaimKey, DraError, DraPlugins
 from gpushare_sim.node.adapters.kube import KubeError
+from gpushare_sim.node.health import AllocatedDevice, DeviceKey, container_status
 from gpushare_sim.node.model import PodDef
 
 log = logging.getLogger("gpushare_sim.node.claims")
@@ -42,6 +43,7 @@ class Prepared:
     drivers: tuple[str, ...]
     devices: list[tuple[tuple[str, ...], tuple[str, ...]]]  # (request names, CDI device IDs)
     users: set[str] = field(default_factory=set)  # pod uids
+    allocated: list[AllocatedDevice] = field(default_factory=list)  # every device, for its health
 
 
 def cdi_annotations(key: bytes, node: str, container: str, cdi_ids: list[str]) -> dict[str, str]:
@@ -68,6 +70,7 @@ class ClaimPreparer:
         self.node = node
         self.prepared: dict[str, Prepared] = {}  # claim uid -> what was prepared
         self.containers: dict[tuple[str, str], list[tuple[str, str, list[str]]]] = {}
+        self.entries: dict[tuple[str, str], list[tuple[str, str, str]]] = {}  # (entry, request, claim uid)
         self._lock = asyncio.Lock()  # pods are admitted and killed concurrently
         self.failing: dict[str, str] = {}  # claim uid -> why its unprepare failed last (logged once)
 
@@ -105,6 +108,7 @@ class ClaimPreparer:
             return known
         drivers = tuple(sorted({str(r.get("driver")) for r in _results(claim)}))
         devices: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
+        allocated: list[AllocatedDevice] = []
         for driver in drivers:
             try:
                 answer = (await self.plugins.prepare(driver, [key]))[key.uid]
@@ -113,7 +117,9 @@ class ClaimPreparer:
             if answer.error:
                 raise ClaimAdmissionError(f"resource claim {key.namespace}/{key.name}: {driver}: {answer.error}")
             devices += [(tuple(d.request_names), tuple(d.cdi_device_ids)) for d in answer.devices]
-        self.prepared[key.uid] = Prepared(key, drivers, devices)
+            allocated += [AllocatedDevice(driver, d.pool_name, d.device_name, tuple(d.cdi_device_ids))
+                          for d in answer.devices]
+        self.prepared[key.uid] = Prepared(key, drivers, devices, allocated=allocated)
         log.info("claim prepared claim=%s/%s drivers=%s", key.namespace, key.name, ",".join(drivers))
         return self.prepared[key.uid]
 
@@ -128,6 +134,7 @@ class ClaimPreparer:
             cdi = [c for requests, ids_ in prepared.devices
                    if not request or not requests or request in requests for c in ids_]
             found.append((prepared.key.namespace, prepared.key.name, cdi))
+            self.entries.setdefault((uid, container), []).append((entry, request, prepared.key.uid))
         self.containers[(uid, container)] = found
         every = [c for _, _, cdi in found for c in cdi]
         return cdi_annotations(self.key, self.node, container, every) if every else {}
@@ -140,6 +147,7 @@ class ClaimPreparer:
     async def _release_pod(self, uid: str) -> None:
         for key in [k for k in self.containers if k[0] == uid]:
             del self.containers[key]
+            self.entries.pop(key, None)
         for prepared in self.prepared.values():
             prepared.users.discard(uid)
         await self._unprepare_unused()
@@ -168,6 +176,22 @@ class ClaimPreparer:
             log.warning("claim not unprepared (tried again later) claim=%s: %s", prepared.key.name, error)
             self.failing[prepared.key.uid] = error
         return not error
+
+    def resource_status(self, uid: str, containers: list[str]) -> dict[str, list[dict[str, Any]]]:
+        """Per container of a pod: its ``allocatedResourcesStatus`` (the devices of the claims it
+        names, with their health as the drivers report it)."""
+        found = {}
+        for container in containers:
+            claims = [(entry, request, prepared.allocated) for entry, request, claim_uid
+                      in self.entries.get((uid, container), []) if (prepared := self.prepared.get(claim_uid))]
+            if claims:
+                found[container] = container_status(claims, self.plugins.health)
+        return found
+
+    def pods_using(self, devices: set[DeviceKey]) -> set[str]:
+        """The pods whose prepared claims hold any of ``devices``."""
+        return {pod for prepared in self.prepared.values() if any(d.key in devices for d in prepared.allocated)
+                for pod in prepared.users}
 
     def dynamic(self, uid: str, container: str) -> list[tuple[str, str, list[str]]]:
         """(claim namespace, claim name, CDI devices) of one container, for pod-resources."""

@@ -28,6 +28,7 @@ from gpushare_sim.node.adapters.runners import Runner, RunnerError
 from gpushare_sim.node.claims import ClaimAdmissionError, ClaimPreparer
 from gpushare_sim.node.devices import ContainerKey, DeviceConflict, DeviceTable
 from gpushare_sim.node.events import NORMAL, WARNING, EventRecorder, Involved
+from gpushare_sim.node.health import DeviceKey, with_resource_status
 from gpushare_sim.node.model import ContainerDef, PodDef
 from gpushare_sim.node.spec import SpecContext, container_spec
 from gpushare_sim.node.status import ContainerState, admission_failure, pod_status
@@ -260,8 +261,20 @@ class Kubelet:
     async def _report(self, worker: PodWorker) -> None:
         status = pod_status(worker.pod, worker.containers, self.context.host_ip)
         pod = worker.pod
+        if self.claims is not None and pod.claims:  # ResourceHealthStatus: the claims' device health
+            uid = pod.uid or pod.key
+            status = with_resource_status(status, self.claims.resource_status(uid, [c.name for c in pod.containers]))
         worker.unreported = not await self._safely(self.api.write_pod_status(pod.namespace, pod.name, status),
                                                    pod.key)
+
+    async def health_changed(self, devices: set[DeviceKey]) -> None:
+        """A driver reported new health for ``devices``: the pods using them report again."""
+        if self.claims is None:
+            return
+        for uid in sorted(self.claims.pods_using(devices)):
+            worker = self.workers.get(uid)
+            if worker is not None and not worker.terminating:
+                await self._report(worker)
 
     @staticmethod
     async def _safely(call: Awaitable[None], pod: str) -> bool:

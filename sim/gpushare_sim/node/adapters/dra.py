@@ -11,6 +11,12 @@ As the kubelet does since 1.33, several instances of one driver may be registere
 each under its own sockets (a rolling update: the new DaemonSet pod starts before the old one
 stops): calls go to the instance registered last, and when its socket goes the one before
 takes over.
+
+Device health (``ResourceHealthStatus``): the instance in use of each driver is asked for
+``DRAResourceHealth.NodeWatchResources``; what it streams goes into :attr:`DraPlugins.health`
+and the devices that changed to ``on_health`` (the kubelet writes the status of the pods
+using them again). A driver that does not serve the stream is not asked again; one whose
+stream ends has its devices' health cleared (Unknown) and is asked again.
 """
 
 from __future__ import annotations
@@ -24,12 +30,15 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from gpushare_common.adapters.kubeletapi import dra_health_v1alpha1_pb2 as hpb
+from gpushare_common.adapters.kubeletapi import dra_health_v1alpha1_pb2_grpc as hpb_grpc
 from gpushare_common.adapters.kubeletapi import dra_v1_pb2 as pb
 from gpushare_common.adapters.kubeletapi import dra_v1_pb2_grpc as pb_grpc
 from gpushare_common.adapters.kubeletapi import pluginregistration_v1_pb2 as rpb
 from gpushare_common.adapters.kubeletapi import pluginregistration_v1_pb2_grpc as rpb_grpc
 
 from gpushare_sim.fakegpu.plugin import socket_identity
+from gpushare_sim.node.health import HEALTHY, UNHEALTHY, UNKNOWN, DeviceHealth, DeviceKey
 
 log = logging.getLogger("gpushare_sim.node.dra")
 PLUGIN_TYPE = "DRAPlugin"
@@ -74,12 +83,21 @@ def check_info(info: Any) -> str:
     return ""
 
 
+HealthHook = Callable[[set[DeviceKey]], Awaitable[None]]
+HEALTH = {hpb.HEALTHY: HEALTHY, hpb.UNHEALTHY: UNHEALTHY}
+HEALTH_RETRY_S = 1.0
+
+
 class DraPlugins:
     def __init__(self, registry_dir: Path, poll_s: float = 0.2) -> None:
         self.registry_dir = registry_dir
         self.poll_s = poll_s
         self.instances: dict[str, list[_Driver]] = {}  # driver -> its instances, the newest last
         self.refused: dict[str, str] = {}  # socket -> why
+        self.health = DeviceHealth()
+        self.on_health: HealthHook | None = None
+        self._watching: dict[str, tuple[str, asyncio.Task[None]]] = {}  # driver -> (endpoint, its stream)
+        self._no_health: set[str] = set()  # endpoints that serve no health stream
 
     @property
     def drivers(self) -> dict[str, _Driver]:
@@ -98,6 +116,7 @@ class DraPlugins:
         try:
             while not stop.is_set():
                 await self.scan()
+                self._watch_health()
                 if after_scan is not None:
                     await after_scan()
                 with contextlib.suppress(TimeoutError):
@@ -170,7 +189,49 @@ class DraPlugins:
             raise DraError(f"NodeUnprepareResources of {name}: {err.code().name}: {err.details()}") from None
         return {uid: r.error for uid, r in reply.claims.items()}
 
+    # --- device health ------------------------------------------------------------
+
+    def _watch_health(self) -> None:
+        """One health stream per driver, from its instance in use."""
+        current = {name: driver.endpoint for name, driver in self.drivers.items()}
+        for name, (endpoint, task) in list(self._watching.items()):
+            if current.get(name) != endpoint or task.done():
+                task.cancel()
+                del self._watching[name]
+        for name, endpoint in current.items():
+            if name not in self._watching and endpoint not in self._no_health:
+                task = asyncio.create_task(self._follow_health(name, endpoint), name=f"dra-health-{name}")
+                self._watching[name] = (endpoint, task)
+
+    async def _follow_health(self, name: str, endpoint: str) -> None:
+        try:
+            async with grpc.aio.insecure_channel(f"unix://{endpoint}") as channel:
+                stream = hpb_grpc.DRAResourceHealthStub(channel).NodeWatchResources(hpb.NodeWatchResourcesRequest())
+                async for reply in stream:
+                    devices = [(d.device.pool_name, d.device.device_name, HEALTH.get(d.health, UNKNOWN))
+                               for d in reply.devices]
+                    await self._health_changed(self.health.update(name, devices))
+        except grpc.RpcError as err:
+            if err.code() == grpc.StatusCode.UNIMPLEMENTED:
+                log.info("DRA driver serves no device health driver=%s", name)
+                self._no_health.add(endpoint)
+                return
+            log.info("DRA device health stream ended driver=%s: %s", name, err.code().name)
+        except asyncio.CancelledError:  # another instance took over, or the kubelet stops
+            self.health.clear(name)
+            raise
+        await self._health_changed(self.health.clear(name))
+        await asyncio.sleep(HEALTH_RETRY_S)  # then the next scan asks again
+
+    async def _health_changed(self, changed: set[DeviceKey]) -> None:
+        if changed and self.on_health is not None:
+            await self.on_health(changed)
+
     async def close(self) -> None:
+        for _, task in self._watching.values():
+            task.cancel()
+        await asyncio.gather(*(task for _, task in self._watching.values()), return_exceptions=True)
+        self._watching.clear()
         for found in self.instances.values():
             for driver in found:
                 await driver.close()
