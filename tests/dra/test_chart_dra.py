@@ -91,3 +91,18 @@ def test_a_rolling_update_starts_the_new_driver_beside_the_old_one(docs: list[di
                                                    "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
     (container,) = daemonset["spec"]["template"]["spec"]["containers"]
     assert env_of(container)["GPUSHARE_DRA_INSTANCE"] == {"fieldRef": {"fieldPath": "metadata.uid"}}
+
+
+def test_the_driver_can_run_the_nodes_mps_daemon(docs: list[dict[str, Any]]) -> None:
+    """The daemon is the driver's child: every card (the NVIDIA runtime) and, as /dev/shm, the host
+    directory each capped share mounts as its own (DraSettings.mps_dir + /shm)."""
+    spec = find(docs, "DaemonSet", "gpushare-dra-driver")["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    assert spec["runtimeClassName"] == "nvidia" and env_of(container)["NVIDIA_VISIBLE_DEVICES"] == "all"
+    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == "/dev/shm"]
+    (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+    assert volume["hostPath"]["path"] == f"{DraSettings().mps_dir}/shm"
+    off = find(render({"dra": {**ON["dra"], "mps": {"enabled": False}}}), "DaemonSet", "gpushare-dra-driver")
+    (plain,) = off["spec"]["template"]["spec"]["containers"]
+    assert "runtimeClassName" not in off["spec"]["template"]["spec"]
+    assert env_of(plain)["GPUSHARE_DRA_MPS_PROFILES"] == "" and DraSettings(mps_profiles=()).mps_profiles == ()

@@ -37,6 +37,7 @@ from .adapters.files import NodeFiles
 from .claims import ClaimRef
 from .inventory import Inventory
 from .metrics import DriverMetrics
+from .mps import DaemonError, MpsDaemon
 from .prepare import ClaimSource, Node, Preparer
 from .settings import DraSettings
 from .slices import build_slice, lendable_cards
@@ -93,8 +94,10 @@ class Service(ServiceBase):
         self.registered = ""
         self.preparer = Preparer(
             Node(settings.driver, self.pool, settings.shares, vendors, settings.device_root,
-                 settings.host_root, settings.isolation_dir, self.inventory.devices),
+                 settings.host_root, settings.mps_dir, self.inventory.devices),
             self, self.files, self.files.load_state())
+        self.mps = MpsDaemon(self.node, settings.mps_dir, settings.mps_command, settings.mps_ready_s)
+        self.skeleton.on_exit(self.mps.close)
         self.sockets = [kubelet.dra_server(settings.dra_socket, self, self.stopping, settings.resync_s),
                         kubelet.registration_server(settings.registration_socket, self)]
         for server in self.sockets:  # closed on exit before NATS is drained
@@ -113,6 +116,7 @@ class Service(ServiceBase):
     async def prepare(self, refs: list[ClaimRef]) -> dict[str, PreparedClaim | str]:
         started, shared = time.perf_counter(), self.shared_cards()
         results, read_s = await self.preparer.prepare_timed(refs)
+        results = await self._with_daemon(results)
         total_s = time.perf_counter() - started
         self.metrics.observe("prepare", results.values(), total_s)
         if read_s is not None:  # a call that prepared something new (not an answer from memory)
@@ -124,10 +128,33 @@ class Service(ServiceBase):
     async def unprepare(self, refs: list[ClaimRef]) -> dict[str, str]:
         started, shared = time.perf_counter(), self.shared_cards()
         results = await self.preparer.unprepare(refs)
+        if self.mps.needed and not self.capped():
+            await self.mps.ensure(False)  # the last capped share is gone
         self.metrics.observe("unprepare", results.values(), time.perf_counter() - started)
         if self.shared_cards() != shared:
             self.cards_changed.set()
         return results
+
+    def capped(self) -> frozenset[str]:
+        """Cards with prepared shares whose caps need the MPS control daemon."""
+        return self.preparer.capped_cards(self.settings.mps_profiles)
+
+    async def _with_daemon(self, results: dict[str, PreparedClaim | str]) -> dict[str, PreparedClaim | str]:
+        """Answer capped shares only once the MPS control daemon answers; if it cannot, those of
+        this call fail and are unprepared (the kubelet asks again)."""
+        capped = self.capped()
+        if not capped:
+            return results
+        try:
+            await self.mps.ensure(True)
+            return results
+        except DaemonError as err:
+            failed = [c for c in results.values() if isinstance(c, PreparedClaim) and any(
+                card in capped and role == dra.ROLE_SHARE for card, role in zip(c.cards, c.roles, strict=False))]
+            await self.preparer.unprepare([ClaimRef(c.namespace, c.name, c.uid) for c in failed])
+            self.mps.needed = bool(self.capped())
+            why = f"the MPS control daemon did not start ({err}); its caps would not hold"
+            return {**results, **{c.uid: f"claim {c.namespace}/{c.name}: {why}" for c in failed}}
 
     def shared_cards(self) -> frozenset[str]:
         """Cards with shares prepared here: not lent to spot claims while they are shared."""
@@ -155,6 +182,10 @@ class Service(ServiceBase):
         leaks, rewritten = self.preparer.recover()
         log.info("prepared claims restored", node=self.node, claims=len(self.preparer.state.claims),
                  leaks_removed=len(leaks), specs_rewritten=len(rewritten))
+        if self.capped():  # shares prepared before a restart: their daemon first
+            with contextlib.suppress(DaemonError):  # else the supervisor tries again
+                await self.mps.ensure(True)
+        self.tasks.spawn("mps", self.mps.supervise(self.settings.poll_s))
         for server in self.sockets:
             await server.start()
         await kubelet.dial(self.settings.registration_socket)
@@ -291,5 +322,6 @@ class Service(ServiceBase):
             "lendable": sorted(lendable_cards(self.inventory.cards, self.spot_health)),
             "slice_generation": self.generation,
             "prepared": self.preparer.status(),
+            "mps_daemon": self.mps.status(),
             "shares_per_card": self.settings.shares, "device_classes": list(dra.DEVICE_CLASSES),
         }

@@ -17,6 +17,7 @@ record) and removes spec files of this driver that record nothing (a crash mid-w
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -68,7 +69,7 @@ class Node:
     vendors: Mapping[str, VendorResource]
     device_root: str  # prefix of device nodes' host paths in the CDI specs
     host_root: str  # where this process sees the host's /dev
-    isolation_dir: str
+    mps_dir: str  # the node's MPS directories: every capped share's shadow_dir
     cards: Callable[[], Mapping[str, tuple[Card, bool]]]
 
 
@@ -175,22 +176,40 @@ class Preparer:
                                          roles=tuple(i.role for i in devices),
                                          cards=tuple(i.card.id for i in devices)))
 
-    def _caps(self, item: Allocated) -> isolation.ShareEdits | None:
-        """A share's caps where its vendor offers them (N = capacity, k = its shares)."""
-        vendor = self.node.vendors.get(item.card.vendor)
-        if item.role != dra.ROLE_SHARE or vendor is None:
+    def _profile(self, resource: str) -> isolation.Isolation | None:
+        """The isolation profile of a vendor resource's shares (None: not in the vendor table)."""
+        vendor = self.node.vendors.get(resource)
+        if vendor is None:
             return None
-        found = self._profiles.get(item.card.vendor)
+        found = self._profiles.get(resource)
         if found is None:
             doc = isolation.NVIDIA_MPS if vendor.isolation == "nvidia-mps" else vendor.isolation
-            found = isolation.parse_isolation(f"vendor table {item.card.vendor}", "isolation", doc)
-            self._profiles[item.card.vendor] = found
-        if found.soft:
+            found = isolation.parse_isolation(f"vendor table {resource}", "isolation", doc)
+            self._profiles[resource] = found
+        return found
+
+    def capped_cards(self, profiles: Sequence[str]) -> frozenset[str]:
+        """Cards with prepared shares of an isolation profile in ``profiles`` (those needing a daemon)."""
+        vendors = {card.id: card.vendor for card, _ in self.node.cards().values()}
+        found = set()
+        for claim in self.state.claims.values():
+            for card, role in zip(claim.cards, claim.roles, strict=False):
+                if role != dra.ROLE_SHARE or card not in vendors:
+                    continue
+                with contextlib.suppress(isolation.IsolationError):
+                    profile = self._profile(vendors[card])
+                    if profile is not None and profile.name in profiles:
+                        found.add(card)
+        return frozenset(found)
+
+    def _caps(self, item: Allocated) -> isolation.ShareEdits | None:
+        """A share's caps where its vendor offers them (N = capacity, k = its shares)."""
+        found = self._profile(item.card.vendor) if item.role == dra.ROLE_SHARE else None
+        if found is None or found.soft:
             return None
         values: dict[str, int | str | None] = {
             "n": self.node.shares, "k": item.shares, "card_memory_mib": item.card.memory_mib,
-            "percent": max(100 * item.shares // self.node.shares, 1),
-            "shadow_dir": f"{self.node.isolation_dir.rstrip('/')}/{self.node.pool}_{item.card.name}"}
+            "percent": max(100 * item.shares // self.node.shares, 1), "shadow_dir": self.node.mps_dir}
         edits = isolation.compute(found, values, f"share of {item.card.id}")
         self.files.make_dirs([m["source"] for m in edits.mounts])
         return edits

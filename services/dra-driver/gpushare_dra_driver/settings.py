@@ -10,6 +10,10 @@ from gpushare_common.settings import CommonSettings, SettingsError, topic
 
 PREFIX = "GPUSHARE_DRA_"
 
+# NVIDIA's control daemon in the foreground; on SIGTERM it is told to quit (its servers with it)
+MPS_COMMAND = ("nvidia-cuda-mps-control -f & daemon=$!; "
+               "trap 'echo quit | nvidia-cuda-mps-control; wait \"$daemon\"' TERM INT; wait \"$daemon\"")
+
 
 @dataclass(frozen=True, slots=True)
 class DraSettings:
@@ -39,7 +43,14 @@ class DraSettings:
     card_model: dict[str, str] = field(default_factory=dict)
     """Vendor resource -> the cards' model name (published as an attribute)."""
     isolation_dir: str = "/run/gpushare/isolation"
-    """Where a capped card's MPS directories live."""
+    """Where the node's MPS directories live (<isolation_dir>/dra)."""
+    mps_profiles: tuple[str, ...] = ("mps",)
+    """The isolation profiles whose prepared shares need the node's MPS control daemon, which the
+    driver runs while any is prepared."""
+    mps_command: str = MPS_COMMAND
+    """The MPS control daemon's command (run with sh -c, the MPS directories in its environment)."""
+    mps_ready_s: float = 10.0
+    """The daemon's control socket answers within this, or the capped claims fail."""
     shares: int = dra.DEFAULT_SHARES
     """A card's consumable capacity in shares."""
     spot: bool = True
@@ -70,6 +81,8 @@ class DraSettings:
         if self.instance and not dra.is_dns_label(self.instance.lower()):
             raise SettingsError("GPUSHARE_DRA_INSTANCE", self.instance,
                                 "letters, digits and '-' (the pod's UID), at most 63")
+        if self.mps_ready_s <= 0:
+            raise SettingsError("GPUSHARE_DRA_MPS_READY_S", str(self.mps_ready_s), "a positive number of seconds")
         if self.poll_s <= 0 or self.resync_s <= 0:
             raise SettingsError("GPUSHARE_DRA_POLL_S", str(self.poll_s), "positive numbers")
 
@@ -88,6 +101,11 @@ class DraSettings:
     def dra_socket(self) -> str:
         suffix = f"-{self.instance}" if self.instance else ""
         return f"{self.plugin_dir.rstrip('/')}/dra{suffix}.sock"
+
+    @property
+    def mps_dir(self) -> str:
+        """The node's MPS directories (pipe, log, shm): the shadow_dir of every capped share."""
+        return f"{self.isolation_dir.rstrip('/')}/dra"
 
     @property
     def state_file(self) -> str:

@@ -9,11 +9,14 @@ so a scenario can read the caps inside every SharePod's container.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from gpushare_sim.fakegpu.cards import VENDOR_RESOURCE
 
 PROFILE = "sim_caps"
+# what a DRA node's driver runs as the MPS control daemon of this profile's shares
+MPS_STAND_IN = f"exec {sys.executable} -m gpushare_sim.fakegpu.mpsd"
 MEMORY_ENV = "GPUSHARE_SIM_MEMORY_LIMIT_MIB"
 PERCENT_ENV = "GPUSHARE_SIM_COMPUTE_PERCENT"
 SHARES_ENV = "GPUSHARE_SIM_SHARES"

@@ -73,8 +73,8 @@ def node_services(cluster: Cluster, node: Node) -> list[tuple[str, str, dict[str
 
 def dra_node_services(cluster: Cluster, node: Node) -> list[tuple[str, str, dict[str, str]]]:
     """A DRA node: the DRA driver in place of the device plugins (it publishes the node's cards,
-    from the vendor plugin it reads, as its card inventory), the solver tainting owner-back spot
-    devices."""
+    from the vendor plugin it reads, as its card inventory, and runs the stand-in MPS control
+    daemon while capped shares are prepared), the solver tainting owner-back spot devices."""
     services = {name: (module, env) for name, module, env in node_services(cluster, _plain(node))}
     d = node.dir
     services.pop("deviceplugin")
@@ -83,7 +83,8 @@ def dra_node_services(cluster: Cluster, node: Node) -> list[tuple[str, str, dict
         dra_driver.DraSettings, dra_driver.PREFIX, registry_dir=str(d / "plugins_registry"),
         plugin_dir=str(d / "plugins" / "gpushare.k8s.io"), cdi_dir=str(d / "cdi"),
         device_plugin_dir=str(d / "device-plugins"), runtime_config=str(d / "runtime.json"), host_root=str(d),
-        device_root=str(d), isolation_dir=str(d / "isolation"),
+        device_root=str(d), isolation_dir=str(d / "isolation"), mps_profiles=(vendor.PROFILE,),
+        mps_command=vendor.MPS_STAND_IN,
         card_memory_mib={VENDOR_RESOURCE: str(node.endpoints["gpu_memory_mib"])}))  # fmt: skip
     return [(name, module, env) for name, (module, env) in services.items()]
 

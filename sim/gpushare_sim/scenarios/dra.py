@@ -13,6 +13,7 @@ owner is away again and the card lent again.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from gpushare_common.adapters.kube import Conflict, NotFound, resource_path
 from gpushare_sim.fakegpu import vendor
 from gpushare_sim.node.adapters.kube import SimKube
 from gpushare_sim.run.cluster import Node
+from gpushare_sim.run.procs import http_json
 from gpushare_sim.scenarios.kit import (
     GPU,
     LIST_DEVICES,
@@ -49,6 +51,7 @@ def api(s: Scenario) -> SimKube:
 
 REPORT = ["sh", "-c", "ls -l /dev > /run/gpuload/devs; env > /run/gpuload/env; exec sleep 3600"]
 QUARTER = {"deviceClassName": dra.SHARE_CLASS, "capacity": {"requests": {dra.SHARES: "25"}}}
+HALF = {"deviceClassName": dra.SHARE_CLASS, "capacity": {"requests": {dra.SHARES: "50"}}}
 WHOLE = {"deviceClassName": dra.EXCLUSIVE_CLASS}
 SPOT = {"deviceClassName": dra.SPOT_CLASS}
 
@@ -135,29 +138,70 @@ async def _cards(s: Scenario, node: str, count: int) -> list[Obj] | None:
 
 async def shares(s: Scenario, node: Node) -> str:
     await template(s, "quarter", QUARTER)
+    await template(s, "half", HALF)
+    if (await mps_daemon(s, node))["answers"]:
+        raise ScenarioError("the MPS control daemon runs before any capped share is prepared")
     started = time.monotonic()
     names = [f"quarter-{i}" for i in range(1, 6)]
     for name in names:
         await s.create(claim_pod(name, "quarter", node.name, REPORT))
-    seen = {name: await s.devices_seen(name, timeout=90) for name in names}
-    s.hop("5 claims of 25 shares created -> all running", time.monotonic() - started)
+    await s.create(claim_pod("half", "half", node.name, REPORT))
+    seen = {name: await s.devices_seen(name, timeout=90) for name in [*names, "half"]}
+    s.hop("5 claims of 25 shares and 1 of 50 created -> all running", time.monotonic() - started)
     first = {tuple(seen[n]) for n in names[:4]}
     if len(first) != 1 or len(next(iter(first))) != 1 or seen[names[4]] in [list(c) for c in first]:
         raise ScenarioError(f"four quarters should see one card and the fifth another, saw {seen}")
     cards = {n: await claim_devices(s, n) for n in names}
     s.say(f"four claims of 25 shares share {seen[names[0]][0]} ({cards[names[0]][0]}); the fifth got "
-          f"{seen[names[4]][0]} ({cards[names[4]][0]})")
-    env = set((await _env(s, node, names[0])).splitlines())
-    expected = vendor.expected_caps(int(node.endpoints["gpu_memory_mib"]), dra.DEFAULT_SHARES, 25)
-    caps = {f"{k}={v}" for k, v in expected.items()}
-    if not caps <= env:
-        raise ScenarioError(f"a share's container should carry its caps {sorted(caps)}, it has {sorted(env)}")
-    s.say(f"each share's container carries its caps from the CDI edits ({', '.join(sorted(caps))})")
-    for name in names:
+          f"{seen[names[4]][0]} ({cards[names[4]][0]}), beside a claim of 50")
+    for name, k in ((names[0], 25), ("half", 50)):
+        await check_caps(s, node, name, k)
+    await daemon_started_first(s, node, names)
+    for name in [*names, "half"]:
         await s.delete(name)
-    for name in names:
+    for name in [*names, "half"]:
         await s.wait_gone(name)
-    return f"4 x 25 shares on {cards[names[0]][0]}, the 5th on {cards[names[4]][0]}"
+    await wait_until(lambda: _daemon_stopped(s, node), 30, "the MPS control daemon stopped after the last share",
+                     s.cluster)
+    s.say("the last capped share gone: the driver stopped the MPS control daemon")
+    return f"4 x 25 shares on {cards[names[0]][0]}, the 5th on {cards[names[4]][0]}, capped, the MPS daemon " \
+           "up from before the first to after the last"
+
+
+async def check_caps(s: Scenario, node: Node, pod: str, k: int) -> None:
+    """The share's container carries memory x k / N, compute and k / N (from the CDI edits)."""
+    env = set((await _env(s, node, pod)).splitlines())
+    expected = vendor.expected_caps(int(node.endpoints["gpu_memory_mib"]), dra.DEFAULT_SHARES, k)
+    caps = {f"{key}={value}" for key, value in expected.items()}
+    if not caps <= env:
+        raise ScenarioError(f"{pod} ({k} shares) should carry its caps {sorted(caps)}, it has {sorted(env)}")
+    s.say(f"{pod}: {k} of {dra.DEFAULT_SHARES} shares, its container's caps from the CDI edits",
+          **dict(sorted(expected.items())))
+
+
+async def mps_daemon(s: Scenario, node: Node) -> dict[str, Any]:
+    """The driver's view of the node's MPS control daemon (its /status)."""
+    doc = await asyncio.to_thread(http_json, f"{s.cluster.service('dra-driver', node.name).http}/status")
+    return dict(doc["mps_daemon"])
+
+
+async def daemon_started_first(s: Scenario, node: Node, shares: list[str]) -> None:
+    """The daemon answers, and it started before the first share's container did."""
+    daemon = await mps_daemon(s, node)
+    if not daemon["answers"] or not daemon["pid"]:
+        raise ScenarioError(f"capped shares run, yet the node's MPS control daemon does not answer: {daemon}")
+    log = Path(daemon["directory"]) / "log" / "control.log"
+    started = next(line.split()[0] for line in log.read_text().splitlines() if line.endswith(" started"))
+    first = min([str((await s.pod(p) or {})["status"]["containerStatuses"][0]["state"]["running"]["startedAt"])
+                 for p in shares])
+    if started[:19] > first[:19]:
+        raise ScenarioError(f"the MPS control daemon started at {started}, after a share's container ({first})")
+    s.say(f"the driver's MPS control daemon (pid {daemon['pid']}) started at {started}, before the first share's "
+          f"container ({first})")
+
+
+async def _daemon_stopped(s: Scenario, node: Node) -> bool:
+    return not (await mps_daemon(s, node))["answers"]
 
 
 async def _env(s: Scenario, node: Node, pod: str) -> str:
