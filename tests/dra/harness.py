@@ -18,6 +18,7 @@ from gpushare_common.settings import CommonSettings, HttpSettings, KubeSettings,
 from gpushare_common.vendors import load_vendor_table
 from gpushare_dra_driver.app import Service
 from gpushare_dra_driver.settings import DraSettings
+from gpushare_sim.fakegpu import vendor
 from gpushare_sim.node.adapters.kube import SimKube
 from gpushare_sim.node.adapters.runners import ProcessRunner
 from gpushare_sim.node.app import NodeSim
@@ -32,11 +33,14 @@ Obj = dict[str, Any]
 
 
 def driver_settings(node_dir: Path, **extra: Any) -> DraSettings:
+    """The driver of the test's node (its vendor table is the built-in one: NVIDIA with MPS, whose
+    control daemon is the sim's stand-in)."""
+    settings: dict[str, Any] = {"mps_command": vendor.MPS_STAND_IN, **extra}
     return DraSettings(registry_dir=str(node_dir / "plugins_registry"), plugin_dir=str(node_dir / "plugins" / "dra"),
                        cdi_dir=str(node_dir / "cdi"), device_plugin_dir=str(node_dir / "device-plugins"),
                        runtime_config=str(node_dir / "runtime.json"), host_root=str(node_dir),
                        device_root=str(node_dir), isolation_dir=str(node_dir / "isolation"),
-                       card_memory_mib={"nvidia.com/gpu": "16384"}, poll_s=0.1, backoff_min_s=0.1, **extra)
+                       card_memory_mib={"nvidia.com/gpu": "16384"}, poll_s=0.1, backoff_min_s=0.1, **settings)
 
 
 def common(node: str, kubeconfig: Path, nats: NatsSettings) -> CommonSettings:

@@ -11,7 +11,6 @@ from pathlib import Path
 
 from gpushare_common import dra
 from gpushare_common.settings import NatsSettings
-from gpushare_sim.fakegpu import vendor
 from gpushare_sim.node.testing import wait_until
 
 from tests.dra.harness import DraNode, dra_node
@@ -20,7 +19,6 @@ from tests.support.kubeapi import (
     kube_api,  # noqa: F401  (the fixture)
 )
 
-MPS = {"mps_command": vendor.MPS_STAND_IN}  # the vendor table here is the built-in one: NVIDIA with MPS
 
 
 def share(shares: int) -> dict[str, object]:
@@ -39,7 +37,7 @@ def log_lines(node: DraNode) -> list[str]:
 
 async def test_the_daemon_runs_exactly_while_capped_shares_do(kube_api: KubeApi,  # noqa: F811
                                                               nats_settings: NatsSettings) -> None:
-    async with dra_node(kube_api, nats_settings, gpus=1, **MPS) as node:
+    async with dra_node(kube_api, nats_settings, gpus=1) as node:
         await wait_until(node.slice_devices, 15, "the node's slice")
         await node.classes()
         await node.template("quarter", share(25))

@@ -22,7 +22,7 @@ LOG_VARIABLE = "CUDA_MPS_LOG_DIRECTORY"
 
 def _log(directory: Path, line: str) -> None:
     with contextlib.suppress(OSError), (directory / "control.log").open("a") as log:
-        log.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} pid {os.getpid()} {line}\n")
+        log.write(f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} pid {os.getpid()} {line}\n")
 
 
 async def serve(pipe: Path, logs: Path) -> None:
