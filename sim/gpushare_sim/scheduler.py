@@ -11,7 +11,9 @@ name.  Pods that fit nowhere stay Pending and are tried again.
 Pods with resource claims (Dynamic Resource Allocation) also need a node where every claim
 is allocated or can be allocated from that node's ResourceSlices; the claims are allocated
 and reserved for the pod before it is bound, and released when it is gone
-(:mod:`gpushare_sim.dra.scheduling`).
+(:mod:`gpushare_sim.dra.scheduling`). An extended resource a DeviceClass serves
+(``extendedResourceName``) is taken from the device plugin on a node that has it in its
+allocatable, else through a special claim allocated there (:mod:`gpushare_sim.dra.extended`).
 
 Run: ``python -m gpushare_sim.scheduler --api KUBECONFIG``.
 """
@@ -22,7 +24,7 @@ import argparse
 import asyncio
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from decimal import Decimal
 from typing import Any
@@ -87,8 +89,16 @@ def _matches(pod: PodDef, node: dict[str, Any]) -> bool:
     return all(labels.get(k) == v for k, v in pod.node_selector.items())
 
 
+def served_by_dra(node: dict[str, Any], mapped: Iterable[str]) -> set[str]:
+    """Of the extended resources a DeviceClass serves, those this node's allocatable lacks: DRA
+    serves them here (the device plugin where the node has them)."""
+    allocatable = node_allocatable(node)
+    return {r for r in mapped if allocatable.get(r, Decimal(0)) == 0}
+
+
 def choose_node(pod: PodDef, nodes: list[dict[str, Any]], pods: list[PodDef],
-                fits_claims: Callable[[str], bool] | None = None) -> str | None:
+                fits_claims: Callable[[dict[str, Any]], bool] | None = None,
+                mapped: Iterable[str] = ()) -> str | None:
     requests = pod.requests()
     extended = [r for r in requests if "/" in r]
     candidates: list[tuple[Decimal, str]] = []
@@ -96,7 +106,9 @@ def choose_node(pod: PodDef, nodes: list[dict[str, Any]], pods: list[PodDef],
         if not node_ready(node) or not _matches(pod, node):
             continue
         free = free_resources(node, pods)
-        if fits(requests, free) and (fits_claims is None or fits_claims(str(node["metadata"]["name"]))):
+        by_dra = served_by_dra(node, mapped)
+        here = {r: q for r, q in requests.items() if r not in by_dra}
+        if fits(here, free) and (fits_claims is None or fits_claims(node)):
             spare = sum((free.get(r, Decimal(0)) - requests[r] for r in extended), Decimal(0))
             candidates.append((-spare, str(node["metadata"]["name"])))
     return min(candidates)[1] if candidates else None
@@ -127,7 +139,7 @@ class Scheduler:
         objs, _ = await self.api.list_pods()
         nodes, _ = await self.api.list_nodes()
         pods = [p for p in map(_parse, objs) if p is not None]
-        if any(pod_claims(o) for o in objs) or self.dra.objects.claims:
+        if any(pod_claims(o) or _asks_extended(o) for o in objs) or self.dra.objects.claims:
             await self.dra.refresh()
             if await self.dra.release(objs):
                 await self.dra.refresh()
@@ -152,30 +164,37 @@ class Scheduler:
 
     async def _place(self, obj: dict[str, Any], pod: PodDef, nodes: list[dict[str, Any]],
                      pods: list[PodDef]) -> str | None:
-        """The node for ``pod``; a pod with claims gets them allocated and reserved there first."""
-        if not pod_claims(obj):
+        """The node for ``pod``; a pod with claims, or with extended resources DRA serves on the
+        node, gets them allocated and reserved there first."""
+        mapped = self.dra.extended_resources(obj)
+        if not pod_claims(obj) and not mapped:
             return choose_node(pod, nodes, pods)
         try:
             claims = await self.dra.ensure_claims(obj)
         except (NotReady, KubeError) as why:
             self._waiting_for(pod, str(why))
             return None
-        plans: dict[str, dict[str, list[dict[str, Any]]]] = {}
+        plans: dict[str, tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]] = {}
         reasons: list[str] = []
 
-        def fits_claims(node: str) -> bool:
+        def fits_claims(node: dict[str, Any]) -> bool:
+            name = str(node["metadata"]["name"])
             try:
-                plans[node] = self.dra.plan(claims, node)
+                special = self.dra.extended_claim(obj, served_by_dra(node, mapped))
+                wanted = [*claims, *([special] if special is not None else [])]
+                plans[name] = (wanted, self.dra.plan(wanted, name))
             except AllocationError as err:
-                reasons.append(f"{node}: {err}")
+                reasons.append(f"{name}: {err}")
                 return False
             return True
 
-        target = choose_node(pod, nodes, pods, fits_claims)
+        target = choose_node(pod, nodes, pods, fits_claims, mapped)
         if target is None:
             self._waiting_for(pod, "; ".join(reasons) or "no node fits the pod's requests")
             return None
-        await self.dra.reserve(obj, claims, plans[target], target)
+        wanted, plan = plans[target]
+        wanted, plan = await self.dra.create_extended(obj, wanted, plan)
+        await self.dra.reserve(obj, wanted, plan, target)
         self._waiting.pop(pod.key, None)
         return target
 
@@ -195,6 +214,13 @@ class Scheduler:
                 await asyncio.wait_for(stop.wait(), self.interval_s)
             except TimeoutError:
                 pass
+
+
+def _asks_extended(obj: dict[str, Any]) -> bool:
+    """A pending pod asking for an extended resource (a DeviceClass may serve it)."""
+    return pending_unbound(obj) and any(
+        "/" in r for c in (obj.get("spec") or {}).get("containers") or [] if isinstance(c, dict)
+        for part in ("requests", "limits") for r in ((c.get("resources") or {}).get(part) or {}))
 
 
 def _parse(obj: dict[str, Any]) -> PodDef | None:

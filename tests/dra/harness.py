@@ -94,7 +94,7 @@ class DraNode:
 
     async def slice_devices(self) -> list[Obj]:
         items = await self.kube.list_resource_slices(f"spec.nodeName={self.name}")
-        return [d for s in items for d in s["spec"]["devices"]]
+        return [d for s in items for d in s["spec"].get("devices", [])]
 
     async def running(self, name: str) -> None:
         async def probe() -> bool:

@@ -8,10 +8,11 @@ import dataclasses
 from typing import Any
 
 import pytest
+import yaml
 from gpushare_common import dra
 from gpushare_dra_driver.settings import DraSettings
 
-from tests.deploy.chart import render
+from tests.deploy.chart import _helm, render
 from tests.deploy.test_chart import env_of, find
 from tests.deploy.test_rbac import adapter_operations, compare, granted, needed_grants, package_dir
 
@@ -23,9 +24,33 @@ def docs() -> list[dict[str, Any]]:
     return render(ON)
 
 
+def rendered_on(version: str, values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The chart as helm renders it for a cluster of ``version`` serving resource.k8s.io/v1."""
+    text = _helm(["--kube-version", version, "--api-versions", "resource.k8s.io/v1"], values or ON, [])
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def classes(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == "DeviceClass"]
+
+
 def test_device_classes_are_gpushare_common_s(docs: list[dict[str, Any]]) -> None:
-    for name in dra.DEVICE_CLASSES:
-        assert find(docs, "DeviceClass", name) == dra.device_class(name)
+    assert classes(docs) == dra.device_classes()  # helm's default cluster: no extended resources
+
+
+@pytest.mark.parametrize("version, extended", [("1.35.0", False), ("1.36.0", True), ("1.37.2", True)])
+def test_device_classes_serve_the_extended_resources_where_the_cluster_does(version: str, extended: bool) -> None:
+    """DRAExtendedResource (and partitionable devices) are on by default from 1.36: the chart reads
+    the cluster's version and APIs (.Capabilities) and names every gpushare extended resource."""
+    docs = rendered_on(version)
+    specs = ((2, 3, 4, 5), (2, 4, 8, 16))
+    assert classes(docs) == dra.device_classes(*specs, extended=extended)
+    (container,) = find(docs, "DaemonSet", "gpushare-dra-driver")["spec"]["template"]["spec"]["containers"]
+    env = env_of(container)
+    assert (env.get("GPUSHARE_DRA_EXTENDED_SHARE_SPECS"), env.get("GPUSHARE_DRA_EXTENDED_DEV_SPECS")) == \
+        (("2,3,4,5", "2,4,8,16") if extended else (None, None))
+    forced = classes(rendered_on("1.34.0", {"dra": {**ON["dra"], "extendedResources": True}}))
+    assert forced == dra.device_classes(*specs, extended=True), "forced on a 1.34 cluster with the gates on"
 
 
 @pytest.mark.parametrize("service, account", [("dra-driver", "gpushare-dra-driver"), ("solver", "gpushare-solver")])

@@ -20,7 +20,6 @@ from tests.support.kubeapi import (
 )
 
 
-
 def share(shares: int) -> dict[str, object]:
     return {"deviceClassName": dra.SHARE_CLASS, "capacity": {"requests": {dra.SHARES: str(shares)}}}
 

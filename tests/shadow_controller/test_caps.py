@@ -194,3 +194,14 @@ async def test_the_controller_tells_once_while_the_watch_lags_and_retries_a_fail
     await controller.reconcile()
     assert len(kube.patches) == 2 and controller.caps_told == {}
     assert controller.status()["caps"] == {"mps_daemons_down": ["gpushare-system/sh-1"], "not_enforced": ["ml/a"]}
+
+
+def test_a_sharepod_a_dra_node_serves_draws_on_no_shadowpod() -> None:
+    """The scheduler gave its share-gpu-N a DRA claim (KEP-5004): no ShadowPod device is its, and
+    counting it as unattributed demand would keep creating ShadowPods nobody uses."""
+    share = pf.share("a", namespace="ml")
+    assert isinstance(classify(share, PodRules()), SharePod)
+    mapping = {"containerName": "main", "resourceName": "gpushare/share-gpu-4", "requestName": "container-0-request-0"}
+    share["status"]["extendedResourceClaimStatus"] = {"resourceClaimName": "a-extended-resources-x1",
+                                                      "requestMappings": [mapping]}
+    assert classify(share, PodRules()) is None

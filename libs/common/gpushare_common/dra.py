@@ -217,3 +217,70 @@ def device_class(name: str) -> dict[str, object]:
     return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
             "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "gpushare"}},
             "spec": {"selectors": [{"cel": {"expression": CLASS_SELECTORS[name]}}]}}
+
+
+# --- unchanged pods (DRAExtendedResource, KEP-5004): extended resources as DeviceClasses ------
+#
+# A DeviceClass names the extended resource it serves (spec.extendedResourceName): a pod asking
+# `gpushare/share-gpu-4: 1` gets, on a node without that resource in its allocatable, a claim of
+# one device of the class. `spot-gpu` is the spot class (one spot mirror). A share kind
+# (share-gpu-N, share-dev-gpu-N) is one slot of a card split in N: per card and kind the driver
+# publishes a slot device of N `slots` (each allocation takes one) and every device of a card
+# draws on the card's counter (KEP-4815), so a card serves one kind, or whole-card claims, at a
+# time, as a ShadowPod card does on a device-plugin node.
+
+KIND_SLOT = "slot"
+ATTR_SHARE_KIND = "shareKind"  # share | share-dev
+ATTR_SHARE_SPEC = "shareSpec"  # N
+SLOTS = "slots"  # a slot device's consumable capacity: N, one per allocation
+CARD_COUNTER = "card"  # each card's counter set has one counter: 1, drawn by each of its devices
+SHARE_KINDS = {"share": "share-gpu", "share-dev": "share-dev-gpu"}  # kind -> resource token prefix
+SPOT_RESOURCE = "spot-gpu"
+
+
+def slot_device_name(card: str, kind: str, spec: int) -> str:
+    """``<card device>-s<N>`` (share) or ``-d<N>`` (share-dev): at most 58 + 5 characters."""
+    return f"{device_name(card)}-{'d' if kind == 'share-dev' else 's'}{spec}"
+
+
+def counter_set_name(card: str) -> str:
+    return f"counters-{device_name(card)}"[:63].rstrip("-")
+
+
+def extended_class_name(kind: str, spec: int) -> str:
+    """The DeviceClass of a share kind: ``share-gpu-4.gpushare.k8s.io``."""
+    return f"{SHARE_KINDS[kind]}-{spec}.{DRIVER}"
+
+
+SLOT_POLICY: dict[str, object] = {"default": "1", "validRange": {"min": "1", "max": "1", "step": "1"}}  # one a time
+
+
+def extended_device_class(kind: str, spec: int, domain: str = "gpushare") -> dict[str, object]:
+    """The DeviceClass behind ``<domain>/share-gpu-<N>`` (or ``share-dev-gpu-<N>``)."""
+    attrs = f'device.attributes["{DRIVER}"]'
+    selector = (f'device.driver == "{DRIVER}" && {attrs}.{ATTR_KIND} == "{KIND_SLOT}" && '
+                f'{attrs}.{ATTR_SHARE_KIND} == "{kind}" && {attrs}.{ATTR_SHARE_SPEC} == {spec}')
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+            "metadata": {"name": extended_class_name(kind, spec), "labels": {"app.kubernetes.io/part-of": "gpushare"}},
+            "spec": {"selectors": [{"cel": {"expression": selector}}],
+                     "extendedResourceName": f"{domain}/{SHARE_KINDS[kind]}-{spec}"}}
+
+
+def spot_extended_class(domain: str = "gpushare") -> dict[str, object]:
+    """The spot class, serving ``<domain>/spot-gpu`` too."""
+    found = device_class(SPOT_CLASS)
+    spec = found["spec"]
+    assert isinstance(spec, dict)
+    spec["extendedResourceName"] = f"{domain}/{SPOT_RESOURCE}"
+    return found
+
+
+def device_classes(share_specs: tuple[int, ...] = (), dev_specs: tuple[int, ...] = (),
+                   extended: bool = False, domain: str = "gpushare") -> list[dict[str, object]]:
+    """Every DeviceClass of gpushare; with ``extended``, those serving its extended resources too
+    (``spot-gpu`` by the spot class, a class per share kind: what the driver's slot devices serve)."""
+    found = [device_class(name) for name in DEVICE_CLASSES if not (extended and name == SPOT_CLASS)]
+    if not extended:
+        return found
+    return [*found, spot_extended_class(domain), *(extended_device_class("share", n, domain) for n in share_specs),
+            *(extended_device_class("share-dev", n, domain) for n in dev_specs)]

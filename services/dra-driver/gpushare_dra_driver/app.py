@@ -40,7 +40,7 @@ from .metrics import DriverMetrics
 from .mps import DaemonError, MpsDaemon
 from .prepare import ClaimSource, Node, Preparer
 from .settings import DraSettings
-from .slices import build_slice, lendable_cards
+from .slices import build_slices, lendable_cards
 from .state import PreparedClaim
 from .status import DraStatus
 
@@ -90,11 +90,12 @@ class Service(ServiceBase):
         self.claims: ClaimSource | None = None
         self.slices: Any = None
         self.generation = 0
-        self.published: dict[str, Any] | None = None
+        self.published: list[dict[str, Any]] | None = None
         self.registered = ""
         self.preparer = Preparer(
             Node(settings.driver, self.pool, settings.shares, vendors, settings.device_root,
-                 settings.host_root, settings.mps_dir, self.inventory.devices),
+                 settings.host_root, settings.mps_dir, self.inventory.devices,
+                 lambda: self.inventory.slots(settings.slot_kinds)),
             self, self.files, self.files.load_state())
         self.mps = MpsDaemon(self.node, settings.mps_dir, settings.mps_command, settings.mps_ready_s)
         self.skeleton.on_exit(self.mps.close)
@@ -222,11 +223,11 @@ class Service(ServiceBase):
 
     # --- the slice --------------------------------------------------------------------
 
-    def desired_slice(self) -> dict[str, Any]:
+    def desired_slices(self) -> list[dict[str, Any]]:
         lendable = lendable_cards(self.inventory.cards, self.spot_health) - self.shared_cards() \
             if self.settings.spot else set()
-        return build_slice(self.node, self.settings.driver, self.inventory.cards, self.settings.shares,
-                           lendable, self.generation)
+        return build_slices(self.node, self.settings.driver, self.inventory.cards, self.settings.shares,
+                            lendable, self.generation, self.settings.slot_kinds)
 
     async def _publish_loop(self, failure: type[Exception]) -> None:
         """The slice again on every change of the cards, every ``resync_s``, and after a failure
@@ -243,20 +244,22 @@ class Service(ServiceBase):
                 publication.progress()
 
     async def publish_slice(self, force: bool = False) -> bool:
-        """Write the slice when its devices changed; True when it did."""
-        body = self.desired_slice()
-        devices = body["spec"]["devices"]
-        if not force and self.published is not None and devices == self.published:
+        """Write the pool's slices when their content changed; True when it did."""
+        bodies = self.desired_slices()
+        content = [{k: v for k, v in b["spec"].items() if k != "pool"} for b in bodies]
+        if not force and self.published is not None and content == self.published:
             return False
         self.generation += 1
-        body["spec"]["pool"]["generation"] = self.generation
+        for body in bodies:
+            body["spec"]["pool"]["generation"] = self.generation
         started = time.perf_counter()
-        await self.slices.publish(body)
-        self.published = devices
+        await self.slices.publish_all(bodies)
+        self.published = content
         self.metrics.slices.inc()
         self.metrics.publish_seconds.observe(time.perf_counter() - started)
         self.health.set("slice", True)
-        log.info("slice published", node=self.node, generation=self.generation, devices=len(devices))
+        log.info("slice published", node=self.node, generation=self.generation, slices=len(bodies),
+                 devices=sum(len(c.get("devices", [])) for c in content))
         return True
 
     # --- NATS: desired spot health in, inventory out -----------------------------------

@@ -115,9 +115,26 @@ def _role(request: str, classes: Mapping[str, str], spot: bool, shares: int, cap
     return dra.ROLE_EXCLUSIVE if shares == capacity else dra.ROLE_SHARE
 
 
+Slots = Mapping[str, tuple[Card, str, int]]  # slot device -> (its card, share kind, N)
+
+
+def _slot(result: Mapping[str, Any], key: str, where: str, capacity: int, spec: int) -> int:
+    """A slot of a card split in N: the card's shares / N (one slot an allocation)."""
+    raw = _mapping(result.get("consumedCapacity") or {}, key, f"{where}.consumedCapacity").get(dra.SLOTS, "1")
+    try:
+        taken = dra.parse_count(raw, "slots")
+    except dra.DraNameError as err:
+        raise ClaimError(key, f"{where}.consumedCapacity.{dra.SLOTS}", err.reason) from None
+    if taken != 1:
+        raise ClaimError(key, f"{where}.consumedCapacity.{dra.SLOTS}", f"{taken}: an allocation takes one slot")
+    return max(capacity // spec, 1)
+
+
 def allocated(claim: Mapping[str, Any], ref: ClaimRef, driver: str, pool: str,
-              devices: Mapping[str, tuple[Card, bool]], capacity: int) -> list[Allocated]:
-    """This driver's devices of ``claim`` in ``pool``; ClaimError when any of them is wrong."""
+              devices: Mapping[str, tuple[Card, bool]], capacity: int, slots: Slots | None = None) -> list[Allocated]:
+    """This driver's devices of ``claim`` in ``pool``; ClaimError when any of them is wrong. A
+    slot device is a share of its card (of ``capacity / N`` shares)."""
+    slots = slots or {}
     meta = _mapping(claim.get("metadata") or {}, ref.key, "metadata")
     if meta.get("uid") != ref.uid:
         raise ClaimError(ref.key, "metadata.uid", f"is {meta.get('uid')!r}, the kubelet asked for "
@@ -131,11 +148,15 @@ def allocated(claim: Mapping[str, Any], ref: ClaimRef, driver: str, pool: str,
         if result.get("pool") != pool:
             raise ClaimError(ref.key, f"{where}.pool", f"{result.get('pool')!r} is not this node's pool {pool!r}")
         name = result.get("device")
+        request = str(result.get("request", ""))
+        if isinstance(name, str) and name in slots:
+            card, _, spec = slots[name]
+            found.append(Allocated(request, name, card, dra.ROLE_SHARE, _slot(result, ref.key, where, capacity, spec)))
+            continue
         if not isinstance(name, str) or name not in devices:
             raise ClaimError(ref.key, f"{where}.device", f"unknown device {name!r} in pool {pool!r}")
         card, spot = devices[name]
         shares = _shares(result, ref.key, where, capacity, spot)
-        request = str(result.get("request", ""))
         found.append(Allocated(request, name, card, _role(request, classes, spot, shares, capacity), shares))
     if not found:
         raise ClaimError(ref.key, "status.allocation.devices.results",

@@ -50,6 +50,11 @@ class Inventory:
         self.cards = built
         return changed
 
+    def slots(self, kinds: tuple[tuple[str, int], ...]) -> dict[str, tuple[Card, str, int]]:
+        """Slot device name -> (its card, share kind, N)."""
+        return {dra.slot_device_name(card.id, kind, spec): (card, kind, spec)
+                for card in self.cards for kind, spec in kinds}
+
     def devices(self) -> dict[str, tuple[Card, bool]]:
         index: dict[str, tuple[Card, bool]] = {}
         for card in self.cards:

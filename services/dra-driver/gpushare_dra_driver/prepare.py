@@ -29,7 +29,7 @@ from gpushare_common.vendors import VendorResource
 
 from . import cdi
 from .cards import Card
-from .claims import Allocated, ClaimError, ClaimRef, allocated
+from .claims import Allocated, ClaimError, ClaimRef, Slots, allocated
 from .state import PreparedClaim, PreparedDevice, PreparedState, record_of, with_record
 
 log = get_logger("dra.prepare")
@@ -71,6 +71,7 @@ class Node:
     host_root: str  # where this process sees the host's /dev
     mps_dir: str  # the node's MPS directories: every capped share's shadow_dir
     cards: Callable[[], Mapping[str, tuple[Card, bool]]]
+    slots: Callable[[], Slots] = dict  # slot devices (unchanged pods' share kinds)
 
 
 def check_refs(refs: Sequence[ClaimRef]) -> None:
@@ -148,7 +149,7 @@ class Preparer:
             if isinstance(claim, str):
                 raise ClaimUnreadable(claim)
             devices = allocated(claim, ref, self.node.driver, self.node.pool, self.node.cards(),
-                                self.node.shares)
+                                self.node.shares, self.node.slots())
             prepared = self._build(ref, devices)
         except (ClaimUnreadable, ClaimError, cdi.CdiSpecError, isolation.IsolationError, dra.DraNameError) as err:
             log.warning("claim not prepared", claim=ref.key, uid=ref.uid, error=str(err))

@@ -53,6 +53,11 @@ class DraSettings:
     """The daemon's control socket answers within this, or the capped claims fail."""
     shares: int = dra.DEFAULT_SHARES
     """A card's consumable capacity in shares."""
+    extended_share_specs: tuple[int, ...] = ()
+    """Unchanged pods (DRAExtendedResource): a slot device per card for each of these share-gpu-N
+    kinds, all of a card's devices drawing on its counter (KEP-4815)."""
+    extended_dev_specs: tuple[int, ...] = ()
+    """The same for the share-dev-gpu-N kinds."""
     spot: bool = True
     """Publish spot mirrors of lendable cards (as the solver's desired health says)."""
     publish_inventory: bool = True
@@ -81,6 +86,10 @@ class DraSettings:
         if self.instance and not dra.is_dns_label(self.instance.lower()):
             raise SettingsError("GPUSHARE_DRA_INSTANCE", self.instance,
                                 "letters, digits and '-' (the pod's UID), at most 63")
+        for spec in (*self.extended_share_specs, *self.extended_dev_specs):
+            if not 2 <= spec <= min(self.shares, 1024):
+                raise SettingsError("GPUSHARE_DRA_EXTENDED_SHARE_SPECS", str(spec),
+                                    f"share specs N in [2, {min(self.shares, 1024)}] (N slots of a card)")
         if self.mps_ready_s <= 0:
             raise SettingsError("GPUSHARE_DRA_MPS_READY_S", str(self.mps_ready_s), "a positive number of seconds")
         if self.poll_s <= 0 or self.resync_s <= 0:
@@ -101,6 +110,12 @@ class DraSettings:
     def dra_socket(self) -> str:
         suffix = f"-{self.instance}" if self.instance else ""
         return f"{self.plugin_dir.rstrip('/')}/dra{suffix}.sock"
+
+    @property
+    def slot_kinds(self) -> tuple[tuple[str, int], ...]:
+        """(share kind, N) of every slot device a card gets."""
+        return (*(("share", n) for n in self.extended_share_specs),
+                *(("share-dev", n) for n in self.extended_dev_specs))
 
     @property
     def mps_dir(self) -> str:

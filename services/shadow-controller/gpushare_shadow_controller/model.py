@@ -66,6 +66,8 @@ def classify(pod: dict[str, Any], rules: PodRules) -> Record | None:
                          view.created, len(view.using), isolation=view.isolation, ready=view.ready,
                          restarts=view.restarts.get(ids.SHADOW_CONTAINER, 0), card=cards[0] if cards else "",
                          users=tuple(sorted(set(view.using.values()))) if view.isolation else ())  # fmt: skip
+    if view.kind is PodKind.SHARE and _served_by_dra(pod):
+        return None  # its share comes from a DRA node's slot (KEP-5004), not from a ShadowPod
     if view.kind is PodKind.SHARE:
         return SharePod(view.key, quota, view.share_devices, view.node,
                         pending=not view.node and not view.terminating and not view.finished,
@@ -73,3 +75,9 @@ def classify(pod: dict[str, Any], rules: PodRules) -> Record | None:
                         caps=view.conditions.get(ids.CONDITION_CAPS_ENFORCED, ""),
                         opted_out=view.isolation == SOFT_SHARE)  # fmt: skip
     return None
+
+
+def _served_by_dra(pod: dict[str, Any]) -> bool:
+    """The scheduler gave the pod's extended resources a DRA claim (``extendedResourceClaimStatus``)."""
+    found = (pod.get("status") or {}).get("extendedResourceClaimStatus")
+    return isinstance(found, dict) and bool(found.get("requestMappings"))

@@ -13,6 +13,10 @@ every request of a claim:
   ``shareID``;
 - taints, from the slice and from DeviceTaintRules, keep a device away unless the request
   tolerates them (``NoSchedule`` and ``NoExecute``);
+- counters (partitionable devices): a device draws ``consumesCounters`` from its pool's counter
+  sets (``sharedCounters``, in any slice of the pool) while it is allocated, once however many
+  allocations a multi-allocatable device has (as KEP-5075 has it); the draws of the allocated
+  devices never exceed a counter;
 - ``constraints[].matchAttribute``: every device of the named requests (all, when none are
   named) has the same value of the attribute;
 - devices are tried in slice order (first fit: shares of one card fill it before the next).
@@ -49,6 +53,8 @@ class SliceDevice:
     capacity: Mapping[str, tuple[int, Mapping[str, Any] | None]]
     multiple: bool = False
     taints: tuple[Mapping[str, Any], ...] = ()
+    counters: tuple[tuple[str, str, int], ...] = ()  # (counter set, counter, amount) it draws on
+    limits: Mapping[str, int] = field(default_factory=dict)  # "<set>/<counter>" -> its pool's value
 
     @property
     def key(self) -> DeviceKey:
@@ -80,7 +86,28 @@ def _attribute(value: Any) -> Value | None:
     return None
 
 
-def _device(spec: Mapping[str, Any], raw: Mapping[str, Any]) -> SliceDevice:
+def _counters(raw: Mapping[str, Any]) -> tuple[tuple[str, str, int], ...]:
+    found = []
+    for entry in raw.get("consumesCounters") or []:
+        if isinstance(entry, Mapping):
+            for name, value in (entry.get("counters") or {}).items():
+                amount = value.get("value", 0) if isinstance(value, Mapping) else 0
+                found.append((str(entry.get("counterSet", "")), str(name), dra.parse_count(amount, f"counter {name}")))
+    return tuple(found)
+
+
+def _limits(spec: Mapping[str, Any]) -> dict[str, int]:
+    """A slice's counter sets: ``"<set>/<counter>"`` -> value (KEP-4815)."""
+    found = {}
+    for counter_set in spec.get("sharedCounters") or []:
+        if isinstance(counter_set, Mapping):
+            for name, value in (counter_set.get("counters") or {}).items():
+                amount = value.get("value", 0) if isinstance(value, Mapping) else 0
+                found[f"{counter_set.get('name', '')}/{name}"] = dra.parse_count(amount, f"counter {name}")
+    return found
+
+
+def _device(spec: Mapping[str, Any], raw: Mapping[str, Any], limits: Mapping[str, int] | None = None) -> SliceDevice:
     driver = str(spec.get("driver", ""))
     attributes = {}
     for name, value in (raw.get("attributes") or {}).items():
@@ -94,7 +121,8 @@ def _device(spec: Mapping[str, Any], raw: Mapping[str, Any]) -> SliceDevice:
                                                  value.get("requestPolicy"))
     return SliceDevice(driver, str((spec.get("pool") or {}).get("name", "")), str(spec.get("nodeName", "")),
                        str(raw.get("name", "")), attributes, capacity, bool(raw.get("allowMultipleAllocations")),
-                       tuple(t for t in raw.get("taints") or [] if isinstance(t, Mapping)))
+                       tuple(t for t in raw.get("taints") or [] if isinstance(t, Mapping)), _counters(raw),
+                       limits or {})
 
 
 def read_slices(slices: Iterable[Obj]) -> list[SliceDevice]:
@@ -105,13 +133,22 @@ def read_slices(slices: Iterable[Obj]) -> list[SliceDevice]:
         pool = spec.get("pool") or {}
         key = (str(spec.get("driver", "")), str(pool.get("name", "")))
         newest[key] = max(newest.get(key, 0), int(pool.get("generation", 0) or 0))
-    devices = []
-    for item in sorted(slices, key=lambda s: str(s["metadata"].get("name", ""))):
+    current = [s for s in sorted(slices, key=lambda s: str(s["metadata"].get("name", "")))
+               if int(((s.get("spec") or {}).get("pool") or {}).get("generation", 0) or 0)
+               == newest[(str((s.get("spec") or {}).get("driver", "")),
+                          str(((s.get("spec") or {}).get("pool") or {}).get("name", "")))]]
+    limits: dict[tuple[str, str], dict[str, int]] = {}  # the counter sets of each pool, from any of its slices
+    for item in current:
         spec = item.get("spec") or {}
-        pool = spec.get("pool") or {}
-        key = (str(spec.get("driver", "")), str(pool.get("name", "")))
-        if int(pool.get("generation", 0) or 0) == newest[key] and spec.get("nodeName"):
-            devices += [_device(spec, raw) for raw in spec.get("devices") or [] if isinstance(raw, Mapping)]
+        limits.setdefault((str(spec.get("driver", "")), str((spec.get("pool") or {}).get("name", ""))),
+                          {}).update(_limits(spec))
+    devices = []
+    for item in current:
+        spec = item.get("spec") or {}
+        key = (str(spec.get("driver", "")), str((spec.get("pool") or {}).get("name", "")))
+        if spec.get("nodeName"):
+            devices += [_device(spec, raw, limits.get(key)) for raw in spec.get("devices") or []
+                        if isinstance(raw, Mapping)]
     return devices
 
 

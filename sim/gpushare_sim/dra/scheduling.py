@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from . import extended
 from .allocator import AllocationError, DeviceKey, Obj, Usage, read_slices, usage
 from .search import allocate
 
@@ -144,6 +145,45 @@ class DraScheduling:
                                         strategic=False)
         pod.setdefault("status", {})["resourceClaimStatuses"] = statuses
         return str(claim["metadata"]["name"])
+
+    # --- extended resources served by DRA (KEP-5004) --------------------------------------
+
+    def extended_resources(self, pod: Obj) -> set[str]:
+        """The pod's extended resources a DeviceClass serves."""
+        return extended.wanted(pod, extended.class_of(self.objects.classes))
+
+    def extended_claim(self, pod: Obj, here: set[str]) -> Obj | None:
+        """The pod's special claim for the resources DRA serves on a node (None: none there):
+        the one an earlier pass made, or a new one in memory."""
+        if not here:
+            return None
+        found = extended.claim_of(pod, self.objects.claims)
+        if found is not None:
+            return found
+        requests, _ = extended.requests_and_mappings(pod, here, extended.class_of(self.objects.classes))
+        return extended.special_claim(pod, requests)
+
+    async def create_extended(self, pod: Obj, claims: list[Obj],
+                              planned: dict[str, list[Obj]]) -> tuple[list[Obj], dict[str, list[Obj]]]:
+        """Create the special claim made in memory and record it in the pod's status (its request
+        mappings); the claims and the plan with its generated name."""
+        made = next((c for c in claims if c["metadata"]["name"] == extended.IN_MEMORY), None)
+        if made is None:
+            return claims, planned
+        namespace = str(_meta(pod).get("namespace", "default"))
+        created = await self.api.create_claim(namespace, extended.for_creation(made))
+        self.objects.claims.append(created)
+        name = created["metadata"]["name"]
+        resources = {r["exactly"]["deviceClassName"] for r in made["spec"]["devices"]["requests"]}
+        classes = extended.class_of(self.objects.classes)
+        here = {resource for resource, class_name in classes.items() if class_name in resources}
+        _, mappings = extended.requests_and_mappings(pod, here & extended.wanted(pod, classes), classes)
+        status = {"resourceClaimName": name, "requestMappings": mappings}
+        await self.api.patch_pod_status(namespace, _meta(pod)["name"],
+                                        {"status": {"extendedResourceClaimStatus": status}}, strategic=False)
+        pod.setdefault("status", {})["extendedResourceClaimStatus"] = status
+        plan = {(name if key == extended.IN_MEMORY else key): value for key, value in planned.items()}
+        return [created if c is made else c for c in claims], plan
 
     def plan(self, claims: list[Obj], node: str) -> dict[str, list[Obj]]:
         """Claim name -> results to allocate on ``node`` (claims already there: none);

@@ -79,6 +79,23 @@ class Search:
             return None
         return consumption(request, device)
 
+    def _in_use(self, device: SliceDevice, state: _State) -> bool:
+        used = self.used.get(device.key)
+        return (used is not None and used.claims > 0) or any(d.key == device.key for _, d, _ in state.picks)
+
+    def _counters_free(self, device: SliceDevice, state: _State) -> bool:
+        """Its counters allow it: drawn once, while it is allocated at all."""
+        if not device.counters or self._in_use(device, state):
+            return True
+        for counter_set, counter, amount in device.counters:
+            limit = device.limits.get(f"{counter_set}/{counter}")
+            drawn = sum(a for other in self.devices
+                        if other.pool == device.pool and other.driver == device.driver and self._in_use(other, state)
+                        for s, c, a in other.counters if (s, c) == (counter_set, counter))
+            if limit is None or drawn + amount > limit:
+                return False
+        return True
+
     def _constrained(self, name: str, device: SliceDevice, state: _State) -> dict[int, Any] | None:
         values = dict(state.values)
         for index, constraint in enumerate(self.constraints):
@@ -108,7 +125,8 @@ class Search:
         for index in range(start, len(self.devices)):
             device = self.devices[index]
             taken = self.eligible(request, device)
-            if taken is None or not _free(device, taken, self.used.get(device.key), state):
+            if taken is None or not _free(device, taken, self.used.get(device.key), state) \
+                    or not self._counters_free(device, state):
                 continue
             values = self._constrained(request.name, device, state)
             if values is None:

@@ -166,6 +166,35 @@ def _pod_claims(spec: dict[str, Any], status: dict[str, Any], where: str) -> tup
     return tuple(PodClaim(e["name"], e.get("resourceClaimName") or made.get(e["name"]) or None) for e in entries)
 
 
+def _extended(status: dict[str, Any], where: str) -> tuple[str, dict[str, dict[str, str]]]:
+    """The pod's claim for extended resources DRA serves (``status.extendedResourceClaimStatus``):
+    its name ("" when none) and, per container, resource -> the claim's request serving it."""
+    found = status.get("extendedResourceClaimStatus")
+    if not found:
+        return "", {}
+    name = found.get("resourceClaimName") if isinstance(found, dict) else None
+    mappings = found.get("requestMappings") if isinstance(found, dict) else None
+    if not isinstance(name, str) or not name or not isinstance(mappings, list) or not all(
+            isinstance(m, dict) and all(isinstance(m.get(k), str) for k in ("containerName", "resourceName",
+                                                                              "requestName")) for m in mappings):
+        raise PodError(f"{where} status.extendedResourceClaimStatus", found,
+                       "expected {resourceClaimName, requestMappings: [{containerName, resourceName, requestName}]}")
+    per_container: dict[str, dict[str, str]] = {}
+    for mapping in mappings:
+        per_container.setdefault(mapping["containerName"], {})[mapping["resourceName"]] = mapping["requestName"]
+    return name, per_container
+
+
+def _served_by_claim(container: ContainerDef, claim: str, mapped: dict[str, str]) -> ContainerDef:
+    """A container whose extended resources the special claim serves: those are claim requests,
+    not device-plugin resources."""
+    if not mapped:
+        return container
+    resources = {r: q for r, q in container.resources.items() if r not in mapped}
+    claims = (*container.claims, *((claim, request) for request in sorted(set(mapped.values()))))
+    return ContainerDef(container.name, container.image, container.args, container.env, resources, claims)
+
+
 def parse_pod(obj: Any) -> PodDef:
     """Parse a pod in its JSON form (as the API returns it)."""
     if not isinstance(obj, dict):
@@ -179,6 +208,10 @@ def parse_pod(obj: Any) -> PodDef:
     containers = spec.get("containers")
     if not isinstance(containers, list) or not containers:
         raise PodError(f"{where} spec.containers", containers, "need at least one container")
+    special, mapped = _extended(status, where)
+    parsed = [_served_by_claim(_container(c, f"{where} container[{i}]"), special,
+                               mapped.get(c.get("name", "") if isinstance(c, dict) else "", {}))
+              for i, c in enumerate(containers)]
     return PodDef(
         namespace=namespace,
         name=name,
@@ -186,12 +219,12 @@ def parse_pod(obj: Any) -> PodDef:
         node_name=str(spec.get("nodeName") or ""),
         annotations=_str_map(meta.get("annotations"), f"{where} annotations"),
         labels=_str_map(meta.get("labels"), f"{where} labels"),
-        containers=[_container(c, f"{where} container[{i}]") for i, c in enumerate(containers)],
+        containers=parsed,
         node_selector=_str_map(spec.get("nodeSelector"), f"{where} nodeSelector"),
         deleting=bool(meta.get("deletionTimestamp")),
         phase=str(status.get("phase") or "Pending"),
         restart_policy=_restart_policy(spec.get("restartPolicy"), where),
-        claims=_pod_claims(spec, status, where),
+        claims=_pod_claims(spec, status, where) + ((PodClaim(special, special),) if special else ()),
     )
 
 

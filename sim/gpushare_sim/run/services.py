@@ -84,6 +84,8 @@ def dra_node_services(cluster: Cluster, node: Node) -> list[tuple[str, str, dict
         plugin_dir=str(d / "plugins" / "gpushare.k8s.io"), cdi_dir=str(d / "cdi"),
         device_plugin_dir=str(d / "device-plugins"), runtime_config=str(d / "runtime.json"), host_root=str(d),
         device_root=str(d), isolation_dir=str(d / "isolation"), mps_profiles=(vendor.PROFILE,),
+        extended_share_specs=cluster.settings.services.share_specs,
+        extended_dev_specs=cluster.settings.services.share_dev_specs,
         mps_command=vendor.MPS_STAND_IN,
         card_memory_mib={VENDOR_RESOURCE: str(node.endpoints["gpu_memory_mib"])}))  # fmt: skip
     return [(name, module, env) for name, (module, env) in services.items()]

@@ -8,7 +8,8 @@ caps. Then spot: a lendable dev machine holds a card through an ``exclusive`` cl
 away, its card's spot device appears in the slice, a ``spot`` claim borrows it; the owner's
 first ioctl is held until the borrower is killed and evicted (the same path and guarantee as
 the ``spot`` scenario), the spot device is tainted ``NoExecute``, and the taint goes when the
-owner is away again and the card lent again.
+owner is away again and the card lent again. In between, one SharePod spec
+(``gpushare/share-gpu-4: 1``, nothing DRA in it) runs on both nodes (:mod:`.dra_unchanged`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from gpushare_sim.fakegpu import vendor
 from gpushare_sim.node.adapters.kube import SimKube
 from gpushare_sim.run.cluster import Node
 from gpushare_sim.run.procs import http_json
+from gpushare_sim.scenarios.dra_unchanged import unchanged
 from gpushare_sim.scenarios.kit import (
     GPU,
     LIST_DEVICES,
@@ -85,9 +87,12 @@ async def side_by_side(s: Scenario, node: Node) -> None:
 
 
 async def install_classes(s: Scenario) -> None:
-    for name in dra.DEVICE_CLASSES:
+    """gpushare's DeviceClasses, with the extended resources they serve (as the chart installs
+    them on a cluster that serves DRAExtendedResource)."""
+    services = s.cluster.settings.services
+    for body in dra.device_classes(services.share_specs, services.share_dev_specs, extended=True):
         try:
-            await api(s).create_object(resource_path("deviceclasses"), dra.device_class(name))
+            await api(s).create_object(resource_path("deviceclasses"), body)
         except Conflict:
             continue
 
@@ -112,7 +117,7 @@ def claim_pod(name: str, claim_template: str, node: str, command: list[str],
 
 async def slice_devices(s: Scenario, node: str) -> list[Obj]:
     items = await s.kube.list_resource_slices(f"spec.nodeName={node},spec.driver={dra.DRIVER}")
-    return [d for item in items for d in item["spec"]["devices"]]
+    return [d for item in items for d in item["spec"].get("devices", [])]
 
 
 async def claim_devices(s: Scenario, pod: str) -> list[str]:
@@ -291,9 +296,10 @@ async def dra_scenario(s: Scenario) -> str:
         await install_classes(s)
         await published(s, node)
         shared = await shares(s, node)
+        served = await unchanged(s, node, _env)
         stolen = await spot(s, node)
     finally:
         client = _APIS.pop(id(s), None)
         if client is not None:
             await client.close()
-    return f"{shared}; spot on DRA: {stolen}"
+    return f"{shared}; unchanged pods: {served}; spot on DRA: {stolen}"

@@ -155,3 +155,15 @@ readinessProbe:
 {{- range $key, $value := . }}{{ $pairs = append $pairs (printf "%s=%v" $key $value) }}{{ end -}}
 {{ join "," $pairs }}
 {{- end -}}
+
+{{/* "true" when the DeviceClasses serve gpushare's extended resources (dra.extendedResources:
+auto = the cluster serves DRAExtendedResource and partitionable devices by default: Kubernetes
+>= 1.36 with resource.k8s.io/v1). */}}
+{{- define "gpushare.draExtended" -}}
+{{- $want := toString .Values.dra.extendedResources -}}
+{{- if eq $want "auto" -}}
+{{- and (.Capabilities.APIVersions.Has "resource.k8s.io/v1") (semverCompare ">=1.36-0" .Capabilities.KubeVersion.Version) -}}
+{{- else -}}
+{{- eq $want "true" -}}
+{{- end -}}
+{{- end -}}

@@ -37,7 +37,7 @@ class Claims:
 
 
 class Slices:
-    """Writes the node's slice; removes this driver's other slices of the node."""
+    """Writes the node's slices; removes this driver's other slices of the node."""
 
     def __init__(self, kube: Kube, node: str, driver: str) -> None:
         self.kube = kube
@@ -45,23 +45,34 @@ class Slices:
         self._version: dict[str, str] = {}
 
     async def publish(self, body: Obj) -> None:
-        name = body["metadata"]["name"]
-        try:
-            await self._write(name, body)
-        except Conflict:  # someone else wrote it (or it changed under us): read, then write again
-            self._version.pop(name, None)
-            await self._refresh(keep=name)
+        await self.publish_all([body])
+
+    async def publish_all(self, bodies: list[Obj]) -> None:
+        """Write every slice of the pool (each a whole object); delete this driver's others."""
+        keep = {body["metadata"]["name"] for body in bodies}
+        for body in bodies:
+            name = body["metadata"]["name"]
             try:
-                await self._write(name, body)
+                await self._write(name, body, keep)
+            except Conflict:  # someone else wrote it (or it changed under us): read, then write again
+                self._version.pop(name, None)
+                await self._refresh(keep)
+                try:
+                    await self._write(name, body, keep)
+                except KubeError as err:
+                    raise PublishError(f"ResourceSlice {name}: {err}") from None
             except KubeError as err:
                 raise PublishError(f"ResourceSlice {name}: {err}") from None
-        except KubeError as err:
-            raise PublishError(f"ResourceSlice {name}: {err}") from None
+        if set(self._version) - keep:  # the pool had more slices before (a setting changed)
+            try:
+                await self._refresh(keep)
+            except KubeError as err:
+                raise PublishError(f"stale ResourceSlices: {err}") from None
 
-    async def _write(self, name: str, body: Obj) -> None:
+    async def _write(self, name: str, body: Obj, keep: set[str]) -> None:
         version = self._version.get(name)
         if version is None:
-            await self._refresh(keep=name)
+            await self._refresh(keep)
             version = self._version.get(name)
         if version is None:
             created = await self.kube.create_resource_slice(body)
@@ -70,13 +81,14 @@ class Slices:
             created = await self.kube.replace_resource_slice(name, {**body, "metadata": meta})
         self._version[name] = str(created["metadata"]["resourceVersion"])
 
-    async def _refresh(self, keep: str) -> None:
+    async def _refresh(self, keep: set[str]) -> None:
         """Read this driver's slices of the node; delete all but ``keep``."""
         for item in await self.kube.list_resource_slices(self.selector):
             name = item["metadata"]["name"]
-            if name == keep:
+            if name in keep:
                 self._version[name] = str(item["metadata"].get("resourceVersion", ""))
                 continue
+            self._version.pop(name, None)
             try:
                 await self.kube.delete_resource_slice(name)
                 log.info("stale ResourceSlice deleted", slice=name)
