@@ -12,11 +12,16 @@ Steps, each recorded in OUT.json as ``{"status": "passed" | "failed" | "skipped"
   the cap is refused; share-k2 (2 of 4) shows whether a client may exceed the daemon's default;
 - ``kill_frees_memory``: a share holding memory is killed and its memory is gone from
   ``nvidia-smi --query-compute-apps``;
+- ``dra_mps`` (when nvidia-cuda-mps-control exists): the DRA path, with the DRA driver's own
+  code (:mod:`tests.gpu.dra_check`): two claims of a quarter prepared as CDI specs, the node's MPS
+  control daemon started as the driver starts it, a share under its cap holding while the other
+  past its cap is refused, the daemon stopped after both are unprepared;
 - ``nvcc`` (when nvcc exists): a tiny CUDA program runs in a share.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -28,11 +33,13 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-for path in ("", "libs/common", "runtime", "services/shadow-controller"):
+for path in ("", "libs/common", "runtime", "services/shadow-controller", "services/dra-driver"):
     sys.path.insert(0, str(REPO / path))
 
 from gpushare_common import ids, isolation  # noqa: E402
+from gpushare_dra_driver.cards import Card  # noqa: E402
 
+from tests.gpu import dra_check  # noqa: E402
 from tests.gpu.strace import ioctl_types  # noqa: E402
 
 NODE, SYSTEM, SPEC_N = "gpu-check", "gpushare-system", 4
@@ -65,7 +72,7 @@ class Node:
         (work / "signing.key").chmod(0o600)
         (work / "runtime.json").write_text(json.dumps({
             "key_file": str(work / "signing.key"), "node_name": NODE, "index_dir": "",
-            "cdi_dirs": [str(work / "no-cdi")], "isolation_dir": str(self.isolation)}))
+            "cdi_dirs": [str(work / "cdi")], "isolation_dir": str(self.isolation)}))
         subprocess.run([str(REPO / "runtime/install/install.sh"), str(work / "bin"), sys.executable],
                        check=True, capture_output=True)
         self.runtime = str(work / "bin" / "gpushare-runtime")
@@ -177,6 +184,10 @@ class Node:
             annotations.update(self.sign(ids.KIND_ISOLATION, isolation.format_share_caps(caps)))
         return self.bundle(name, ("team", name), command, annotations)
 
+    def dra_share(self, name: str, prepared: Any, command: str) -> Path:
+        """A pod of a DRA claim: the claim's CDI devices through a signed container-devices-ids."""
+        return self.bundle(name, ("team", name), command, dra_check.devices_annotation(self.sign, prepared))
+
 
 def alloc(target: int, hold: float) -> str:
     return f"exec python3 /gpu-check/cuda_alloc.py {target} 256 {hold}"
@@ -238,6 +249,35 @@ def step_mps(node: Node, shadow_id: str) -> dict[str, Any]:
               "client_may_exceed_daemon_default": bool(double and double["allocated_mib"] > cap)}
     ok = (held["error"] is None and over is not None and over["error"] is not None
           and over["allocated_mib"] <= cap and running)
+    return {"status": "passed" if ok else "failed", **result}
+
+
+def step_dra(node: Node, card_id: str, mps: bool, shadow: str | None) -> dict[str, Any]:
+    if not mps:
+        return {"status": "skipped", "reason": "nvidia-cuda-mps-control not found"}
+    if shadow:
+        node.stop(shadow)  # the ShadowPod's MPS daemon goes: the DRA node's daemon serves the card now
+    os.environ.update(dra_check.mps_environment())
+    card = Card(card_id, "nvidia.com/gpu", node.index, True, memory_mib=node.memory_mib)
+    return asyncio.run(_dra(node, card, dra_check.PRIVATE_SHM))
+
+
+async def _dra(node: Node, card: Card, daemon: str) -> dict[str, Any]:
+    shares, refs, prepared, mps = await dra_check.prepare_two(node.work, card, NODE, daemon)
+    cap = node.memory_mib * dra_check.K // dra_check.SHARES
+    try:
+        holder = node.start("dra-a", node.dra_share("dra-a", prepared[refs[0].uid], alloc(cap - 1024, 60)))
+        held = node.wait_json("dra-a")
+        over = last_json(node.foreground("dra-b", node.dra_share("dra-b", prepared[refs[1].uid],
+                                                                  alloc(cap + 2048, 0))).stdout)
+        running = node.state_of(holder).get("status") == "running"
+        node.stop(holder)
+    finally:
+        stopped = await dra_check.release(shares, refs, mps)
+    result = {"cap_mib": cap, "within_cap": held, "past_cap": over, "other_running_meanwhile": running,
+              "daemon_stopped_after_the_last": stopped}
+    ok = (held["error"] is None and over is not None and over["error"] is not None
+          and over["allocated_mib"] <= cap and running and stopped)
     return {"status": "passed" if ok else "failed", **result}
 
 
@@ -316,6 +356,8 @@ def run_steps(results: dict[str, Any], index: int) -> None:
                            ("containers", lambda: step_containers(node, mps)),
                            ("mps", lambda: step_mps_or_skip(node, steps, mps)),
                            ("kill_frees_memory", lambda: step_kill(node)),
+                           ("dra_mps", lambda: step_dra(node, results["gpu"]["uuid"], mps,
+                                                        steps.get("containers", {}).get("shadow_id"))),
                            ("nvcc", lambda: step_nvcc(node))):
             try:
                 steps[name] = step()

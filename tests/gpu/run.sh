@@ -8,8 +8,9 @@
 # through a signed container-devices-ids, a second container through a signed
 # container-devices-from of the first), GPU work in each, MPS caps (a share allocating past
 # its cap is refused while another runs), strace of a CUDA process (ioctl type 0x46 on
-# /dev/nvidiactl and /dev/nvidia<N>), a killed share's GPU memory freed, and a tiny CUDA
-# program when nvcc exists.  Writes one JSON of results; exit status 0 when every step
+# /dev/nvidiactl and /dev/nvidia<N>), a killed share's GPU memory freed, the DRA path (claims
+# prepared by the DRA driver's code as CDI specs, its MPS control daemon, the caps held; see
+# tests/gpu/dra_check.py), and a tiny CUDA program when nvcc exists.  Writes one JSON of results; exit status 0 when every step
 # passed or was skipped.  Where there is no GPU it writes the JSON with "skipped" and
 # prints one line saying why, exit status 0.  Bounded to under 5 minutes.
 set -u

@@ -3,6 +3,7 @@ rehearsal of its container plumbing with a stand-in card node."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -13,8 +14,10 @@ import time
 from pathlib import Path
 
 import pytest
+from gpushare_dra_driver.cards import Card
+from gpushare_sim.fakegpu.vendor import MPS_STAND_IN
 
-from tests.gpu import check
+from tests.gpu import check, dra_check
 from tests.gpu.strace import ioctl_types, request_type
 
 HERE = Path(__file__).resolve().parent
@@ -94,3 +97,39 @@ def test_rehearsal_of_the_container_plumbing(tmp_path: Path) -> None:
     finally:
         node.close()
         shutil.rmtree(cards)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("runc") is None, reason="needs root and runc")
+def test_rehearsal_of_the_dra_plumbing(tmp_path: Path) -> None:
+    """The DRA step with a stand-in card and the sim's stand-in daemon: the driver's CDI specs
+    reach the container through the runtime (its card, its caps, the node's MPS pipe with the
+    daemon's control socket in it), and the daemon stops after the last claim."""
+    node = check.Node(tmp_path, 0, 16384)
+    cards = Path(f"/run/gpushare-gpu-check-dra-{os.getpid()}")
+    cards.mkdir()
+    card = cards / "nvidia0"
+    os.mknod(card, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    config = json.loads((tmp_path / "runtime.json").read_text())
+    config["vendors"] = {"nvidia.com/gpu": {"env": ["NVIDIA_VISIBLE_DEVICES"], "isolation": "nvidia-mps",
+                                            "device_nodes": [str(card.parent / "nvidia{id}")]}}
+    (tmp_path / "runtime.json").write_text(json.dumps(config))
+    try:
+        done, stopped = asyncio.run(_dra_probe(node, card))
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split() == ["control", "GPU-check-0", "25", "0=4096M"]
+        assert stopped
+    finally:
+        node.close()
+        shutil.rmtree(cards)
+
+
+async def _dra_probe(node: check.Node, card: Path) -> tuple[subprocess.CompletedProcess[str], bool]:
+    shares, refs, prepared, daemon = await dra_check.prepare_two(
+        node.work, Card("GPU-check-0", "nvidia.com/gpu", 0, True, memory_mib=16384), check.NODE, MPS_STAND_IN)
+    try:
+        probe = (f"echo x > {card} && ls /tmp/nvidia-mps && echo $NVIDIA_VISIBLE_DEVICES "
+                 "$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE $CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")
+        done = node.foreground("dra-a", node.dra_share("dra-a", prepared[refs[0].uid], probe))
+    finally:
+        stopped = await dra_check.release(shares, refs, daemon)
+    return done, stopped
