@@ -58,10 +58,14 @@ def test_dra_rbac_grants_exactly_the_dra_calls(docs: list[dict[str, Any]], servi
     operations = adapter_operations()
     needed = needed_grants(package_dir(service), operations, service, dra=True)
     assert needed, f"{service} makes DRA calls"
+    others = needed_grants(package_dir("dra-driver"), operations, "dra-driver")
+    assert {(g.group, g.resource, g.verb) for g in others} == {("", "events", "create")}, \
+        "the driver's only other API call records Events on pods"
+    if service == "dra-driver":
+        needed |= others
     dra_docs = [d for d in docs if "dra" in d["metadata"]["name"] or d["kind"] == "ServiceAccount"]
     missing, unused = compare({g for g in granted(dra_docs).get(account, set())}, needed)
     assert (missing, unused) == ([], []), f"{account}: missing {missing}, unused {unused}"
-    assert not needed_grants(package_dir("dra-driver"), operations), "the driver makes no other API call"
 
 
 def test_the_driver_runs_on_dra_nodes_and_the_device_plugins_leave_them(docs: list[dict[str, Any]]) -> None:

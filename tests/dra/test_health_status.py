@@ -1,6 +1,7 @@
 """ResourceHealthStatus (KEP-4680) end to end: the driver's DRAResourceHealth stream, the sim
-kubelet's allocatedResourcesStatus in each container's status, read back with a real kubectl.
-An unhealthy card and a spot device taken back by its owner are both there."""
+kubelet's allocatedResourcesStatus in each container's status, read back with a real kubectl;
+and, since kubectl describe prints no allocatedResourcesStatus, the driver's Events on the pods
+it shows. An unhealthy card and a spot device taken back by its owner are both there."""
 
 from __future__ import annotations
 
@@ -69,6 +70,7 @@ async def test_an_unhealthy_card_and_a_spot_device_taken_back_reach_the_pods_sta
         card = dra.parse_cdi_device(entry["resources"][0]["resourceID"]).card
         await node.sim.vendor.set_health(card, False)  # type: ignore[union-attr]
         await wait_until(lambda: _is(kubectl, "share", "Unhealthy"), 15, "the unhealthy card in the pod's status")
+        await wait_until(lambda: described(kubectl, "share", "DeviceUnhealthy"), 15, "the Event kubectl describe shows")
         other = next(c.id for c in node.driver.inventory.cards if c.id != card)
         await lend(node, other, "Healthy")
         await node.pod("borrower", "spot")
@@ -76,6 +78,8 @@ async def test_an_unhealthy_card_and_a_spot_device_taken_back_reach_the_pods_sta
         await wait_until(lambda: _is(kubectl, "borrower", "Healthy"), 15, "the lent spot device Healthy")
         await lend(node, other, "Unhealthy")  # its owner is back: the solver takes the spot device back
         await wait_until(lambda: _is(kubectl, "borrower", "Unhealthy"), 15, "the spot device taken back")
+        text = await wait_until(lambda: described(kubectl, "borrower", "SpotTakenBack"), 15, "the taken-back Event")
+        assert "the card's owner is back" in text
 
 
 async def lend(node: DraNode, card: str, health: str) -> None:
@@ -86,3 +90,29 @@ async def lend(node: DraNode, card: str, health: str) -> None:
 
 async def _is(kubectl: Kubectl, pod: str, health: str) -> bool:
     return await health_of(kubectl, pod) == health
+
+
+async def described(kubectl: Kubectl, pod: str, reason: str) -> str | None:
+    """``kubectl describe pod`` (its Events) once it shows ``reason``."""
+    done = await asyncio.to_thread(kubectl.run, "describe", "pod", pod)
+    return done.stdout if done.returncode == 0 and reason in done.stdout else None
+
+
+def test_each_health_change_of_a_claims_device_is_told_once() -> None:
+    from gpushare_dra_driver.healthevents import HEALTHY, TAKEN_BACK, UNHEALTHY, changes, pods_of
+    from gpushare_dra_driver.state import PreparedClaim, PreparedDevice
+
+    def claim(uid: str, device: str) -> PreparedClaim:
+        return PreparedClaim(namespace="ml", name=f"c-{uid}", uid=uid, file="f", spec={}, devices=(
+            PreparedDevice(requests=("gpu",), pool="n1", device=device, cdi_ids=()),))
+
+    told: dict[tuple[str, str], bool] = {}
+    claims = [claim("a", "gpu-0"), claim("b", "spot-gpu-1")]
+    assert changes(claims, {"gpu-0": True, "spot-gpu-1": True}, told) == []  # first seen healthy: no news
+    found = changes(claims, {"gpu-0": False, "spot-gpu-1": False}, told)
+    assert [(n.claim, n.reason) for n in found] == [("c-a", UNHEALTHY), ("c-b", TAKEN_BACK)]
+    assert changes(claims, {"gpu-0": False, "spot-gpu-1": False}, told) == []  # told once
+    assert [n.reason for n in changes(claims[:1], {"gpu-0": True}, told)] == [HEALTHY]
+    assert set(told) == {("a", "gpu-0")}, "a claim gone is forgotten"
+    assert pods_of({"status": {"reservedFor": [{"resource": "pods", "name": "p", "uid": "u"}, {"name": ""}]}}) == [
+        ("p", "u")]

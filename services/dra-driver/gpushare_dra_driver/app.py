@@ -35,6 +35,7 @@ from .adapters import kube as kube_adapter
 from .adapters import kubelet
 from .adapters.files import NodeFiles
 from .claims import ClaimRef
+from .healthevents import HealthTeller
 from .inventory import Inventory
 from .metrics import DriverMetrics
 from .mps import DaemonError, MpsDaemon
@@ -161,13 +162,18 @@ class Service(ServiceBase):
         """Cards with shares prepared here: not lent to spot claims while they are shared."""
         return self.preparer.shared_cards()
 
-    def device_health(self) -> tuple[int, list[tuple[str, str, bool]]]:
-        """Every card, and its spot mirror: healthy while the card is and the solver lends it (a
-        spot device taken back by its owner is unhealthy: the borrower's pod status says so)."""
+    def device_states(self) -> dict[str, bool]:
+        """Every device's health: a card's (its vendor plugin's), its slots' the same, its spot
+        mirror healthy while the card is and the solver lends it (taken back by its owner: not)."""
         lendable = lendable_cards(self.inventory.cards, self.spot_health)
-        return self.board.version, [
-            (self.pool, name, healthy) for c in self.inventory.cards
-            for name, healthy in ((c.name, c.healthy), (c.spot_name, c.id in lendable))]
+        states = {name: healthy for c in self.inventory.cards
+                  for name, healthy in ((c.name, c.healthy), (c.spot_name, c.id in lendable))}
+        states.update({name: card.healthy for name, (card, _, _) in
+                       self.inventory.slots(self.settings.slot_kinds).items()})
+        return states
+
+    def device_health(self) -> tuple[int, list[tuple[str, str, bool]]]:
+        return self.board.version, [(self.pool, name, healthy) for name, healthy in self.device_states().items()]
 
     async def health_changed(self, version: int, within_s: float) -> None:
         await self.board.wait_newer(version, within_s)
@@ -200,6 +206,9 @@ class Service(ServiceBase):
         kube = kube_adapter.connect(self.common.kube)
         self.skeleton.on_exit(kube.close)
         self.claims, self.slices = kube_adapter.Claims(kube), kube_adapter.Slices(kube, self.node, self.settings.driver)
+        teller = HealthTeller(self.node, self.board, lambda: self.preparer.state.claims.values(), self.device_states,
+                              self.get_claim, kube_adapter.Events(kube))
+        self.tasks.spawn("health events", teller.run(self.settings.resync_s), critical=False)
         await self._publish_loop(kube_adapter.PublishError)
 
     async def _keep_sockets(self) -> None:

@@ -36,6 +36,22 @@ class Claims:
             raise ClaimUnreadable(f"claim {namespace}/{name}: cannot be read: {err}") from None
 
 
+class Events:
+    """Records Events on pods; a failure is logged (an Event is information, never a step)."""
+
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+
+    async def record(self, namespace: str, body: Obj) -> bool:
+        try:
+            await self.kube.create_event(namespace, body)
+        except KubeError as err:
+            log.warning("event not recorded", namespace=namespace, pod=body["involvedObject"]["name"],
+                        reason=body.get("reason"), error=str(err))
+            return False
+        return True
+
+
 class Slices:
     """Writes the node's slices; removes this driver's other slices of the node."""
 
