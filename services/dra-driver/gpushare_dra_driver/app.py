@@ -35,10 +35,10 @@ from .adapters import kube as kube_adapter
 from .adapters import kubelet
 from .adapters.files import NodeFiles
 from .claims import ClaimRef
-from .healthevents import HealthTeller
+from .healthevents import HealthTeller, Versioned
 from .inventory import Inventory
 from .metrics import DriverMetrics
-from .mps import DaemonError, MpsDaemon
+from .mps import DaemonError, MpsDaemon, answered_with_daemon
 from .prepare import ClaimSource, Node, Preparer
 from .settings import DraSettings
 from .slices import build_slices, lendable_cards
@@ -48,24 +48,6 @@ from .status import DraStatus
 SERVICE = "dra-driver"
 SPOT_TOKEN = "spot-gpu"
 log = get_logger(SERVICE)
-
-
-class Versioned:
-    """A version bumped on every change, and a wait for the next one."""
-
-    def __init__(self) -> None:
-        self.version = 0
-        self._changed = asyncio.Event()
-
-    def bump(self) -> None:
-        self.version += 1
-        changed, self._changed = self._changed, asyncio.Event()
-        changed.set()
-
-    async def wait_newer(self, version: int, within_s: float) -> None:
-        if self.version == version:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), within_s)
 
 
 class Service(ServiceBase):
@@ -118,7 +100,7 @@ class Service(ServiceBase):
     async def prepare(self, refs: list[ClaimRef]) -> dict[str, PreparedClaim | str]:
         started, shared = time.perf_counter(), self.shared_cards()
         results, read_s = await self.preparer.prepare_timed(refs)
-        results = await self._with_daemon(results)
+        results = await answered_with_daemon(self.mps, self.preparer, self.settings.mps_profiles, results)
         total_s = time.perf_counter() - started
         self.metrics.observe("prepare", results.values(), total_s)
         if read_s is not None:  # a call that prepared something new (not an answer from memory)
@@ -140,23 +122,6 @@ class Service(ServiceBase):
     def capped(self) -> frozenset[str]:
         """Cards with prepared shares whose caps need the MPS control daemon."""
         return self.preparer.capped_cards(self.settings.mps_profiles)
-
-    async def _with_daemon(self, results: dict[str, PreparedClaim | str]) -> dict[str, PreparedClaim | str]:
-        """Answer capped shares only once the MPS control daemon answers; if it cannot, those of
-        this call fail and are unprepared (the kubelet asks again)."""
-        capped = self.capped()
-        if not capped:
-            return results
-        try:
-            await self.mps.ensure(True)
-            return results
-        except DaemonError as err:
-            failed = [c for c in results.values() if isinstance(c, PreparedClaim) and any(
-                card in capped and role == dra.ROLE_SHARE for card, role in zip(c.cards, c.roles, strict=False))]
-            await self.preparer.unprepare([ClaimRef(c.namespace, c.name, c.uid) for c in failed])
-            self.mps.needed = bool(self.capped())
-            why = f"the MPS control daemon did not start ({err}); its caps would not hold"
-            return {**results, **{c.uid: f"claim {c.namespace}/{c.name}: {why}" for c in failed}}
 
     def shared_cards(self) -> frozenset[str]:
         """Cards with shares prepared here: not lent to spot claims while they are shared."""

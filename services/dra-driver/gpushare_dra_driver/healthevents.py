@@ -10,6 +10,8 @@ no news; each change is told once.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -129,3 +131,21 @@ class HealthTeller:
             if await self.events.record(notice.namespace, pod_event(notice, pod, uid, self.node, now, time.time_ns())):
                 log.info("pod told of its device's health", node=self.node, pod=f"{notice.namespace}/{pod}",
                          device=notice.device, reason=notice.reason)
+
+
+class Versioned:
+    """A version bumped on every change, and a wait for the next one."""
+
+    def __init__(self) -> None:
+        self.version = 0
+        self._changed = asyncio.Event()
+
+    def bump(self) -> None:
+        self.version += 1
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    async def wait_newer(self, version: int, within_s: float) -> None:
+        if self.version == version:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), within_s)

@@ -21,12 +21,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from gpushare_common import dra
 from gpushare_common.logging import get_logger
 
 from .adapters.daemon import DaemonProcess, control_answers
+from .claims import ClaimRef
+from .prepare import Preparer
+from .state import PreparedClaim
 
 log = get_logger("dra.mps")
 SUBDIRS = ("pipe", "log", "shm")
@@ -106,3 +110,22 @@ class MpsDaemon:
     def status(self) -> dict[str, Any]:
         return {"needed": self.needed, "pid": self.process.pid, "answers": self.answers(), "starts": self.starts,
                 "directory": self.directory, "last_error": self.last_error}
+
+
+async def answered_with_daemon(mps: MpsDaemon, preparer: Preparer, profiles: Sequence[str],
+                               results: dict[str, PreparedClaim | str]) -> dict[str, PreparedClaim | str]:
+    """Answer capped shares only once the MPS control daemon answers; if it cannot, those of
+    this call fail and are unprepared (the kubelet asks again)."""
+    capped = preparer.capped_cards(profiles)
+    if not capped:
+        return results
+    try:
+        await mps.ensure(True)
+        return results
+    except DaemonError as err:
+        failed = [c for c in results.values() if isinstance(c, PreparedClaim) and any(
+            card in capped and role == dra.ROLE_SHARE for card, role in zip(c.cards, c.roles, strict=False))]
+        await preparer.unprepare([ClaimRef(c.namespace, c.name, c.uid) for c in failed])
+        mps.needed = bool(preparer.capped_cards(profiles))
+        why = f"the MPS control daemon did not start ({err}); its caps would not hold"
+        return {**results, **{c.uid: f"claim {c.namespace}/{c.name}: {why}" for c in failed}}
