@@ -53,6 +53,8 @@ async def test_faults_restarts_lose_and_repeat_no_eviction(e2e: E2E) -> None:
 async def test_dra_shares_spot_and_a_device_plugin_node_side_by_side(e2e: E2E) -> None:
     detail = await e2e.run("dra")
     assert "4 x 25 shares on" in detail and "tainted, then lent again" in detail
+    assert "the MPS daemon up from before the first to after the last" in detail
+    assert "gpushare/share-gpu-4 served on both nodes, each pair on one card" in detail
     hops = e2e.timeline.hops_of("dra")
     returned = hops["owner ioctl -> owner's call returns (kernel released it)"]
     dead = hops["owner ioctl -> borrower's tasks dead (containerd kill)"]
