@@ -126,9 +126,11 @@ async def test_the_slice_follows_card_health_and_the_solvers_spot_health(kube_ap
             await wait_until(lambda: node.driver.bus.is_connected, 10, "the driver on NATS")
             health = events.DeviceHealth(node=node.name, resource="spot-gpu", full=True,
                                          devices={"spot-GPU-dra-node-0": "Healthy", "spot-GPU-dra-node-1": "Healthy"})
-            await bus.publish(bus.subjects.health(node.name, "spot-gpu"), health)
 
             async def spot() -> list[str]:
+                # core NATS: the driver may not have subscribed yet when it first goes out (the
+                # solver's bucket brings it at the driver's next resync); sent again meanwhile
+                await bus.publish(bus.subjects.health(node.name, "spot-gpu"), health)
                 return [d["name"] for d in await node.slice_devices() if d["name"].startswith("spot-")]
 
             assert await wait_until(spot, 10, "the lendable card's spot mirror") == ["spot-gpu-dra-node-0"]
