@@ -15,8 +15,9 @@ container's resource. Pure functions over the API's JSON objects.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from decimal import Decimal
 from typing import Any
+
+from gpushare_common.quantity import QuantityError, parse_count
 
 Obj = dict[str, Any]
 ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
@@ -47,11 +48,11 @@ def _requests(container: Obj) -> dict[str, Any]:
 
 
 def _count(value: Any) -> int:
+    """A request's number of devices (0: none, or no whole number)."""
     try:
-        amount = Decimal(str(value))
-    except ArithmeticError:
+        return parse_count(value, "extended resource request")
+    except QuantityError:
         return 0
-    return int(amount) if amount == int(amount) and amount > 0 else 0
 
 
 def wanted(pod: Obj, classes: Mapping[str, str]) -> set[str]:
