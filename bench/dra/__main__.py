@@ -45,6 +45,7 @@ from gpushare_common import dra
 from gpushare_common.adapters.kube import resource_path
 from gpushare_common.adapters.kubeletapi import dra_v1_pb2 as pb
 from gpushare_common.adapters.kubeletapi import dra_v1_pb2_grpc as pb_grpc
+from gpushare_sim.fakegpu.vendor import MPS_STAND_IN
 from gpushare_sim.node.adapters.kube import SimKube
 from gpushare_sim.run.kubeapi import ensure_namespace
 from gpushare_sim.run.procs import http_text
@@ -74,6 +75,8 @@ def driver_env(work: Path, nats_url: str, kubeconfig: Path) -> dict[str, str]:
         "GPUSHARE_DRA_RUNTIME_CONFIG": str(work / "runtime.json"), "GPUSHARE_DRA_HOST_ROOT": str(work),
         "GPUSHARE_DRA_ISOLATION_DIR": str(work / "isolation"),
         "GPUSHARE_DRA_CARD_MEMORY_MIB": "nvidia.com/gpu=81920",
+        # the built-in vendor table caps shares with MPS: the driver runs the sim's stand-in daemon
+        "GPUSHARE_DRA_MPS_COMMAND": MPS_STAND_IN,
     }
 
 

@@ -68,16 +68,13 @@ class MpsDaemon:
                 log.info("MPS control daemon stopped: no capped share left", node=self.node, status=status)
 
     async def _up(self) -> None:
-        started = False
-        if not self.process.running():
-            if self.answers():
-                return  # the other instance's daemon (a rolling update)
-            await self.process.start()
-            self.starts, started = self.starts + 1, True
+        if self.process.running() or self.answers():
+            return  # ours, answering since it started (supervised); or the other instance's (a rolling update)
+        await self.process.start()
+        self.starts += 1
         if await self._answering():
-            if started:
-                self.last_error = ""
-                log.info("MPS control daemon started", node=self.node, pid=self.process.pid, starts=self.starts)
+            self.last_error = ""
+            log.info("MPS control daemon started", node=self.node, pid=self.process.pid, starts=self.starts)
             return
         status = await self.process.stop()
         self.last_error = f"its control socket {self.control} did not answer in {self.ready_s:g} s " \
