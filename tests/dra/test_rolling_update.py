@@ -82,7 +82,7 @@ async def test_a_rolling_update_prepares_across_the_switch(kube_api: KubeApi,  #
                 return any(c.name.startswith("during-") for c in preparer.state.claims.values())
 
             assert during(new.preparer) and not during(node.driver.preparer), "the kubelet called the new one"
-            await node.driver.stop()  # the old pod goes: its sockets with it
+            await node.driver.close()  # the old pod goes: its sockets with it
             await wait_until(lambda: plugins.endpoints(dra.DRIVER) == [settings.dra_socket], 15,
                              "the old instance deregistered")
             await node.pod("after", "quarter")
@@ -92,7 +92,7 @@ async def test_a_rolling_update_prepares_across_the_switch(kube_api: KubeApi,  #
             await wait_until(lambda: _gone(node, ("before", "during", "after")), 30, "pods gone, claims unprepared")
             assert new.files.spec_names() == [] and new.preparer.state.claims == {}
         finally:
-            await new.stop()
+            await new.close()
 
 
 async def _gone(node: DraNode, names: tuple[str, ...]) -> bool:

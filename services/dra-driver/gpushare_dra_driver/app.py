@@ -157,7 +157,7 @@ class Service(ServiceBase):
         if self.capped():  # shares prepared before a restart: their daemon first
             with contextlib.suppress(DaemonError):  # else the supervisor tries again
                 await self.mps.ensure(True)
-        self.tasks.spawn("mps", self.mps.supervise(self.settings.poll_s))
+        self.skeleton.spawn("mps", self.mps.supervise(self.settings.poll_s))
         for server in self.sockets:
             await server.start()
         await kubelet.dial(self.settings.registration_socket)
@@ -173,7 +173,7 @@ class Service(ServiceBase):
         self.claims, self.slices = kube_adapter.Claims(kube), kube_adapter.Slices(kube, self.node, self.settings.driver)
         teller = HealthTeller(self.node, self.board, lambda: self.preparer.state.claims.values(), self.device_states,
                               self.get_claim, kube_adapter.Events(kube))
-        self.tasks.spawn("health events", teller.run(self.settings.resync_s), critical=False)
+        self.skeleton.spawn("health events", teller.run(self.settings.resync_s), critical=False)
         await self._publish_loop(kube_adapter.PublishError)
 
     async def _keep_sockets(self) -> None:
