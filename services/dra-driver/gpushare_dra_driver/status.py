@@ -36,6 +36,22 @@ class Prepared(Model):
     """Its CDI spec."""
 
 
+class MpsDaemon(Model):
+    """The node's MPS control daemon, run by the driver while capped shares are prepared."""
+
+    needed: bool
+    """Capped shares are prepared: the daemon must run."""
+    pid: int | None
+    """Its process (None while it does not run)."""
+    answers: bool
+    """Its control socket answers."""
+    starts: int
+    """How many times the driver started it."""
+    directory: str
+    """Its pipe, log and shm directories' parent."""
+    last_error: str
+
+
 class DraStatus(ServiceStatus):
     """One node's DRA driver: its registration, the cards in its slice, the claims prepared."""
 
@@ -48,5 +64,6 @@ class DraStatus(ServiceStatus):
     slice_generation: int
     prepared: dict[str, Prepared]
     """Claim uid -> what was prepared for it."""
+    mps_daemon: MpsDaemon
     shares_per_card: int
     device_classes: list[str]
