@@ -8,7 +8,7 @@ UV        := $(BOOT)/bin/uv
 VENV      := .venv
 PY        := $(VENV)/bin/python
 STAMP     := $(VENV)/.synced
-APT_PKGS  := nats-server runc containerd qemu-system-x86 linux-image-amd64 linux-headers-amd64 busybox-static cpio kmod gcc make libc6-dev libelf-dev chromium
+APT_PKGS  := nats-server runc containerd openssl qemu-system-x86 linux-image-amd64 linux-headers-amd64 busybox-static cpio kmod gcc make libc6-dev libelf-dev chromium
 SCENARIO  ?= all
 PYTEST_ARGS ?=
 

@@ -27,7 +27,16 @@ from typing import Any
 
 import kubernetes
 import pytest
-from gpushare_sim.apiserver import ApiServer, ApiSettings, ServerSettings, Store, namespaces, objects, write_kubeconfig
+from gpushare_sim.apiserver import (
+    ApiServer,
+    ApiSettings,
+    ServerSettings,
+    Store,
+    TlsFiles,
+    namespaces,
+    objects,
+    write_kubeconfig,
+)
 from gpushare_sim.apiserver.kinds import KINDS, NAMESPACES
 
 
@@ -98,17 +107,18 @@ def client_for(kubeconfig: Path) -> kubernetes.client.ApiClient:
 
 @contextlib.contextmanager
 def start_kube_api(
-    settings: ApiSettings | None = None, directory: Path | None = None, namespaces: Iterable[str] = ()
+    settings: ApiSettings | None = None, directory: Path | None = None, namespaces: Iterable[str] = (),
+    tls: TlsFiles | None = None, ca: Path | None = None,
 ) -> Iterator[KubeApi]:
-    """Start the emulator in a background thread (with `namespaces` besides the system ones);
-    stop it and close the client on exit."""
-    server = ApiServer(ServerSettings(api=settings or ApiSettings()))
+    """Start the emulator in a background thread (with `namespaces` besides the system ones;
+    over HTTPS with `tls`, its kubeconfig naming `ca`); stop it and close the client on exit."""
+    server = ApiServer(ServerSettings(api=settings or ApiSettings(), tls=tls))
     with contextlib.ExitStack() as stack:
         if directory is None:
             directory = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="kubeapi-")))
         server.start_thread()
         stack.callback(server.stop)
-        path = write_kubeconfig(directory / "kubeconfig", server.url)
+        path = write_kubeconfig(directory / "kubeconfig", server.url, ca)
         client = client_for(path)
         stack.callback(client.close)
         api = KubeApi(server.url, path, client, server)

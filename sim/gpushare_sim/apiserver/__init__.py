@@ -1,7 +1,7 @@
 """Kubernetes API emulator: enough of the REST API for the official client, state in memory."""
 
 from .app import ApiSettings, build_app
-from .server import ApiServer, ServerSettings, kubeconfig, write_kubeconfig
+from .server import ApiServer, ServerSettings, TlsFiles, kubeconfig, write_kubeconfig
 from .store import Store
 
 __all__ = [
@@ -9,6 +9,7 @@ __all__ = [
     "ApiSettings",
     "ServerSettings",
     "Store",
+    "TlsFiles",
     "build_app",
     "kubeconfig",
     "write_kubeconfig",

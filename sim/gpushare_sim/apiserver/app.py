@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route as PathRoute
 
-from . import discovery, handlers, logs, namespaces, reads
+from . import authn, discovery, handlers, logs, namespaces, reads
 from .context import Context, error_response, json_response
 from .errors import ApiError
 from .routes import Route, resolve
@@ -55,6 +55,9 @@ class ApiSettings:
     history: int = 10_000
     watch_queue: int = 100_000
     bookmark_interval: float = 1.0  # often, so clients blocked in a read notice a close soon
+    # resource requests must carry a service-account token this server issued and that still
+    # holds (401 otherwise), as the API server's token authenticator wants; off: anyone may call
+    authenticate: bool = False
 
 
 def _handler(route: Route, method: str) -> Handler:
@@ -76,6 +79,7 @@ def _handler(route: Route, method: str) -> Handler:
 class Api:
     def __init__(self, store: Store, settings: ApiSettings) -> None:
         self.ctx = Context(store, settings.bookmark_interval)
+        self.authenticate = settings.authenticate
 
     async def core(self, request: Request) -> Response:
         return await self._resources(request, "", "v1", request.path_params["rest"])
@@ -86,6 +90,8 @@ class Api:
 
     async def _resources(self, request: Request, group: str, version: str, rest: str) -> Response:
         try:
+            if self.authenticate:
+                authn.authenticate(self.ctx.store, request.headers.get("authorization", ""))
             if rest and not rest.startswith("/"):
                 raise ApiError(404, f"the server could not find the requested path {request.url.path}")
             parts = [part for part in rest.split("/") if part]

@@ -123,6 +123,20 @@ def review(store: Store, body: Obj) -> Obj:
     return {**answer, "status": {"authenticated": True, "user": user, "audiences": audiences}}
 
 
+def authenticate(store: Store, authorization: str) -> Obj:
+    """The user an ``Authorization: Bearer`` header names, or a 401 ApiError (the API audiences)."""
+    scheme, _, token = authorization.partition(" ")
+    try:
+        if scheme.lower() != "bearer" or not token.strip():
+            raise Unauthenticated("no bearer token")
+        claims = _claims(store, token.strip())
+        if not set(API_AUDIENCES) & set(claims.get("aud", [])):
+            raise Unauthenticated(f"token audiences {claims.get('aud')} are not the API's")
+        return _user(store, claims)
+    except Unauthenticated as why:
+        raise errors.ApiError(401, "Unauthorized", reason="Unauthorized") from why
+
+
 def _claims(store: Store, token: str) -> dict[str, Any]:
     try:
         claims = verify(token, store.signing_key)

@@ -7,6 +7,7 @@ import contextlib
 import os
 import signal
 import socket
+import ssl
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -24,18 +25,31 @@ T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
+class TlsFiles:
+    """Serve HTTPS with this certificate and key (PEM files); with ``client_ca``, every client
+    must present a certificate that CA signed, as the API server's client-ca-file asks."""
+
+    cert: Path
+    key: Path
+    client_ca: Path | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ServerSettings:
     host: str = "127.0.0.1"
     port: int = 0  # 0: any free port
     api: ApiSettings = field(default_factory=ApiSettings)
+    tls: TlsFiles | None = None  # None: plain HTTP
 
 
-def kubeconfig(url: str, name: str = "gpushare-sim") -> dict[str, object]:
-    """A kubeconfig for a plain-HTTP server with a placeholder token."""
+def kubeconfig(url: str, name: str = "gpushare-sim", ca: Path | None = None) -> dict[str, object]:
+    """A kubeconfig for the server with a placeholder token (and the CA that signed an HTTPS
+    server's certificate)."""
+    cluster: dict[str, object] = {"server": url, **({"certificate-authority": str(ca)} if ca else {})}
     return {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": name, "cluster": {"server": url}}],
+        "clusters": [{"name": name, "cluster": cluster}],
         "users": [{"name": name, "user": {"token": "gpushare-sim"}}],
         "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
         "current-context": name,
@@ -43,11 +57,11 @@ def kubeconfig(url: str, name: str = "gpushare-sim") -> dict[str, object]:
     }
 
 
-def write_kubeconfig(path: Path, url: str) -> Path:
+def write_kubeconfig(path: Path, url: str, ca: Path | None = None) -> Path:
     """Write atomically: whoever waits for the file never reads half of it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    partial.write_text(yaml.safe_dump(kubeconfig(url), sort_keys=False))
+    partial.write_text(yaml.safe_dump(kubeconfig(url, ca=ca), sort_keys=False))
     partial.replace(path)
     return path
 
@@ -84,6 +98,13 @@ class _Server(uvicorn.Server):
                 signal.signal(sig, handler)
 
 
+def _tls_options(tls: TlsFiles | None) -> dict[str, Any]:
+    if tls is None:
+        return {}
+    client = {"ssl_ca_certs": str(tls.client_ca), "ssl_cert_reqs": ssl.CERT_REQUIRED} if tls.client_ca else {}
+    return {"ssl_certfile": str(tls.cert), "ssl_keyfile": str(tls.key), **client}
+
+
 class ApiServer:
     """One emulated API server on a bound socket; `serve()` runs until `stop()`."""
 
@@ -100,7 +121,7 @@ class ApiServer:
         self.sock.listen(1024)  # clients may connect (and wait) before uvicorn serves
         host, port = self.sock.getsockname()[:2]
         self.address = f"{host}:{port}"
-        self.url = f"http://{self.address}"
+        self.url = f"{'https' if settings.tls else 'http'}://{self.address}"
         app = build_app(self.store, settings.api, lambda: self.address)
         config = uvicorn.Config(
             app,
@@ -111,6 +132,7 @@ class ApiServer:
             http="h11",
             loop="asyncio",
             timeout_graceful_shutdown=2,
+            **_tls_options(settings.tls),
         )
         self.server = _Server(config, self.store)
         self.loop: asyncio.AbstractEventLoop | None = None
