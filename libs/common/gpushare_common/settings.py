@@ -208,6 +208,8 @@ class KubeSettings:
     """How long one request to the API server may take."""
     watch_timeout_s: int = 300
     """How long the API server keeps one watch open before it is renewed."""
+    threads: int = 4
+    """API calls in flight at once (each open watch reads in a thread of its own)."""
 
 
 NATS_PREFIX = "GPUSHARE_NATS_"

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 from . import logging as gs_logging
-from .adapters.kubeconfig import KubeConfigError
+from .adapters.kubeclient import KubeConfigError
 from .ids import IdError
 from .logging import get_logger
 from .retry import wait_any

@@ -1,17 +1,17 @@
 """The Kubernetes adapter: the only place that talks to the Kubernetes API.
 
-Raw REST over a small HTTP/1.1 client on asyncio streams (:mod:`.http1`: the official
-``kubernetes`` package, or an HTTP library, would cost each service 15-20 MB of resident
-memory, and the client a thread per call). Objects are plain dicts in the API's JSON shape,
-decoded with msgspec. Where the API is and
-how to authenticate comes from :mod:`.kubeconfig`. Errors are this module's own tree:
-:class:`NotFound`, :class:`Conflict`, :class:`Gone`, :class:`Invalid`, :class:`Retryable`
-(5xx, 429, 401/403, timeouts, connection errors); no transport exception escapes.
+The official ``kubernetes`` package does the talking (:mod:`.kubeclient`: its configuration
+loaders, its ``ApiClient`` on an executor, its ``Watch``); objects are plain dicts in the API's
+JSON shape, decoded with msgspec. Errors are this module's own tree: :class:`NotFound`,
+:class:`Conflict`, :class:`Gone`, :class:`Invalid`, :class:`Retryable` (5xx, 429, 401/403,
+timeouts, connection errors, TLS failures); no exception of the package or of urllib3 escapes.
+A configuration that cannot be used is :class:`KubeConfigError`, when the :class:`Kube` is made.
 
-:meth:`Kube.watch_pods` lists, then watches from the list's resourceVersion,
-resumes from the last version seen, re-lists on ``410 Gone`` and backs off on
-errors, yielding :class:`PodChange` items (a ``SYNC`` with the full list after
-each (re)list, then ``ADDED``/``MODIFIED``/``DELETED``).
+:meth:`Kube.watch_pods` lists, then watches from the list's resourceVersion with bookmarks,
+resumes from the last version seen (an event's or a bookmark's), re-lists on ``410 Gone`` and
+backs off on errors, yielding :class:`PodChange` items (a ``SYNC`` with the full list after
+each (re)list, then ``ADDED``/``MODIFIED``/``DELETED``). Setting ``stop`` ends it promptly, a
+watch blocked in its read included.
 """
 
 from __future__ import annotations
@@ -19,22 +19,29 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import urllib.parse
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
+import urllib3
+from kubernetes.client import ApiException, Configuration
+from kubernetes.config.config_exception import ConfigException
 
 from ..logging import get_logger
 from ..retry import Backoff, wait_for_stop
 from ..settings import KubeSettings
-from .http1 import Http1Client, HttpError
-from .kubeconfig import Endpoint, KubeConfigError, load_endpoint
+from .kubeclient import KubeClient, KubeConfigError, query_of
+
+__all__ = ["Conflict", "Gone", "Invalid", "Kube", "KubeConfigError", "KubeError", "NotFound", "PodChange",
+           "Retryable", "resource_path"]
 
 log = get_logger("kube")
 Obj = dict[str, Any]
 MERGE = "application/merge-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"
+_DONE = object()
 
 
 class KubeError(Exception):
@@ -66,15 +73,30 @@ class Retryable(KubeError):
 _BY_STATUS: dict[int, type[KubeError]] = {404: NotFound, 409: Conflict, 410: Gone, 422: Invalid, 400: Invalid}
 
 
-def _status_error(status: int, body: bytes, what: str) -> KubeError:
+def _status_error(status: int, body: Any, what: str) -> KubeError:
     reason = _status_message(body)
     return _BY_STATUS.get(status, Retryable)(f"{what}: {status} {reason}".strip(), status)
 
 
 def _status_message(body: Any) -> str:
-    with contextlib.suppress(Exception):  # any body the server sent: the status code alone tells then
+    with contextlib.suppress(msgspec.DecodeError, AttributeError, TypeError):
         return str(msgspec.json.decode(body).get("message", ""))
     return ""
+
+
+@contextlib.contextmanager
+def _mapped(what: str) -> Iterator[None]:
+    """The package's and urllib3's errors as this module's."""
+    try:
+        yield
+    except ApiException as err:
+        if not err.status:  # the request never got an answer (TLS, for one)
+            raise Retryable(f"{what}: {err.reason}") from None
+        raise _status_error(err.status, err.body, what) from None
+    except (urllib3.exceptions.HTTPError, OSError, TimeoutError) as err:
+        raise Retryable(f"{what}: {err!r}") from None
+    except ConfigException as err:  # the in-cluster token could not be read again
+        raise Retryable(f"{what}: {err}") from None
 
 
 @dataclass(slots=True)
@@ -82,13 +104,6 @@ class PodChange:
     kind: str  # SYNC | ADDED | MODIFIED | DELETED
     pod: Obj | None = None
     pods: list[Obj] = field(default_factory=list)
-
-
-_QUERY_NAMES = {
-    "watch": "watch", "resource_version": "resourceVersion", "timeout_seconds": "timeoutSeconds",
-    "allow_watch_bookmarks": "allowWatchBookmarks", "field_selector": "fieldSelector",
-    "label_selector": "labelSelector",
-}
 
 
 def _pods_path(namespace: str | None, name: str = "", sub: str = "") -> str:
@@ -116,60 +131,34 @@ def _q(segment: str) -> str:
     return urllib.parse.quote(segment, safe="")
 
 
-def _query(query: dict[str, Any]) -> list[tuple[str, str]]:
-    return [(_QUERY_NAMES.get(k, k), str(v).lower() if isinstance(v, bool) else str(v))
-            for k, v in query.items() if v not in ("", None)]
-
-
 class Kube:
-    """Raw REST calls to the API server over kept-alive connections; :meth:`close` when done."""
+    """The API's calls this project makes, on the ``kubernetes`` package; :meth:`close` when done."""
 
-    def __init__(self, settings: KubeSettings, endpoint: Endpoint | None = None) -> None:
+    def __init__(self, settings: KubeSettings, configuration: Configuration | None = None) -> None:
         """:class:`KubeConfigError` (a setting, not a call) when the configuration cannot be used."""
         self.settings = settings
-        self.endpoint = endpoint or load_endpoint(settings.kubeconfig)
-        try:
-            self.http = Http1Client(self.endpoint.server, self.endpoint.ssl_context)
-        except ValueError as err:
-            raise KubeConfigError(self.endpoint.source or "endpoint", str(err)) from None
-
-    def _headers(self, content_type: str = "") -> dict[str, str]:
-        headers = {"Accept": "application/json"}
-        if content_type:
-            headers["Content-Type"] = content_type
-        try:
-            auth = self.endpoint.authorization()
-        except KubeConfigError as err:
-            raise Retryable(str(err)) from None
-        if auth:
-            headers["Authorization"] = auth
-        return headers
+        self.client = KubeClient(settings, configuration)
 
     async def close(self) -> None:
-        await self.http.close()
+        await self.client.close()
 
     async def _rest(self, what: str, method: str, path: str, body: Any = None,
                     content_type: str = "application/json", **query: Any) -> Any:
         """One call; the decoded JSON answer (None when empty)."""
-        data = msgspec.json.encode(body) if body is not None else None
-        payload = await self._send(what, method, path, _query(query), data, content_type)
+        payload = await self._send(what, method, path, query_of(**query), body, content_type)
         try:
             return msgspec.json.decode(payload) if payload else None
         except msgspec.DecodeError as err:
             raise Retryable(f"{what}: the answer is not JSON: {err}") from None
 
-    async def _send(self, what: str, method: str, path: str, query: list[tuple[str, str]],
-                    data: bytes | None, content_type: str) -> bytes:
-        """The HTTP exchange: the answer's body, or this module's error for its status."""
-        headers = self._headers(content_type if data is not None else "")
-        try:
-            response = await self.http.request(method, _target(path, query), headers, data,
-                                               self.settings.qps_timeout_s)
-        except (OSError, TimeoutError, HttpError, asyncio.IncompleteReadError) as err:
-            raise Retryable(f"{what}: {err!r}") from None
-        if not 200 <= response.status < 300:
-            raise _status_error(response.status, response.body, what)
-        return response.body
+    async def _send(self, what: str, method: str, path: str, query: list[tuple[str, str]], body: Any,
+                    content_type: str) -> bytes:
+        """The exchange: the answer's body, or this module's error for its status."""
+        with _mapped(what):
+            status, payload = await self.client.call(method, path, query, body, content_type)
+        if not 200 <= status < 300:
+            raise _status_error(status, payload, what)
+        return payload
 
     # --- pods -------------------------------------------------------------------
 
@@ -294,26 +283,31 @@ class Kube:
     async def _watch(self, stop: asyncio.Event, what: str, path: str,
                      listing: Callable[[], Awaitable[tuple[list[Obj], str]]], field_selector: str = "",
                      label_selector: str = "", resource_version: str = "") -> AsyncIterator[PodChange]:  # fmt: skip
-        backoff = Backoff(0.2, 10.0, jitter=0.0)
+        backoff = Backoff(0.2, 10.0)
         version = resource_version
-        while not stop.is_set():
-            try:
-                if not version:
-                    items, version = await listing()
-                    yield PodChange("SYNC", pods=items)
-                changes = self._stream(stop, path, what, field_selector, label_selector, version)
-                async for kind, obj in changes:
-                    version = str(obj.get("metadata", {}).get("resourceVersion") or version)
-                    if kind in ("ADDED", "MODIFIED", "DELETED"):
-                        yield PodChange(kind, pod=obj)
-                backoff.reset()
-            except Gone:
-                log.info("watch expired, re-listing", what=what, path=path, selector=field_selector)
-                version = ""
-            except KubeError as err:
-                delay = backoff.next()
-                log.warning("watch failed, backing off", what=what, error=str(err), retry_in_s=delay)
-                await wait_for_stop(stop, delay)
+        reader = ThreadPoolExecutor(1, thread_name_prefix=f"kube-watch-{what}")
+        try:
+            while not stop.is_set():
+                try:
+                    if not version:
+                        items, version = await listing()
+                        yield PodChange("SYNC", pods=items)
+                    async with contextlib.aclosing(self._events(stop, reader, what, path, version, field_selector,
+                                                                label_selector)) as events:  # fmt: skip
+                        async for kind, obj in events:
+                            version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
+                            if kind in ("ADDED", "MODIFIED", "DELETED"):
+                                yield PodChange(kind, pod=obj)
+                    backoff.reset()
+                except Gone:
+                    log.info("watch expired, re-listing", what=what, path=path, selector=field_selector)
+                    version = ""
+                except KubeError as err:
+                    delay = backoff.next()
+                    log.warning("watch failed, backing off", what=what, error=str(err), retry_in_s=delay)
+                    await wait_for_stop(stop, delay)
+        finally:
+            reader.shutdown(wait=False)
 
     async def watch_pod_sets(
         self, stop: asyncio.Event, namespace: str | None = None, field_selector: str = "",
@@ -344,71 +338,26 @@ class Kube:
         async for change in self._watch(stop, "nodes", "/api/v1/nodes", listing, "", label_selector):
             yield change
 
-    async def _stream(
-        self, stop: asyncio.Event, path: str, resource: str, field_selector: str, label_selector: str,
-        version: str,
-    ) -> AsyncIterator[tuple[str, Obj]]:
-        query = _query({"watch": True, "resource_version": version, "allow_watch_bookmarks": True,
-                        "timeout_seconds": self.settings.watch_timeout_s, "field_selector": field_selector,
-                        "label_selector": label_selector})
-        what = f"watch {resource}"
-        async for line in self._lines(stop, what, path, query):
-            try:
-                event = _watch_event(line)
-            except (msgspec.DecodeError, AttributeError, TypeError, ValueError) as err:
-                raise Retryable(f"{what}: an event that does not decode: {err}") from None
-            yield event
-
-    async def _lines(self, stop: asyncio.Event, what: str, path: str,
-                     query: list[tuple[str, str]]) -> AsyncIterator[bytes]:
-        """The watch's newline-delimited JSON lines, until the server ends it or ``stop``."""
-        stopper = asyncio.ensure_future(stop.wait())
-        try:
-            async with self.http.stream(_target(path, query), self._headers(),
-                                        self.settings.qps_timeout_s) as (status, _, chunks):
-                if not 200 <= status < 300:
-                    raise _status_error(status, b"".join([c async for c in chunks]), what)
-                pending = b""
-                while True:
-                    reading = asyncio.ensure_future(anext(chunks, b""))
-                    await asyncio.wait([reading, stopper], timeout=self.settings.watch_timeout_s + 30,
-                                       return_when=asyncio.FIRST_COMPLETED)
-                    if not reading.done():
-                        reading.cancel()
-                        with contextlib.suppress(asyncio.CancelledError):
-                            await reading
-                        if stop.is_set():
-                            return
-                        raise TimeoutError("the watch went silent")
-                    chunk = reading.result()
-                    if not chunk:
-                        break
-                    pending += chunk
-                    *lines, pending = pending.split(b"\n")
-                    for line in lines:
-                        if line.strip():
-                            yield line
-                if pending.strip():
-                    yield pending
-        except (OSError, TimeoutError, HttpError, asyncio.IncompleteReadError) as err:
-            raise Retryable(f"{what}: {err!r}") from None
-        finally:
-            stopper.cancel()
+    async def _events(self, stop: asyncio.Event, reader: ThreadPoolExecutor, what: str, path: str,
+                      version: str, field_selector: str, label_selector: str) -> AsyncGenerator[tuple[str, Obj], None]:
+        """One watch request from ``version``, with bookmarks: (type, object) until it ends or ``stop``."""
+        what = f"watch {what}"
+        events = self.client.watch(stop, reader, path, resource_version=version, allow_watch_bookmarks=True,
+                                   timeout_seconds=self.settings.watch_timeout_s, field_selector=field_selector,
+                                   label_selector=label_selector)
+        async with contextlib.aclosing(events):
+            while True:
+                with _mapped(what):
+                    event = await anext(events, _DONE)
+                if event is _DONE:
+                    return
+                yield _watch_event(event, what)
 
 
-def _target(path: str, query: list[tuple[str, str]]) -> str:
-    return path + ("?" + urllib.parse.urlencode(query) if query else "")
-
-
-def _watch_event(line: bytes) -> tuple[str, Obj]:
-    event = msgspec.json.decode(line)
-    if not isinstance(event, dict):
-        raise ValueError(f"a watch event is an object, not {type(event).__name__}")
-    if event.get("type") == "ERROR":
-        status = event.get("object", {})
-        code = int(status.get("code") or 0)
-        raise (Gone if code == 410 else Retryable)(str(status.get("message", "")), code)
-    return str(event.get("type")), event.get("object") or {}
+def _watch_event(event: Any, what: str) -> tuple[str, Obj]:
+    if not isinstance(event, dict) or not isinstance(event.get("object"), dict):
+        raise Retryable(f"{what}: an event that does not decode: {str(event)[:200]!r}")
+    return str(event.get("type")), event["object"]
 
 
 def _obj_key(obj: Obj) -> str:

@@ -1,7 +1,7 @@
 """Kubernetes API access for the node simulator and the scheduler.
 
 Built on the project's Kubernetes adapter (``gpushare_common.adapters.kube``:
-raw JSON objects over aiohttp, list + watch, its error tree
+the ``kubernetes`` package, objects as plain dicts, list + watch, its error tree
 :class:`KubeError` / :class:`NotFound` / :class:`Conflict` / ...), adding what
 only a kubelet and a scheduler do: register the Node and write its status,
 write pod status, confirm deletions, bind pods.
