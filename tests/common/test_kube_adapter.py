@@ -74,7 +74,7 @@ async def test_crud_patch_and_errors(kube: Kube) -> None:
 def test_the_packages_errors_become_the_adapters(error: Exception, expected: type[Exception]) -> None:
     with pytest.raises(expected) as raised, adapter._mapped("get pod ml/a"):
         raise error
-    assert str(raised.value).startswith("get pod ml/a: ")
+    assert str(raised.value).startswith("get pod ml/a: ") and str(getattr(error, "reason", "")) in str(raised.value)
     assert raised.value.__cause__ is None and raised.value.__suppress_context__
 
 

@@ -73,9 +73,9 @@ class Retryable(KubeError):
 _BY_STATUS: dict[int, type[KubeError]] = {404: NotFound, 409: Conflict, 410: Gone, 422: Invalid, 400: Invalid}
 
 
-def _status_error(status: int, body: Any, what: str) -> KubeError:
-    reason = _status_message(body)
-    return _BY_STATUS.get(status, Retryable)(f"{what}: {status} {reason}".strip(), status)
+def _status_error(status: int, body: Any, what: str, reason: str = "") -> KubeError:
+    message = _status_message(body) or reason
+    return _BY_STATUS.get(status, Retryable)(f"{what}: {status} {message}".strip(), status)
 
 
 def _status_message(body: Any) -> str:
@@ -92,7 +92,7 @@ def _mapped(what: str) -> Iterator[None]:
     except ApiException as err:
         if not err.status:  # the request never got an answer (TLS, for one)
             raise Retryable(f"{what}: {err.reason}") from None
-        raise _status_error(err.status, err.body, what) from None
+        raise _status_error(err.status, err.body, what, str(err.reason or "")) from None
     except (urllib3.exceptions.HTTPError, OSError, TimeoutError) as err:
         raise Retryable(f"{what}: {err!r}") from None
     except ConfigException as err:  # the in-cluster token could not be read again

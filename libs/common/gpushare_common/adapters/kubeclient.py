@@ -39,6 +39,7 @@ from ..settings import KubeSettings
 
 Obj = dict[str, Any]
 SERVICE_HOST = "KUBERNETES_SERVICE_HOST"
+USER_AGENT = "gpushare"
 WATCH_READ_MARGIN_S = 30  # a watch silent this long past its own timeout is dead
 STOP_POLL_S = 0.05
 _END = object()  # a watch request's stream is over
@@ -95,6 +96,7 @@ class KubeClient:
     def __init__(self, settings: KubeSettings, configuration: Configuration | None = None) -> None:
         self.settings = settings
         self.api = ApiClient(configuration or load_configuration(settings))
+        self.api.user_agent = USER_AGENT
         self._calls = ThreadPoolExecutor(settings.threads, thread_name_prefix="kube-call")
 
     async def call(self, method: str, path: str, query: list[tuple[str, str]], body: Any,
