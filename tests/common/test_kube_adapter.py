@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import urllib3
-from gpushare_common.adapters import kube as adapter
+from gpushare_common.adapters import kubeclient
 from gpushare_common.adapters.kube import Conflict, Gone, Invalid, Kube, NotFound, PodChange, Retryable
 from gpushare_common.settings import KubeSettings
 from gpushare_sim.apiserver import ApiSettings
@@ -72,7 +72,7 @@ async def test_crud_patch_and_errors(kube: Kube) -> None:
     (ConnectionResetError(104, "reset"), Retryable),
 ])
 def test_the_packages_errors_become_the_adapters(error: Exception, expected: type[Exception]) -> None:
-    with pytest.raises(expected) as raised, adapter._mapped("get pod ml/a"):
+    with pytest.raises(expected) as raised, kubeclient.mapped("get pod ml/a"):
         raise error
     assert str(raised.value).startswith("get pod ml/a: ") and str(getattr(error, "reason", "")) in str(raised.value)
     assert raised.value.__cause__ is None and raised.value.__suppress_context__

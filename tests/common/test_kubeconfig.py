@@ -100,7 +100,7 @@ def configuration_or_error(doc: Any) -> None:
 @given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
                     max_leaves=12))
-@settings(max_examples=200)
+@settings(max_examples=100)
 def test_any_yaml_document_is_a_configuration_or_a_kubeconfig_error(doc: Any) -> None:
     configuration_or_error(doc)
 
@@ -120,7 +120,7 @@ _KEYS = st.sampled_from(["server", "token", "tokenFile", "username", "password",
         "cluster": st.dictionaries(_KEYS, _VALUES, max_size=4) | _VALUES}), max_size=2) | _VALUES,
     "users": st.lists(st.fixed_dictionaries({"name": _VALUES}, optional={
         "user": st.dictionaries(_KEYS, _VALUES, max_size=4) | _VALUES}), max_size=2) | _VALUES}))
-@settings(max_examples=300)
+@settings(max_examples=150)
 def test_any_kubeconfig_shape_is_a_configuration_or_a_kubeconfig_error(doc: Any) -> None:
     configuration_or_error(doc)
 

@@ -81,7 +81,8 @@ def test_variables_list_every_field_with_its_type_default_and_meaning() -> None:
         prefix + f.upper() for prefix, kind in (("GPUSHARE_NATS_", NatsSettings), ("GPUSHARE_HTTP_", HttpSettings))
         for f in kind.__dataclass_fields__} | {"GPUSHARE_LOG_LEVEL", "GPUSHARE_LOG_JSON", "GPUSHARE_NODE_NAME",
                                                 "GPUSHARE_KUBE_KUBECONFIG", "GPUSHARE_KUBE_SYSTEM_NAMESPACE",
-                                                "GPUSHARE_KUBE_QPS_TIMEOUT_S", "GPUSHARE_KUBE_WATCH_TIMEOUT_S"}
+                                                "GPUSHARE_KUBE_QPS_TIMEOUT_S", "GPUSHARE_KUBE_WATCH_TIMEOUT_S",
+                                                "GPUSHARE_KUBE_THREADS"}
     name = listed["X_NAME"]
     assert (name.kind, name.default, name.meaning) == ("text", "", "What it is called.")
     assert (listed["X_SIZES"].kind, listed["X_SIZES"].default) == ("comma-separated integers", "1,2")
@@ -91,3 +92,9 @@ def test_variables_list_every_field_with_its_type_default_and_meaning() -> None:
     text = describe(ServiceSample)
     assert "  GPUSHARE_NATS_URL  (text, default nats://127.0.0.1:4222)" in text
     assert "      What it is called." in text
+
+
+def test_the_kubernetes_client_needs_a_thread_for_its_calls() -> None:
+    assert load_service(ServiceSample, {"GPUSHARE_KUBE_THREADS": "2"}).common.kube.threads == 2
+    with pytest.raises(SettingsError, match="GPUSHARE_KUBE_THREADS='0': expected at least 1 thread"):
+        load_service(ServiceSample, {"GPUSHARE_KUBE_THREADS": "0"})

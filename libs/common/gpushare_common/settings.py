@@ -211,6 +211,10 @@ class KubeSettings:
     threads: int = 4
     """API calls in flight at once (each open watch reads in a thread of its own)."""
 
+    def __post_init__(self) -> None:
+        if self.threads < 1:
+            raise SettingsError(KUBE_PREFIX + "THREADS", str(self.threads), "at least 1 thread")
+
 
 NATS_PREFIX = "GPUSHARE_NATS_"
 HTTP_PREFIX = "GPUSHARE_HTTP_"

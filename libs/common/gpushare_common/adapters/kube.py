@@ -2,7 +2,8 @@
 
 The official ``kubernetes`` package does the talking (:mod:`.kubeclient`: its configuration
 loaders, its ``ApiClient`` on an executor, its ``Watch``); objects are plain dicts in the API's
-JSON shape, decoded with msgspec. Errors are this module's own tree: :class:`NotFound`,
+JSON shape, decoded with msgspec. Errors are the adapter's own tree (raised in :mod:`.kubeclient`,
+exported here): :class:`NotFound`,
 :class:`Conflict`, :class:`Gone`, :class:`Invalid`, :class:`Retryable` (5xx, 429, 401/403,
 timeouts, connection errors, TLS failures); no exception of the package or of urllib3 escapes.
 A configuration that cannot be used is :class:`KubeConfigError`, when the :class:`Kube` is made.
@@ -19,20 +20,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import urllib.parse
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
-import urllib3
-from kubernetes.client import ApiException, Configuration
-from kubernetes.config.config_exception import ConfigException
 
 from ..logging import get_logger
 from ..retry import Backoff, wait_for_stop
 from ..settings import KubeSettings
-from .kubeclient import KubeClient, KubeConfigError, query_of
+from .kubeclient import (
+    Configuration,
+    Conflict,
+    Gone,
+    Invalid,
+    KubeClient,
+    KubeConfigError,
+    KubeError,
+    NotFound,
+    Retryable,
+    query_of,
+)
 
 __all__ = ["Conflict", "Gone", "Invalid", "Kube", "KubeConfigError", "KubeError", "NotFound", "PodChange",
            "Retryable", "resource_path"]
@@ -41,62 +50,6 @@ log = get_logger("kube")
 Obj = dict[str, Any]
 MERGE = "application/merge-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"
-_DONE = object()
-
-
-class KubeError(Exception):
-    def __init__(self, message: str, status: int = 0) -> None:
-        self.status = status
-        super().__init__(message)
-
-
-class NotFound(KubeError):
-    pass
-
-
-class Conflict(KubeError):
-    pass
-
-
-class Gone(KubeError):
-    pass
-
-
-class Invalid(KubeError):
-    pass
-
-
-class Retryable(KubeError):
-    pass
-
-
-_BY_STATUS: dict[int, type[KubeError]] = {404: NotFound, 409: Conflict, 410: Gone, 422: Invalid, 400: Invalid}
-
-
-def _status_error(status: int, body: Any, what: str, reason: str = "") -> KubeError:
-    message = _status_message(body) or reason
-    return _BY_STATUS.get(status, Retryable)(f"{what}: {status} {message}".strip(), status)
-
-
-def _status_message(body: Any) -> str:
-    with contextlib.suppress(msgspec.DecodeError, AttributeError, TypeError):
-        return str(msgspec.json.decode(body).get("message", ""))
-    return ""
-
-
-@contextlib.contextmanager
-def _mapped(what: str) -> Iterator[None]:
-    """The package's and urllib3's errors as this module's."""
-    try:
-        yield
-    except ApiException as err:
-        if not err.status:  # the request never got an answer (TLS, for one)
-            raise Retryable(f"{what}: {err.reason}") from None
-        raise _status_error(err.status, err.body, what, str(err.reason or "")) from None
-    except (urllib3.exceptions.HTTPError, OSError, TimeoutError) as err:
-        raise Retryable(f"{what}: {err!r}") from None
-    except ConfigException as err:  # the in-cluster token could not be read again
-        raise Retryable(f"{what}: {err}") from None
 
 
 @dataclass(slots=True)
@@ -153,12 +106,8 @@ class Kube:
 
     async def _send(self, what: str, method: str, path: str, query: list[tuple[str, str]], body: Any,
                     content_type: str) -> bytes:
-        """The exchange: the answer's body, or this module's error for its status."""
-        with _mapped(what):
-            status, payload = await self.client.call(method, path, query, body, content_type)
-        if not 200 <= status < 300:
-            raise _status_error(status, payload, what)
-        return payload
+        """The exchange: the answer's body, or the adapter's error for its status."""
+        return await self.client.call(what, method, path, query, body, content_type)
 
     # --- pods -------------------------------------------------------------------
 
@@ -342,15 +291,11 @@ class Kube:
                       version: str, field_selector: str, label_selector: str) -> AsyncGenerator[tuple[str, Obj], None]:
         """One watch request from ``version``, with bookmarks: (type, object) until it ends or ``stop``."""
         what = f"watch {what}"
-        events = self.client.watch(stop, reader, path, resource_version=version, allow_watch_bookmarks=True,
+        events = self.client.watch(stop, reader, what, path, resource_version=version, allow_watch_bookmarks=True,
                                    timeout_seconds=self.settings.watch_timeout_s, field_selector=field_selector,
                                    label_selector=label_selector)
         async with contextlib.aclosing(events):
-            while True:
-                with _mapped(what):
-                    event = await anext(events, _DONE)
-                if event is _DONE:
-                    return
+            async for event in events:
                 yield _watch_event(event, what)
 
 

@@ -18,24 +18,33 @@ read by a thread of its own (one per open watch), one event per hop to the loop,
 consumer slows the reading rather than queueing events. Stopping shuts the watch's socket down
 (``Watch.stop``), which ends the thread's blocking read at once; the read timeout (the watch's
 own timeout plus a margin) ends a connection that went silent.
+
+This is the only module that touches the package: what it raises is the adapter's error tree
+(:class:`KubeError` and its kinds, by the answer's status; :class:`Retryable` for no answer),
+re-exported by :mod:`.kube`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections.abc import AsyncGenerator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import urllib3
 import yaml
 from kubernetes import config, watch
-from kubernetes.client import ApiClient, Configuration
+from kubernetes.client import ApiClient, ApiException, Configuration
 from kubernetes.config.config_exception import ConfigException
 
 from ..settings import KubeSettings
+
+__all__ = ["Configuration", "Conflict", "Gone", "Invalid", "KubeClient", "KubeConfigError", "KubeError", "NotFound",
+           "Retryable", "load_configuration", "mapped", "query_of", "status_error"]
 
 Obj = dict[str, Any]
 SERVICE_HOST = "KUBERNETES_SERVICE_HOST"
@@ -90,6 +99,61 @@ def _in_cluster(configuration: Configuration) -> None:
         raise KubeConfigError("in-cluster", f"the service account cannot be read: {err}") from None
 
 
+class KubeError(Exception):
+    def __init__(self, message: str, status: int = 0) -> None:
+        self.status = status
+        super().__init__(message)
+
+
+class NotFound(KubeError):
+    pass
+
+
+class Conflict(KubeError):
+    pass
+
+
+class Gone(KubeError):
+    pass
+
+
+class Invalid(KubeError):
+    pass
+
+
+class Retryable(KubeError):
+    pass
+
+
+_BY_STATUS: dict[int, type[KubeError]] = {404: NotFound, 409: Conflict, 410: Gone, 422: Invalid, 400: Invalid}
+
+
+def status_error(status: int, body: Any, what: str, reason: str = "") -> KubeError:
+    message = _status_message(body) or reason
+    return _BY_STATUS.get(status, Retryable)(f"{what}: {status} {message}".strip(), status)
+
+
+def _status_message(body: Any) -> str:
+    with contextlib.suppress(msgspec.DecodeError, AttributeError, TypeError):
+        return str(msgspec.json.decode(body).get("message", ""))
+    return ""
+
+
+@contextlib.contextmanager
+def mapped(what: str) -> Iterator[None]:
+    """The package's and urllib3's errors as the adapter's."""
+    try:
+        yield
+    except ApiException as err:
+        if not err.status:  # the request never got an answer (TLS, for one)
+            raise Retryable(f"{what}: {err.reason}") from None
+        raise status_error(err.status, err.body, what, str(err.reason or "")) from None
+    except (urllib3.exceptions.HTTPError, OSError, TimeoutError) as err:
+        raise Retryable(f"{what}: {err!r}") from None
+    except ConfigException as err:  # the in-cluster token could not be read again
+        raise Retryable(f"{what}: {err}") from None
+
+
 class KubeClient:
     """One ``ApiClient`` with its executor; :meth:`close` when done."""
 
@@ -99,11 +163,16 @@ class KubeClient:
         self.api.user_agent = USER_AGENT
         self._calls = ThreadPoolExecutor(settings.threads, thread_name_prefix="kube-call")
 
-    async def call(self, method: str, path: str, query: list[tuple[str, str]], body: Any,
-                   content_type: str) -> tuple[int, bytes]:
-        """One request, on the executor: the answer's status and body."""
+    async def call(self, what: str, method: str, path: str, query: list[tuple[str, str]], body: Any,
+                   content_type: str) -> bytes:
+        """One request, on the executor: the answer's body, or the adapter's error for its status."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._calls, self._exchange, method, path, query, body, content_type)
+        with mapped(what):
+            status, payload = await loop.run_in_executor(self._calls, self._exchange, method, path, query, body,
+                                                         content_type)
+        if not 200 <= status < 300:
+            raise status_error(status, payload, what)
+        return payload
 
     def _exchange(self, method: str, path: str, query: list[tuple[str, str]], body: Any,
                   content_type: str) -> tuple[int, bytes]:
@@ -126,11 +195,11 @@ class KubeClient:
 
         return request
 
-    async def watch(self, stop: asyncio.Event, reader: ThreadPoolExecutor, path: str,
+    async def watch(self, stop: asyncio.Event, reader: ThreadPoolExecutor, what: str, path: str,
                     **query: Any) -> AsyncGenerator[Obj | None, None]:
         """One watch request's events (``type``, ``object``; BOOKMARK included; None for a line
-        that is not JSON) until the server ends it or ``stop``; the package's errors are raised as
-        they come (the caller maps them)."""
+        that is not JSON) until the server ends it or ``stop``; a 410 (an ERROR event or the
+        answer's status) is :class:`Gone`."""
         stream = watch.Watch()
         events = stream.stream(self._watch_request(path), **query)
         loop = asyncio.get_running_loop()
@@ -142,7 +211,8 @@ class KubeClient:
                 await asyncio.wait([pending, stopping], return_when=asyncio.FIRST_COMPLETED)
                 if not pending.done():
                     return
-                event = pending.result()
+                with mapped(what):
+                    event = pending.result()
                 if event is _END:
                     return
                 yield event
