@@ -61,16 +61,15 @@ class KubeConfigError(ValueError):
         super().__init__(f"Kubernetes configuration {source}: {reason}")
 
 
-def load_configuration(settings: KubeSettings, environ: dict[str, str] | None = None) -> Configuration:
+def load_configuration(settings: KubeSettings) -> Configuration:
     """The client configuration, from the first source that applies (see the module doc)."""
-    env = os.environ if environ is None else environ
     configuration = Configuration()
     if settings.kubeconfig:
         _from_kubeconfig(settings.kubeconfig, configuration)
-    elif env.get(SERVICE_HOST):
+    elif os.environ.get(SERVICE_HOST):  # the package's in-cluster loader reads the environment itself
         _in_cluster(configuration)
     else:
-        _from_kubeconfig(env.get("KUBECONFIG") or str(Path.home() / ".kube" / "config"), configuration)
+        _from_kubeconfig(os.environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config"), configuration)
     configuration.connection_pool_maxsize = settings.threads
     return configuration
 
