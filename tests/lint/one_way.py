@@ -160,9 +160,6 @@ def broad_catches() -> list[str]:
 
 
 RETRY = "libs/common/gpushare_common/retry.py"
-# the Kubernetes adapter's watch loop, written before the supervised loop and replaced with the
-# kubernetes client's own watch: remove the entry with it
-BACKOFF_ALLOWED = frozenset({"libs/common/gpushare_common/adapters/kube.py"})
 
 
 def _hand_backoff(node: ast.AST) -> str:
@@ -183,7 +180,7 @@ def backoff_loops() -> list[str]:
     """Retrying loops are ``retry.Supervised`` (or ``retry.retry``): jitter on, stop-aware."""
     return [f"{m.path}:{getattr(node, 'lineno', 0) or getattr(node.value, 'lineno', 0)}: {why}; use "
             "gpushare_common.retry.Supervised"
-            for m in modules() if m.path != RETRY and m.path not in BACKOFF_ALLOWED
+            for m in modules() if m.path != RETRY
             for node in ast.walk(m.tree) if (why := _hand_backoff(node))]
 
 

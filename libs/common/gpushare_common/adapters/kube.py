@@ -28,7 +28,7 @@ from typing import Any
 import msgspec
 
 from ..logging import get_logger
-from ..retry import Backoff, wait_for_stop
+from ..retry import Backoff, Supervised
 from ..settings import KubeSettings
 from .kubeclient import (
     Configuration,
@@ -232,29 +232,29 @@ class Kube:
     async def _watch(self, stop: asyncio.Event, what: str, path: str,
                      listing: Callable[[], Awaitable[tuple[list[Obj], str]]], field_selector: str = "",
                      label_selector: str = "", resource_version: str = "") -> AsyncIterator[PodChange]:  # fmt: skip
-        backoff = Backoff(0.2, 10.0)
         version = resource_version
         reader = ThreadPoolExecutor(1, thread_name_prefix=f"kube-watch-{what}")
         try:
-            while not stop.is_set():
+            async for attempt in Supervised(f"watch {what}", stop, Backoff(0.2, 10.0), path=path,
+                                            selector=field_selector or label_selector):  # fmt: skip
                 try:
                     if not version:
                         items, version = await listing()
+                        attempt.progress()
                         yield PodChange("SYNC", pods=items)
                     async with contextlib.aclosing(self._events(stop, reader, what, path, version, field_selector,
                                                                 label_selector)) as events:  # fmt: skip
                         async for kind, obj in events:
+                            attempt.progress()
                             version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
                             if kind in ("ADDED", "MODIFIED", "DELETED"):
                                 yield PodChange(kind, pod=obj)
-                    backoff.reset()
+                    attempt.progress()  # the server ended it: watch again from the version
                 except Gone:
                     log.info("watch expired, re-listing", what=what, path=path, selector=field_selector)
                     version = ""
                 except KubeError as err:
-                    delay = backoff.next()
-                    log.warning("watch failed, backing off", what=what, error=str(err), retry_in_s=delay)
-                    await wait_for_stop(stop, delay)
+                    attempt.failed(err)
         finally:
             reader.shutdown(wait=False)
 
