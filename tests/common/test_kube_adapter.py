@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import urllib3
 from gpushare_common.adapters import kubeclient
-from gpushare_common.adapters.kube import Conflict, Gone, Invalid, Kube, NotFound, PodChange, Retryable
+from gpushare_common.adapters.kube import Closed, Conflict, Gone, Invalid, Kube, NotFound, PodChange, Retryable
 from gpushare_common.settings import KubeSettings
 from gpushare_sim.apiserver import ApiSettings
 from gpushare_sim.apiserver.server import write_kubeconfig
@@ -54,6 +54,13 @@ async def test_crud_patch_and_errors(kube: Kube) -> None:
     with pytest.raises(Conflict):  # a precondition that does not hold
         await kube.delete_pod("ml", "a", uid="not-its-uid")
     assert (await kube.delete_pod("ml", "a", grace_seconds=0)) is not None
+
+
+async def test_a_call_after_close_is_the_adapters_error_and_sends_nothing(kube_api: KubeApi) -> None:
+    client = Kube(KubeSettings(kubeconfig=str(kube_api.kubeconfig)))
+    await client.close()
+    with pytest.raises(Closed, match="get pod ml/a: the Kubernetes client is closed"):
+        await client.get_pod("ml", "a")
 
 
 @pytest.mark.parametrize(("error", "expected"), [

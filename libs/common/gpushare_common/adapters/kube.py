@@ -31,6 +31,7 @@ from ..logging import get_logger
 from ..retry import Backoff, Supervised
 from ..settings import KubeSettings
 from .kubeclient import (
+    Closed,
     Configuration,
     Conflict,
     Gone,
@@ -43,7 +44,7 @@ from .kubeclient import (
     query_of,
 )
 
-__all__ = ["Conflict", "Gone", "Invalid", "Kube", "KubeConfigError", "KubeError", "NotFound", "PodChange",
+__all__ = ["Closed", "Conflict", "Gone", "Invalid", "Kube", "KubeConfigError", "KubeError", "NotFound", "PodChange",
            "Retryable", "resource_path"]
 
 log = get_logger("kube")

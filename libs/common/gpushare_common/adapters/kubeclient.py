@@ -120,6 +120,10 @@ class Invalid(KubeError):
     pass
 
 
+class Closed(KubeError):
+    """A call made after :meth:`KubeClient.close` (a service stopping): nothing was sent."""
+
+
 class Retryable(KubeError):
     pass
 
@@ -161,10 +165,13 @@ class KubeClient:
         self.api = ApiClient(configuration or load_configuration(settings))
         self.api.user_agent = USER_AGENT
         self._calls = ThreadPoolExecutor(settings.threads, thread_name_prefix="kube-call")
+        self._closed = False
 
     async def call(self, what: str, method: str, path: str, query: list[tuple[str, str]], body: Any,
                    content_type: str) -> bytes:
         """One request, on the executor: the answer's body, or the adapter's error for its status."""
+        if self._closed:
+            raise Closed(f"{what}: the Kubernetes client is closed")
         loop = asyncio.get_running_loop()
         with mapped(what):
             status, payload = await loop.run_in_executor(self._calls, self._exchange, method, path, query, body,
@@ -220,6 +227,7 @@ class KubeClient:
             await _end_watch(stream, pending, events)
 
     async def close(self) -> None:
+        self._closed = True
         self._calls.shutdown(wait=False, cancel_futures=True)
         await asyncio.to_thread(self.api.close)
 
