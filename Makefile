@@ -24,6 +24,7 @@ help:
 	@echo "make lint  - ruff, mypy --strict, import-linter, one way for each thing (tests/lint)"
 	@echo "make bench - every benchmark, one table, bench/results.json"
 	@echo "make soak  - a chaos soak of the local cluster (MINUTES=5, ARGS=\"--seed S --nodes K --nats-cluster 3\")"
+	@echo "             PROFILE=calm|nats-member|nats-outage|apiserver [BORROWERS=slow]: the README's runs"
 	@echo "make manifests - render k8s/base and the kmod component from the Helm chart k8s/chart/gpushare"
 
 $(UV):
@@ -90,9 +91,17 @@ run: deps
 	$(PY) -m gpushare_sim.run --scenario $(SCENARIO) $(ARGS)
 
 # A chaos soak: real services, a seeded schedule of pods, owner-backs and faults, invariants checked.
+# PROFILE=calm|nats-member|nats-outage|apiserver runs one of the README's runs (BORROWERS=slow: slow
+# borrowers); its table names the date and the commit.
 MINUTES ?= 5
+PROFILE ?=
+BORROWERS ?= ordinary
 soak: deps
+ifeq ($(PROFILE),)
 	$(PY) -m gpushare_sim.soak --minutes $(MINUTES) $(ARGS)
+else
+	$(PY) -m gpushare_sim.soak --profile $(PROFILE) --borrowers $(BORROWERS) $(ARGS)
+endif
 
 clean:
 	rm -rf $(VENV) $(BOOT) .mypy_cache .ruff_cache .pytest_cache

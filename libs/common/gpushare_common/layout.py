@@ -32,8 +32,11 @@ from typing import Literal
 from . import subjects as nats
 from .subjects import DEFAULT_PREFIX, EVENT_KINDS, Subjects, node_token
 
-Role = Literal["detector", "solver", "deviceplugin", "kmod-bridge", "dra-driver", "observer", "installer"]
-NODE_ROLES: tuple[Role, ...] = ("detector", "solver", "deviceplugin", "kmod-bridge", "dra-driver")
+Role = Literal["detector", "solver", "deviceplugin", "kmod-bridge", "dra-driver", "leaf", "observer", "installer"]
+SERVICE_ROLES: tuple[Role, ...] = ("detector", "solver", "deviceplugin", "kmod-bridge", "dra-driver")
+# the node's leaf server, as the cluster sees its connection: one node's traffic in and out
+LEAF: Role = "leaf"
+NODE_ROLES: tuple[Role, ...] = (*SERVICE_ROLES, LEAF)
 ROLES: tuple[Role, ...] = (*NODE_ROLES, "observer", "installer")
 
 SOLVER, HEALTH, DETECTOR, KMOD = "solver", "health", "detector", "kmod"
@@ -103,9 +106,15 @@ class Layout:
     def subjects(self) -> Subjects:
         return Subjects(self.prefix)
 
-    def stream_subjects(self) -> list[str]:
-        """What the event stream records: events, health, capacity, evictions (not kmod requests)."""
-        return self.subjects.stream_subjects()
+    def stream_subjects(self, node: str = "") -> list[str]:
+        """What the event stream records: events, health, capacity, evictions (not kmod requests);
+        of one node (its leaf's stream), or of every node (one server for all, the tests)."""
+        return self.subjects.stream_subjects(node)
+
+    def node_domain(self, node: str) -> str:
+        """The JetStream domain of a node's leaf server: its stream and buckets, reached from the
+        cluster as ``$JS.<domain>.API``."""
+        return f"{self.kv_prefix}-{node_token(node)}"
 
     def scope(self, node: str, kind: str) -> str:
         """The key prefix of one node's ``kind`` of state in its role's bucket."""
@@ -124,6 +133,8 @@ class Layout:
             return Permissions(publish=(">",), subscribe=(">",), allow_responses=True)
         if role == "observer":
             return self._observer()
+        if role == LEAF and node:
+            return self._leaf(node)
         if role not in NODE_ROLES:
             raise LayoutError(f"unknown role {role!r} (one of {', '.join(ROLES)})")
         if not node:
@@ -152,11 +163,29 @@ class Layout:
                 nats.js_consumer_next(s, name),
                 nats.js_acks(s, name)]
 
+    def _leaf(self, node: str) -> Permissions:
+        """A node's leaf server as the cluster sees its connection (publish: what it may send into
+        the cluster; subscribe: what the cluster may send it). Out: the node's own subjects (only
+        observers may listen to them there) and the answers to observers; in: the observers'
+        read-only requests to the node's JetStream domain (the observer's own permissions limit
+        them). Nothing of another node, and nobody in the cluster may publish on this node's
+        subjects through it."""
+        return Permissions(publish=(self.subjects.node_all(node), nats.below(self.inbox("observer"))),
+                           subscribe=(nats.js_api_all(self.node_domain(node)),
+                                      *(nats.js_flow_control(s) for s in self._streams())))
+
+    def _streams(self) -> list[str]:
+        return [self.stream, *(nats.kv_stream(self.bucket(b)) for b in BUCKETS)]
+
     def _observer(self) -> Permissions:
-        streams = [self.stream, *(nats.kv_stream(self.bucket(b)) for b in BUCKETS)]
+        """Read-only: the stream and every bucket, of the server it is connected to or of any
+        node's leaf (``$JS.<domain>.API``)."""
         publish = [nats.JS_API_INFO]
-        for stream in streams:
-            publish += [nats.js_stream_info(stream), nats.js_direct_get(stream),
-                        nats.below(nats.js_direct_get(stream)), nats.js_consumer_create(stream),
-                        nats.below(nats.js_consumer_create(stream)), nats.js_flow_control(stream)]
+        for domain in ("", nats.ANY_DOMAIN):
+            for stream in self._streams():
+                publish += [nats.js_stream_info(stream, domain), nats.js_direct_get(stream, domain=domain),
+                            nats.below(nats.js_direct_get(stream, domain=domain)),
+                            nats.js_consumer_create(stream, domain=domain),
+                            nats.below(nats.js_consumer_create(stream, domain=domain))]
+        publish += [nats.js_flow_control(stream) for stream in self._streams()]
         return Permissions(tuple(publish), (self.subjects.all(), nats.below(self.inbox("observer"))))

@@ -132,6 +132,8 @@ class NatsSettings:
     """A static user's name (with its password)."""
     password: str = ""
     """A static user's password."""
+    password_file: str = ""
+    """A file holding the static user's password, read when the service connects (a node's leaf users)."""
     token: str = ""
     """A token presented at connect."""
     token_file: str = ""

@@ -129,10 +129,11 @@ class Subjects:
             raise SubjectError(kind, f"unknown event kind (one of {', '.join(EVENT_KINDS)})")
         return f"{self.prefix}.*.event.{kind}"
 
-    def stream_subjects(self) -> list[str]:
-        """What the event stream records: events, health, capacity, evictions (not kmod requests)."""
-        p = self.prefix
-        return [f"{p}.*.event.*", f"{p}.*.health.*", f"{p}.*.capacity.*", f"{p}.*.eviction"]
+    def stream_subjects(self, node: str = "") -> list[str]:
+        """What the event stream records: events, health, capacity, evictions (not kmod requests);
+        of one node (its leaf server's stream), or of every node."""
+        p, n = self.prefix, node_token(node) if node else "*"
+        return [f"{p}.{n}.event.*", f"{p}.{n}.health.*", f"{p}.{n}.capacity.*", f"{p}.{n}.eviction"]
 
     def rebase(self, subject: str, onto: Subjects) -> str:
         """``subject`` of this prefix under ``onto``'s prefix (the replay sandbox)."""
@@ -199,19 +200,32 @@ def kv_key_of(bucket: str, subject: str) -> str:
     return subject[len(head):]
 
 
-def js_stream_info(stream: str) -> str:
-    return f"$JS.API.STREAM.INFO.{stream}"
+ANY_DOMAIN = "*"  # the JetStream API of any domain (every node's leaf server: an observer's reads)
 
 
-def js_direct_get(stream: str, subject: str = "") -> str:
+def js_api(domain: str = "") -> str:
+    """The JetStream API of the server connected to, or of JetStream domain ``domain`` (a node's
+    leaf server, reached through the cluster)."""
+    return f"$JS.{domain}.API" if domain else "$JS.API"
+
+
+def js_api_all(domain: str = "") -> str:
+    return below(js_api(domain))
+
+
+def js_stream_info(stream: str, domain: str = "") -> str:
+    return f"{js_api(domain)}.STREAM.INFO.{stream}"
+
+
+def js_direct_get(stream: str, subject: str = "", domain: str = "") -> str:
     """A direct get from ``stream`` (of the last message on ``subject`` when given)."""
-    return f"$JS.API.DIRECT.GET.{stream}" + (f".{subject}" if subject else "")
+    return f"{js_api(domain)}.DIRECT.GET.{stream}" + (f".{subject}" if subject else "")
 
 
-def js_consumer_create(stream: str, consumer: str = "", filter_subject: str = "") -> str:
+def js_consumer_create(stream: str, consumer: str = "", filter_subject: str = "", domain: str = "") -> str:
     """Creating a consumer of ``stream`` (named, filtered: the forms the server checks)."""
     tail = "".join(f".{part}" for part in (consumer, filter_subject) if part)
-    return f"$JS.API.CONSUMER.CREATE.{stream}{tail}"
+    return f"{js_api(domain)}.CONSUMER.CREATE.{stream}{tail}"
 
 
 def js_consumer_info(stream: str, consumer: str) -> str:

@@ -35,11 +35,15 @@ ROLE = "observer"  # the NATS role: reads the stream and every bucket, writes no
 log = get_logger(SERVICE)
 
 
-async def follow_nats(bus: Bus, followers: Followers, stop: asyncio.Event) -> None:
-    """Connect (retrying), wait for the stream, then follow the buckets, the stream and capacity."""
+async def follow_nats(bus: Bus, followers: Followers, stop: asyncio.Event, node_domains: bool) -> None:
+    """Connect (retrying), then follow capacity, and the buckets and the stream: every node's on
+    its leaf server (``node_domains``), or the one server's, once its stream exists."""
     await bus.connect(stop)
-    await bus.wait_for_stream(stop)
     await bus.subscribe(bus.subjects.every_node_capacity(), followers.capacity)
+    if node_domains:
+        await followers.nodes_nats(bus, stop)
+        return
+    await bus.wait_for_stream(stop)
     await asyncio.gather(followers.solver(bus, stop), followers.health_bucket(bus, stop),
                          followers.stream(bus, stop))  # fmt: skip
 
@@ -69,7 +73,7 @@ class Service(ServiceBase):
         svc.on_exit(self.state.changes.bump)  # live streams end first: woken once ``stopping`` is set
         svc.spawn("pods", self.followers.pods(self.kube, stop))
         svc.spawn("nodes", self.followers.nodes(self.kube, stop))
-        svc.spawn("nats", follow_nats(self.bus, self.followers, stop))
+        svc.spawn("nats", follow_nats(self.bus, self.followers, stop, self.settings.node_domains))
         log.info("console up", port=svc.port, nats=self.nats_url)
 
     def status(self) -> Mapping[str, Any]:

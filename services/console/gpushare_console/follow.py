@@ -5,6 +5,12 @@
 - the event stream: eviction records and owner-back events by direct gets from the start of
   what the stream holds, then every ``poll_s`` (the newest ``keep`` are kept);
 - SpareCapacity events (a core subscription) for the size of one vcpu/vmem device.
+
+Each node's stream and buckets live on its leaf server, in its own JetStream domain
+(``Layout.node_domain``): :meth:`Followers.nodes_nats` follows every node the API lists
+through its domain, one :class:`NodeFollowers` per node, started and stopped as nodes come
+and go. With ``domain=""`` the same followers read the server the console is connected to
+(one server holding every node's state).
 """
 
 from __future__ import annotations
@@ -51,28 +57,33 @@ class Followers:
             self.metrics.updates.labels("nodes").inc()
             self._ready()
 
-    async def solver(self, bus: Bus, stop: asyncio.Event) -> None:
-        async for batch in bus.watch_bucket("solver", ">", stop, self.settings.heartbeat_s):
-            self.state.solver_changed(batch)
+    async def solver(self, bus: Bus, stop: asyncio.Event, node: str = "", domain: str = "") -> None:
+        """The solver's bucket (of one node's leaf server, or of every node on one server)."""
+        keys = bus.layout.scope(node, ">") if node else ">"  # one node's keys, or every key
+        async for batch in bus.watch_bucket("solver", keys, stop, self.settings.heartbeat_s, domain):
+            self.state.solver_changed(batch, node)
             self.metrics.updates.labels("solver").inc()
             self._ready()
 
-    async def health_bucket(self, bus: Bus, stop: asyncio.Event) -> None:
-        async for batch in bus.watch_bucket("health", ">", stop, self.settings.heartbeat_s):
-            self.state.health_changed(batch)
+    async def health_bucket(self, bus: Bus, stop: asyncio.Event, node: str = "", domain: str = "") -> None:
+        keys = bus.layout.scope(node, ">") if node else ">"  # one node's keys, or every key
+        async for batch in bus.watch_bucket("health", keys, stop, self.settings.heartbeat_s, domain):
+            self.state.health_changed(batch, node)
             self.metrics.updates.labels("health").inc()
             self._ready()
 
-    async def stream(self, bus: Bus, stop: asyncio.Event) -> None:
+    async def stream(self, bus: Bus, stop: asyncio.Event, node: str = "", domain: str = "") -> None:
         """Eviction records and owner-backs, read from the start of the stream, then as they come."""
-        self.cursors = dict.fromkeys((bus.subjects.every_node_eviction(), bus.subjects.every_node_event("ownerback")),
-                                     0)
+        subjects = bus.subjects
+        found = (subjects.eviction(node), subjects.event(node, "ownerback")) if node else \
+            (subjects.every_node_eviction(), subjects.every_node_event("ownerback"))
+        self.cursors.update(dict.fromkeys(found, 0))
         more = asyncio.Event()  # a full batch: read on at once
         more.set()
         async for reading in Supervised("read the event stream", stop, Backoff(0.5, 5.0), wake=more,
-                                        every_s=self.settings.poll_s):  # fmt: skip
+                                        every_s=self.settings.poll_s, node=node or "every node"):  # fmt: skip
             try:
-                fresh = [await self._read(bus, subject) for subject in self.cursors]
+                fresh = [await self._read(bus, subject, domain) for subject in found]
             except BusError as err:
                 self.metrics.stream_errors.inc()
                 reading.failed(err)
@@ -83,8 +94,28 @@ class Followers:
             if max(fresh) >= _BATCH:
                 more.set()
 
-    async def _read(self, bus: Bus, subject: str) -> int:
-        found = await bus.read_after(subject, self.cursors[subject], _BATCH)
+    async def nodes_nats(self, bus: Bus, stop: asyncio.Event, every_s: float = 1.0) -> None:
+        """Follow each node the API lists through its leaf server's domain, until ``stop``."""
+        running: dict[str, asyncio.Task[None]] = {}
+        try:
+            while not await wait_for_stop(stop, every_s if running else 0.1):
+                for node in set(self.state.nodes) - set(running):
+                    running[node] = asyncio.ensure_future(self._node(bus, node, stop))
+                for node in set(running) - set(self.state.nodes):
+                    running.pop(node).cancel()
+        finally:
+            for task in running.values():
+                task.cancel()
+            await asyncio.gather(*running.values(), return_exceptions=True)
+
+    async def _node(self, bus: Bus, node: str, stop: asyncio.Event) -> None:
+        domain = bus.layout.node_domain(node)
+        log.info("following a node's leaf server", node=node, domain=domain)
+        await asyncio.gather(self.solver(bus, stop, node, domain), self.health_bucket(bus, stop, node, domain),
+                             self.stream(bus, stop, node, domain))  # fmt: skip
+
+    async def _read(self, bus: Bus, subject: str, domain: str) -> int:
+        found = await bus.read_after(subject, self.cursors[subject], _BATCH, domain)
         for message in found:
             self.cursors[subject] = message.seq
             with contextlib.suppress(EventDecodeError):

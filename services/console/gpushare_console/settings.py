@@ -19,6 +19,9 @@ class ConsoleSettings:
     """How often the event stream is read for new records."""
     heartbeat_s: float = 2.0
     """The key-value watches' idle heartbeat (a lost watch is seen in 3)."""
+    node_domains: bool = True
+    """Follow each node's stream and buckets on its leaf server (its JetStream domain); false: one
+    server holds every node's."""
     domain: str = "gpushare"
     """The domain of gpushare's resources and annotations (``<domain>/share-gpu-4``, ...)."""
     vendor_resources: tuple[str, ...] = ("nvidia.com/gpu",)

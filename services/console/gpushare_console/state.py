@@ -175,10 +175,14 @@ class ClusterState:
 
     # --- the solver's buckets ---------------------------------------------------
 
-    def solver_changed(self, batch: KeyChanges) -> None:
-        """Changes of the solver's bucket (``*.mapping.>`` and ``*.journal.>``)."""
+    def _views(self, node: str) -> list[SolverView]:
+        """What a reset replaces: one node's view (its own leaf's watch), or every node's."""
+        return [self.solver.setdefault(node, SolverView())] if node else list(self.solver.values())
+
+    def solver_changed(self, batch: KeyChanges, node: str = "") -> None:
+        """Changes of the solver's bucket (``*.mapping.>`` and ``*.journal.>``), of one node or all."""
         if batch.reset:
-            for view in self.solver.values():
+            for view in self._views(node):
                 view.owners, view.facts = {}, CardFacts()
             self.synced.add("solver")
         for change in batch.changes:
@@ -205,10 +209,10 @@ class ClusterState:
             facts = self._decode("solver", change, CardFacts) if change.value is not None else CardFacts()
             view.facts = facts or view.facts
 
-    def health_changed(self, batch: KeyChanges) -> None:
-        """Changes of the health bucket (``*.health.<spot resource>``)."""
+    def health_changed(self, batch: KeyChanges, node: str = "") -> None:
+        """Changes of the health bucket (``*.health.<spot resource>``), of one node or all."""
         if batch.reset:
-            for view in self.solver.values():
+            for view in self._views(node):
                 view.spot_health = {}
             self.synced.add("health")
         for change in batch.changes:

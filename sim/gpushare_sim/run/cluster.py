@@ -1,9 +1,11 @@
 """The local cluster: nats-server, the API emulator, simulated nodes with their
-kernel stand-in, and every gpushare service, each as its own process.
+kernel stand-in and leaf server, and every gpushare service, each as its own process.
 
-NATS authorises as in Kubernetes (``natsauth``): the auth callout grants each node
-service its role's permissions on its own node only; ``nats_auth=False`` (``make
-run ARGS=--no-nats-auth``) runs an open server instead, for debugging.
+NATS is laid out as in Kubernetes: a cluster of 1, 3 or 5 servers, and on each node a
+leaf server connected to it (``leaves``) that holds the node's stream and buckets and
+that the node's services use. The auth callout (``natsauth``) grants each leaf its own
+node's traffic only, and the console its observer role; ``nats_auth=False`` (``make run
+ARGS=--no-nats-auth``) runs open servers instead, for debugging.
 
 ``async with Cluster(settings, timeline) as cluster:`` starts everything in
 order, waits until each part answers, and on exit (also on an error or a
@@ -18,6 +20,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -32,7 +35,6 @@ from gpushare_common.settings import (
     HTTP_PREFIX,
     KUBE_PREFIX,
     LOG_PREFIX,
-    NATS_PREFIX,
     NODE_PREFIX,
     HttpSettings,
     KubeSettings,
@@ -44,6 +46,7 @@ from gpushare_common.settings import (
 
 from gpushare_sim import natsd
 from gpushare_sim.run.evidence import keep_evidence
+from gpushare_sim.run.leaves import NodeNats
 from gpushare_sim.run.narrate import Timeline
 from gpushare_sim.run.natsauth import NatsAuth
 from gpushare_sim.run.procs import Child, ChildError, free_port, wait_path, wait_port
@@ -74,6 +77,7 @@ class Node:
     sim: Child
     cmd_socket: Path
     hook_socket: Path
+    nats: NodeNats
     endpoints: dict[str, str] = field(default_factory=dict)
     dra: bool = False  # a DRA node: the DRA driver instead of the device plugins
 
@@ -93,7 +97,7 @@ class Cluster:
         names = ["nats-server"] if settings.nats_servers == 1 else \
             [f"nats-server-{i}" for i in range(1, settings.nats_servers + 1)]
         self.nats = natsd.members(names, [free_port() for _ in names], [free_port() for _ in names],
-                                  self.run_dir / "nats")
+                                  self.run_dir / "nats", [free_port() for _ in names])
         self.nodes: list[Node] = []
         self.children: dict[str, Child] = {}  # start order
         self.auth = NatsAuth(self.run_dir / "nats") if settings.nats_auth else None
@@ -114,6 +118,10 @@ class Cluster:
         credentials: dict[str, object] = dict(self.auth.installer()) if self.auth is not None else {}
         return NatsSettings(url=self.nats_url, stream_replicas=self.nats_replicas, reconnect_wait_s=0.2,
                             **{**credentials, **overrides})  # type: ignore[arg-type]
+
+    def leaf(self, node: str = "") -> NodeNats:
+        """The leaf server of ``node`` (the first node by default)."""
+        return next(n.nats for n in self.nodes if n.name == (node or self.nodes[0].name))
 
     def env(self, **extra: str) -> dict[str, str]:
         return {**os.environ, "PYTHONUNBUFFERED": "1", **env_of(LogSettings, LOG_PREFIX, level=self.settings.log_level),
@@ -157,7 +165,7 @@ class Cluster:
         say("run directory", path=self.run_dir, logs=self.logs)
         await self._start_nats()
         say(f"nats-server -js up ({len(self.nats)} server{'s' if len(self.nats) > 1 else ''}); "
-            f"stream and buckets at {self.nats_replicas} replica(s)", url=self.nats_url)
+            "each node's stream and buckets on its own leaf server", url=self.nats_url)
         await self._start_apiserver()
         say("Kubernetes API emulator up", url=self.api_url, kubeconfig=self.kubeconfig)
         if self.auth is not None:
@@ -166,7 +174,8 @@ class Cluster:
             node = await self._start_node(f"gpu-node-{index}", schedule=index == 1)
             mode = "real containers (private containerd + runc + gpushare-runtime)" if node.containerd \
                 else "plain processes (no root or no containerd here)"
-            say(f"node {node.name} up: {self.settings.gpus} fake cards, kernel stand-in, containers as {mode}")
+            say(f"node {node.name} up: {self.settings.gpus} fake cards, kernel stand-in, leaf server "
+                f"(domain {node.nats.domain}), containers as {mode}")
         waits: list[Awaitable[None]] = [self._start_shadow_controller()]
         for node in self.nodes:
             waits += await self._start_services(node)
@@ -174,7 +183,7 @@ class Cluster:
             waits.append(self._start_console())
         await asyncio.gather(*waits)
         if self.auth is not None:
-            self._rotation = asyncio.ensure_future(self.auth.rotate(self.kubeconfig))
+            self._rotation = asyncio.ensure_future(self.auth.rotate(self.kubeconfig, self._reload_leaves))
         say("every service ready", processes=len(self.children))
 
     async def _start_nats(self) -> None:
@@ -193,11 +202,6 @@ class Cluster:
             self._child(member.name, [binary, "-c", str(config)])
         for member in self.nats:
             await wait_port(member.client_port, self.children[member.name])
-        await self.install_layout()
-
-    async def install_layout(self) -> None:
-        """Create the event stream and every bucket as the installer, as its Job does in a cluster."""
-        await install(self.nats_settings(), deadline_s=60)
 
     async def _start_apiserver(self) -> None:
         port = free_port()
@@ -212,6 +216,38 @@ class Cluster:
         node = await self._start_node(f"gpu-node-{len(self.nodes) + 1}", schedule=False, dra=dra)
         await asyncio.gather(*await self._start_services(node))
         return node
+
+    async def _start_leaf(self, name: str) -> NodeNats:
+        """The node's leaf server, connected to every member of the cluster, and its layout."""
+        leaf = NodeNats.make(name, free_port(), self.run_dir / "leaves", tuple(m.leaf_port for m in self.nats),
+                             self.auth is not None)  # fmt: skip
+        await self._write_leaf_config(leaf)
+        child = self._child(leaf.child, [natsd.server_binary(), "-c", str(self._leaf_config_path(leaf))])
+        await wait_port(leaf.leaf.client_port, child)
+        await install(leaf.settings(), deadline_s=60, node=name)
+        return leaf
+
+    def _leaf_config_path(self, leaf: NodeNats) -> Path:
+        return self.run_dir / "leaves" / f"{leaf.node}.conf"
+
+    async def _write_leaf_config(self, leaf: NodeNats) -> None:
+        """Its configuration, with the node's token for the cluster (minted again: rotation)."""
+        token = ""
+        if self.auth is not None:  # the token minted last (rotation mints them all again)
+            minted = self.auth.tokens.get(("leaf", leaf.node))
+            path = minted or await asyncio.to_thread(self.auth.mint, self.kubeconfig, "leaf", leaf.node)
+            token = path.read_text()
+        config = self._leaf_config_path(leaf)
+        config.parent.mkdir(parents=True, exist_ok=True)
+        config.write_text(await asyncio.to_thread(leaf.config, token))
+
+    async def _reload_leaves(self) -> None:
+        """Each leaf's configuration with its fresh token, read again (SIGHUP: it reconnects)."""
+        for node in self.nodes:
+            await self._write_leaf_config(node.nats)
+            child = self.children[node.nats.child]
+            if child.alive():
+                child.proc.send_signal(signal.SIGHUP)  # type: ignore[union-attr]
 
     async def _start_node(self, name: str, schedule: bool, dra: bool = False) -> Node:
         kdir = self.run_dir / f"k{len(self.nodes) + 1}"
@@ -228,9 +264,10 @@ class Cluster:
                 "--kmod-socket", str(hook), *(["--schedule"] if schedule else []),
                 *(["--dra"] if dra else [])]  # fmt: skip
         sim = self._child(f"node@{name}", argv, http=f"http://127.0.0.1:{port}")
-        node = Node(name, self.run_dir / name, kernel, sim, cmd, hook, dra=dra)
-        await wait_path(node.dir / "endpoints.json", sim, timeout=120)
+        await wait_path(self.run_dir / name / "endpoints.json", sim, timeout=120)
         await sim.wait_ready()
+        leaf = await self._start_leaf(name)  # after its Node exists: the leaf's token is bound to it
+        node = Node(name, self.run_dir / name, kernel, sim, cmd, hook, leaf, dra=dra)
         node.endpoints = json.loads((node.dir / "endpoints.json").read_text())
         self.nodes.append(node)
         return node
@@ -242,22 +279,14 @@ class Cluster:
         child = self._child("nats-auth", [sys.executable, "-m", "gpushare_nats_auth"], env, f"http://127.0.0.1:{port}")
         await self._ready(child, "NATS auth callout ready: each node service gets its role on its own node only")
 
-    async def _token_env(self, service: str, node: Node) -> dict[str, str]:
-        """``GPUSHARE_NATS_TOKEN_FILE``: the service's token, bound to its Node (with the callout)."""
-        if self.auth is None:
-            return {}
-        path = await asyncio.to_thread(self.auth.mint, self.kubeconfig, service, node.name)
-        return env_of(NatsSettings, NATS_PREFIX, token_file=str(path))
-
     async def _start_services(self, node: Node) -> list[Awaitable[None]]:
-        """Start the node's services at once (they wait for each other); one readiness wait each."""
+        """Start the node's services at once (they wait for each other); one readiness wait each.
+        Each connects to its node's leaf server as its role's user there."""
         waits: list[Awaitable[None]] = []
         for service, module, extra in node_services(self, node):
-            extra = {**extra, **await self._token_env(service, node)}
             port = free_port()
             env = self.env(**env_of(NodeSettings, NODE_PREFIX, name=node.name), **self._service_env(port),
-                           **env_of(NatsSettings, NATS_PREFIX, url=self.nats_url, stream_replicas=self.nats_replicas),
-                           **extra)  # fmt: skip
+                           **node.nats.env(service), **extra)  # fmt: skip
             child = self._child(f"{service}@{node.name}", [sys.executable, "-m", module], env,
                                 f"http://127.0.0.1:{port}")  # fmt: skip
             waits.append(self._ready(child, f"{service} ready on {node.name}"))
@@ -317,13 +346,18 @@ class Cluster:
         child = self.children[name]
         await asyncio.to_thread(child.stop)
         child.start()  # in the loop's own thread: a child dies with the thread that started it
-        member = next((m for m in self.nats if m.name == name), None)
-        if member is not None:
-            await wait_port(member.client_port, child)
+        port = self.nats_port(name)
+        if port:
+            await wait_port(port, child)
         elif name == "apiserver":
             await wait_port(int(self.api_url.rsplit(":", 1)[1]), child)
         elif child.http:
             await child.wait_ready("/healthz" if name == "shadow-controller" else "/readyz")
+
+    def nats_port(self, name: str) -> int:
+        """The client port of the NATS server ``name`` (a member or a node's leaf; 0: not one)."""
+        member = next((m.client_port for m in self.nats if m.name == name), 0)
+        return member or next((n.nats.leaf.client_port for n in self.nodes if n.nats.child == name), 0)
 
     # --- stop -------------------------------------------------------------
 

@@ -1,14 +1,14 @@
 """NATS authorisation of the local cluster, as in Kubernetes: the auth callout.
 
 nats-server knows two static users, the callout's ``auth`` and the ``installer``;
-every node service presents a service-account token, minted through the API
-emulator for ``gpushare-system/gpushare-<service>`` with audience
-``gpushare-nats`` and bound to its Node (the console's, as the observer, to no
-node), written to a file in the run directory
-(``GPUSHARE_NATS_TOKEN_FILE``) and minted again before it expires, as the kubelet
-rotates a projected token. The callout (``gpushare-nats-auth``) checks each token
-with a TokenReview and grants only that role's permissions on that node, so
-every scenario proves the permissions are enough.
+each node's leaf server presents a service-account token, minted through the API
+emulator for ``gpushare-system/gpushare-leaf`` with audience ``gpushare-nats`` and
+bound to its Node (the console's, as the observer, to no node), written into the
+leaf's configuration and minted again before it expires (the leaf reloads it), as
+the kubelet rotates a projected token. The callout (``gpushare-nats-auth``) checks
+each token with a TokenReview and grants only that role's permissions on that
+node, so every scenario proves the permissions are enough. The node's services
+are users of their leaf (``leaves``).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import contextlib
 import secrets
 import subprocess
 import sys
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -86,10 +87,13 @@ class NatsAuth:
         self.tokens[(service, node)] = path
         return path
 
-    async def rotate(self, kubeconfig: Path, every_s: float = TOKEN_LIFETIME_S * REFRESH_AT) -> None:
-        """Mint every token again before it expires, until cancelled."""
+    async def rotate(self, kubeconfig: Path, rotated: Callable[[], Awaitable[None]],
+                     every_s: float = TOKEN_LIFETIME_S * REFRESH_AT) -> None:  # fmt: skip
+        """Mint every token again before it expires, then ``rotated()`` (the leaf servers read theirs
+        again), until cancelled."""
         while True:
             await asyncio.sleep(every_s)
             for service, node in list(self.tokens):
                 with contextlib.suppress(Exception):  # a node gone meanwhile: its services are gone too
                     await asyncio.to_thread(self.mint, kubeconfig, service, node)
+            await rotated()

@@ -93,10 +93,12 @@ def subjects(s: Scenario) -> list[str]:
 async def malformed_events(s: Scenario) -> dict[str, float]:
     before = await asyncio.to_thread(undecodable, s)
     targets = subjects(s)
-    for subject in targets:
+    for subject in targets:  # on the node's own leaf server: the cluster may not publish there
+        bus = await s.on(s.bus.subjects.parse(subject).node)
         for payload in MALFORMED:
-            await s.bus.publish_bytes(subject, payload)
-    await s.bus.flush()
+            await bus.publish_bytes(subject, payload)
+    for bus in s.leaves.values():
+        await bus.flush()
     s.say(f"published {len(MALFORMED)} malformed messages on each of {len(targets)} subjects")
 
     def counted() -> dict[str, float] | None:

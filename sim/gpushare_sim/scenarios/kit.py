@@ -48,15 +48,25 @@ class Scenario:
     cluster: Cluster
     timeline: Timeline
     kube: Kube
-    bus: Bus
+    bus: Bus  # the cluster's NATS, as the installer: what reaches the cluster from every node
     evictions: list[events.EvictionRecord] = field(default_factory=list)
     owner_backs: list[events.OwnerBackEvent] = field(default_factory=list)
     seen: set[str] = field(default_factory=set)  # ShadowPods seen
     warnings: list[str] = field(default_factory=list)
+    leaves: dict[str, Bus] = field(default_factory=dict)  # node -> its leaf server, as its installer
 
     @property
     def namespace(self) -> str:
         return self.name
+
+    async def on(self, node: str) -> Bus:
+        """The NATS of ``node``: its leaf server (its stream, its buckets, its subjects), as that
+        leaf's installer; connected at first use, closed when the scenario's recording ends."""
+        if node not in self.leaves:
+            bus = Bus(self.cluster.leaf(node).settings(), "installer")
+            await bus.connect()
+            self.leaves[node] = bus
+        return self.leaves[node]
 
     def say(self, text: str, **keys: object) -> None:
         self.timeline.step(f"[{self.name}] {text}", **keys)
@@ -243,9 +253,11 @@ async def open_clients(cluster: Cluster, stack: AsyncExitStack) -> tuple[Kube, B
 
 @asynccontextmanager
 async def recording(s: Scenario) -> AsyncIterator[Scenario]:
-    """Collect eviction records and owner-back events into ``s`` from the event stream (what the
-    stream stored, so a NATS restart loses nothing of it); empty the namespace after."""
-    start = await retry(s.bus.last_seq, (Transient,), "read the event stream", deadline_s=30)
+    """Collect eviction records and owner-back events into ``s`` from each node's event stream on
+    its leaf server (what the stream stored, so no NATS restart or outage loses anything of it);
+    empty the namespace after."""
+    start = {node.name: await retry((await s.on(node.name)).last_seq, (Transient,), "read the event stream",
+                                    deadline_s=30) for node in s.cluster.nodes}  # fmt: skip
     stop = asyncio.Event()
     follower = asyncio.ensure_future(_follow(s, start, stop))
     try:
@@ -258,26 +270,39 @@ async def recording(s: Scenario) -> AsyncIterator[Scenario]:
         follower.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await follower
-        await clean_namespace(s)
+        try:
+            await clean_namespace(s)
+        finally:
+            for bus in s.leaves.values():
+                await bus.drain()
+            s.leaves.clear()
 
 
-async def _follow(s: Scenario, after: int, stop: asyncio.Event, every_s: float = 0.05) -> None:
-    records = s.bus.subjects.every_node_eviction()
-    backs = s.bus.subjects.every_node_event("ownerback")
-    cursors = {records: after, backs: after}
+async def _follow(s: Scenario, after: dict[str, int], stop: asyncio.Event, every_s: float = 0.05) -> None:
+    """Each node's eviction records and owner-backs (a node added meanwhile: from its start)."""
+    cursors: dict[tuple[str, str], int] = {}
     while not stop.is_set():
-        for subject, seq in cursors.items():
-            try:
-                found = await s.bus.read_after(subject, seq)
-            except BusError as err:  # NATS restarting: read on from the same place
-                s.timeline.step(f"[{s.name}] event stream unreadable for now", error=str(err))
-                await asyncio.sleep(0.5)
-                continue
-            for message in found:
-                with contextlib.suppress(events.EventDecodeError):  # the badinput scenario's own input
-                    _collect(s, message.event())
-                cursors[subject] = message.seq
+        for node in [n.name for n in s.cluster.nodes]:
+            bus = await s.on(node)
+            for subject in (bus.subjects.eviction(node), bus.subjects.event(node, "ownerback")):
+                seq = cursors.setdefault((node, subject), after.get(node, 0))
+                cursors[node, subject] = await _collect_after(s, bus, subject, seq)
         await asyncio.sleep(every_s)
+
+
+async def _collect_after(s: Scenario, bus: Bus, subject: str, after: int) -> int:
+    """Collect what the stream holds on ``subject`` after ``after``; the last sequence read."""
+    try:
+        found = await bus.read_after(subject, after)
+    except BusError as err:  # the leaf restarting: read on from the same place
+        s.timeline.step(f"[{s.name}] event stream unreadable for now", subject=subject, error=str(err))
+        await asyncio.sleep(0.5)
+        return after
+    for message in found:
+        with contextlib.suppress(events.EventDecodeError):  # the badinput scenario's own input
+            _collect(s, message.event())
+        after = message.seq
+    return after
 
 
 async def run_scenario(s: Scenario) -> str:

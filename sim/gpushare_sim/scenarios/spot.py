@@ -84,7 +84,8 @@ async def setup_owner(s: Scenario, node: str) -> tuple[str, Path]:
 
 async def spot_health(s: Scenario, node: str) -> dict[str, str]:
     """The solver's desired health of the node's spot devices (the key-value bucket it writes)."""
-    store = await s.bus.store("health", s.bus.layout.scope(node, "health"))
+    bus = await s.on(node)  # the node's state lives on its leaf server
+    store = await bus.store("health", bus.layout.scope(node, "health"))
     health = await store.get("spot-gpu", events.DeviceHealth)
     return dict(health.devices) if health is not None else {}
 

@@ -1,4 +1,5 @@
-"""``python -m gpushare_sim.soak --minutes M --seed S [--nodes K] [--nats-cluster 3]``: a chaos soak.
+"""``python -m gpushare_sim.soak --minutes M --seed S [--nodes K] [--nats-cluster 3]``: a chaos soak
+(``--profile NAME [--borrowers slow]``: one of :mod:`.profiles`, the README's runs).
 
 Runs the local cluster with every real service and, for M minutes, a random but reproducible
 schedule (the seed): dev machines that go away and come back with a borrower on their card
@@ -34,21 +35,30 @@ from gpushare_sim.scenarios.kit import Scenario, open_clients, phase, recording
 from gpushare_sim.soak.actors import Soak, fault_schedule, owner_cycles, share_churn
 from gpushare_sim.soak.checks import Checks
 from gpushare_sim.soak.faults import KINDS, Faults
+from gpushare_sim.soak.profiles import BORROWERS, PROFILES, defaults
 from gpushare_sim.soak.report import progress, table
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m gpushare_sim.soak", description=__doc__.split("\n\n")[0])
+    p.add_argument("--profile", choices=sorted(PROFILES), help="a named run: its options become the defaults")
+    p.add_argument("--borrowers", choices=sorted(BORROWERS), default="ordinary", help="with --profile")
+    p.add_argument("--label", default="", help="named in the table (a profile names itself)")
     p.add_argument("--minutes", type=float, default=5.0)
     p.add_argument("--seed", type=int, default=None, help="default: a random one (printed)")
     p.add_argument("--nodes", type=int, default=1)
     p.add_argument("--nats-cluster", type=int, default=1, metavar="N", help="1, or 3 servers")
     p.add_argument("--faults", default=",".join(KINDS), help=f"fault kinds (of {', '.join(KINDS)})")
     p.add_argument("--fault-every", type=float, default=20.0, help="seconds between faults, on average")
+    p.add_argument("--fault-schedule", choices=("random", "regular"), default="random",
+                   help="random: exponential gaps of --fault-every on average; regular: exactly that gap")
     p.add_argument("--recovery-bound", type=float, default=60.0, help="seconds a fault may take to heal")
     p.add_argument("--slow-share", type=float, default=0.5, help="share of borrowers slow to die")
     p.add_argument("--borrower-mib", type=int, default=1024, help="memory of a slow borrower")
     p.add_argument("--keep-logs", action="store_true", help="keep the run directory (logs) afterwards")
+    chosen, _ = p.parse_known_args(argv)
+    if chosen.profile:
+        p.set_defaults(**defaults(chosen.profile, chosen.borrowers))
     a = p.parse_args(argv)
     a.faults = tuple(k for k in a.faults.split(",") if k)
     if unknown := [k for k in a.faults if k not in KINDS]:
@@ -87,7 +97,8 @@ async def play(run: Soak, faults: Faults, args: argparse.Namespace) -> None:
     actors.append(asyncio.ensure_future(share_churn(run, rngs[-2])))
     if args.faults:
         actors.append(asyncio.ensure_future(fault_schedule(run, faults, rngs[-1], args.fault_every,
-                                                           args.recovery_bound, args.faults)))  # fmt: skip
+                                                           args.recovery_bound, args.faults,
+                                                           args.fault_schedule == "regular")))  # fmt: skip
     watcher = asyncio.ensure_future(watch(run))
     try:
         done, _ = await asyncio.wait(actors, timeout=args.minutes * 60 + 240)
@@ -147,8 +158,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     gslog.setup("ERROR")
     logging.getLogger("urllib3").setLevel(logging.ERROR)  # the API restarting is part of the plan
-    print(f"soak: seed {args.seed}, {args.minutes:g} min, {args.nodes} node(s), {args.nats_cluster} NATS "
-          f"server(s), faults {','.join(args.faults) or 'none'}", flush=True)  # fmt: skip
+    print(f"soak: {args.label + ', ' if args.label else ''}seed {args.seed}, {args.minutes:g} min, {args.nodes} "
+          f"node(s), {args.nats_cluster} NATS server(s), faults {','.join(args.faults) or 'none'}",
+          flush=True)  # fmt: skip
     timeline = Timeline(out=None)
 
     async def guarded() -> int:

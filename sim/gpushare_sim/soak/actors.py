@@ -247,12 +247,13 @@ async def share_churn(soak: Soak, rng: random.Random, per_node: int = 3) -> None
 
 
 async def fault_schedule(soak: Soak, faults: Faults, rng: random.Random, every_s: float,
-                         bound_s: float, kinds: tuple[str, ...]) -> None:  # fmt: skip
-    """A fault every ``every_s`` on average; each must heal within ``bound_s``."""
+                         bound_s: float, kinds: tuple[str, ...], regular: bool = False) -> None:  # fmt: skip
+    """A fault every ``every_s`` on average (``regular``: exactly), each after the last healed;
+    each must heal within ``bound_s``."""
     from gpushare_sim.soak.faults import choose
 
     while not soak.done():
-        await asyncio.sleep(rng.expovariate(1.0 / every_s))
+        await asyncio.sleep(every_s if regular else rng.expovariate(1.0 / every_s))
         if soak.done():
             return
         fault: Fault = choose(rng, soak.s.cluster, kinds)

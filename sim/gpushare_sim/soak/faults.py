@@ -1,10 +1,11 @@
 """The faults the soak injects into a running local cluster, and how long each takes to heal.
 
-Each fault is one kind (``kill``, ``nats``, ``nats-member``, ``apiserver``, ``kubelet``, ``cpu``)
-and a target; :meth:`Faults.inject` does it the way it happens on a cluster (a process killed
-with SIGKILL and started again by its supervisor a moment later, a server restarted, the
-kubelet's socket re-created, the node's CPU saturated) and returns once every service
-answers ``/readyz`` again, with the time that took.
+Each fault is one kind (``kill``, ``nats``, ``nats-member``, ``nats-outage``, ``leaf``,
+``apiserver``, ``kubelet``, ``cpu``) and a target; :meth:`Faults.inject` does it the way it
+happens on a cluster (a process killed with SIGKILL and started again by its supervisor a
+moment later, a server restarted, every server of the NATS cluster down for a while, a node's
+leaf server killed, the kubelet's socket re-created, the node's CPU saturated) and returns
+once every service answers ``/readyz`` again, with the time that took.
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ from dataclasses import dataclass
 
 from gpushare_sim.run.cluster import Cluster
 from gpushare_sim.run.lifeline import owned
-from gpushare_sim.run.procs import http_json
+from gpushare_sim.run.procs import http_json, wait_port
 
 NODE_SERVICES = ("detector", "solver", "deviceplugin", "kmod-bridge")
-KINDS = ("kill", "nats", "nats-member", "apiserver", "kubelet", "cpu")
+KINDS = ("kill", "nats", "nats-member", "nats-outage", "leaf", "apiserver", "kubelet", "cpu")
+OUTAGE_S = 30.0  # every server of the NATS cluster down for this long (``nats-outage``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +46,10 @@ def choose(rng: random.Random, cluster: Cluster, kinds: tuple[str, ...] = KINDS)
         return Fault(kind, target, rng.uniform(0.2, 2.0))
     if kind == "nats-member":
         return Fault(kind, rng.choice(cluster.nats).name, rng.uniform(1.0, 5.0))
+    if kind == "nats-outage":
+        return Fault(kind, "", OUTAGE_S)
+    if kind == "leaf":
+        return Fault(kind, cluster.leaf(node).child, rng.uniform(0.2, 2.0))
     if kind == "cpu":
         return Fault(kind, node, rng.uniform(5.0, 20.0))
     return Fault(kind, node if kind == "kubelet" else "", rng.uniform(0.0, 1.0))
@@ -61,8 +67,10 @@ class Faults:
                 await self._kill_and_start(fault.target, fault.hold_s, signal.SIGKILL)
             case "nats":
                 await self.cluster.restart(self.cluster.nats[0].name)
-            case "nats-member":
+            case "nats-member" | "leaf":
                 await self._kill_and_start(fault.target, fault.hold_s, signal.SIGKILL)
+            case "nats-outage":
+                await self._outage(fault.hold_s)
             case "apiserver":
                 await self.cluster.restart("apiserver")
             case "kubelet":
@@ -80,10 +88,18 @@ class Faults:
         await asyncio.to_thread(child.kill, sig)
         await asyncio.sleep(down_s)  # a supervisor's restart delay
         child.start()
-        member = next((m for m in self.cluster.nats if m.name == name), None)
-        if member is not None:
-            from gpushare_sim.run.procs import wait_port
+        if port := self.cluster.nats_port(name):
+            await wait_port(port, child)
 
+    async def _outage(self, down_s: float) -> None:
+        """Every server of the NATS cluster killed, all started again ``down_s`` later."""
+        members = [self.cluster.child(m.name) for m in self.cluster.nats]
+        for child in members:
+            await asyncio.to_thread(child.kill, signal.SIGKILL)
+        await asyncio.sleep(down_s)
+        for child in members:
+            child.start()
+        for member, child in zip(self.cluster.nats, members, strict=True):
             await wait_port(member.client_port, child)
 
     async def ready(self, timeout: float = 120.0) -> None:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import subprocess
 import time
+from pathlib import Path
 
 from gpushare_sim.soak.actors import Soak
 from gpushare_sim.soak.checks import INVARIANTS
@@ -25,8 +28,12 @@ def progress(run: Soak) -> str:
 
 def table(args: argparse.Namespace, run: Soak) -> str:
     f = run.figures
-    rows = [("seed", str(args.seed)), ("minutes", f"{args.minutes:g}"), ("nodes", str(args.nodes)),
-            ("NATS servers", str(args.nats_cluster))]  # fmt: skip
+    rows = [("run", args.label or "(custom)"), ("date", time.strftime("%Y-%m-%d %H:%M %Z")),
+            ("commit", commit()), ("load average at the end (1/5/15 min)", _load()),
+            ("seed", str(args.seed)), ("minutes", f"{args.minutes:g}"), ("nodes", str(args.nodes)),
+            ("NATS servers (and one leaf server per node)", str(args.nats_cluster)),
+            ("faults", f"{','.join(args.faults) or 'none'} (every {args.fault_every:g} s, {args.fault_schedule})"),
+            ("borrowers slow to die (share, MiB)", f"{args.slow_share:g}, {args.borrower_mib}")]  # fmt: skip
     rows += [(what, str(count)) for what, count in sorted(f.counts.items())]
     rows += [("guarded owner-backs", str(run.checks.owner_backs))]
     rows += [("owner's GPU call held by the kernel (ms) p50/p99", _pair(f.owner_back_ms)),
@@ -37,6 +44,23 @@ def table(args: argparse.Namespace, run: Soak) -> str:
     rows += [(f"violations: {i}", str(n)) for i, n in by.items()]
     width = max(len(r[0]) for r in rows)
     return "\n".join(["", "soak results", "-" * (width + 14), *(f"{k:<{width}}  {v}" for k, v in rows)])
+
+
+def commit() -> str:
+    """The checked-out commit (``+dirty`` with uncommitted changes); ``unknown`` outside git."""
+    root = Path(__file__).resolve().parents[3]
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                              text=True, check=True, timeout=10).stdout.strip()  # fmt: skip
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, check=True, timeout=10).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return f"{head}+dirty" if dirty else head
+
+
+def _load() -> str:
+    return " ".join(f"{value:.2f}" for value in os.getloadavg()) + f" on {os.cpu_count()} cores"
 
 
 def _pair(values: list[float], digits: int = 1) -> str:

@@ -19,9 +19,10 @@ from .watch import KeyChanges, watch_bucket
 class Bus(_Connection):
     """A service's connection to NATS, with the event stream and its buckets."""
 
-    async def ensure_layout(self) -> None:
-        """Create or update the stream and every bucket (the installer; tests)."""
-        await ensure_layout(self)
+    async def ensure_layout(self, node: str = "") -> None:
+        """Create or update the stream and every bucket (the installer; tests): of one node on
+        its leaf server, or of every node."""
+        await ensure_layout(self, node)
 
     async def wait_for_stream(self, stop: asyncio.Event | None = None) -> None:
         await wait_for_stream(self, stop)
@@ -42,16 +43,19 @@ class Bus(_Connection):
             raise failure from err
         return Store(kv, name, scope, self.explain)
 
-    async def last_seq(self) -> int:
-        return await last_seq(self)
+    async def last_seq(self, domain: str = "") -> int:
+        return await last_seq(self, domain)
 
-    async def read_after(self, subject: str, after_seq: int, limit: int = 1000) -> list[StreamMessage]:
-        return await read_after(self, subject, after_seq, limit)
+    async def read_after(self, subject: str, after_seq: int, limit: int = 1000,
+                         domain: str = "") -> list[StreamMessage]:  # fmt: skip
+        """The stream's messages after ``after_seq`` (``domain``: a node's leaf server's stream)."""
+        return await read_after(self, subject, after_seq, limit, domain)
 
-    def watch_bucket(self, bucket: str, keys: str, stop: asyncio.Event,
-                     heartbeat_s: float = 2.0) -> AsyncIterator[KeyChanges]:  # fmt: skip
-        """Every key of ``bucket`` matching ``keys``, then each change (:mod:`.watch`)."""
-        return watch_bucket(self, bucket, keys, stop, heartbeat_s)
+    def watch_bucket(self, bucket: str, keys: str, stop: asyncio.Event, heartbeat_s: float = 2.0,
+                     domain: str = "") -> AsyncIterator[KeyChanges]:  # fmt: skip
+        """Every key of ``bucket`` matching ``keys``, then each change (:mod:`.watch`); ``domain``:
+        the bucket of that JetStream domain (a node's leaf server)."""
+        return watch_bucket(self, bucket, keys, stop, heartbeat_s, domain)
 
 
 __all__ = ["BUGS", "AckPolicy", "Bus", "BusError", "Handler", "NotFound", "Permanent", "RawHandler", "Responder",

@@ -73,6 +73,16 @@ def _tls_context(settings: NatsSettings) -> ssl.SSLContext | None:
     return context
 
 
+def _read_secret(path: str) -> str:
+    """A password kept in a file ("" when unreadable: the server then refuses, and says so)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read().strip()
+    except OSError as err:
+        log.error("cannot read the NATS password file", path=path, error=str(err))
+        return ""
+
+
 def _read_token(path: str, presented: Callable[[str], None] = lambda _: None) -> Callable[[], str]:
     def token() -> str:
         try:
@@ -100,7 +110,8 @@ def connect_options(settings: NatsSettings, inbox: str,
         "inbox_prefix": inbox,
     }
     if settings.user:
-        options.update(user=settings.user, password=settings.password)
+        options.update(user=settings.user, password=_read_secret(settings.password_file) if settings.password_file
+                       else settings.password)  # fmt: skip
     if settings.token_file:
         options["token"] = _read_token(settings.token_file, presented)
     elif settings.token:

@@ -57,10 +57,11 @@ class StreamMessage:
 
 # --- the installer's part ----------------------------------------------------------
 
-async def ensure_layout(bus: Bus) -> None:
-    """Create or update the event stream and every bucket (the installer's job)."""
+async def ensure_layout(bus: Bus, node: str = "") -> None:
+    """Create or update the event stream and every bucket (the installer's job): of one node on
+    its leaf server (``node``), or of every node on one server."""
     s, js = bus.settings, bus.client.jetstream()
-    stream = api.StreamConfig(name=s.stream, subjects=bus.layout.stream_subjects(), max_age=s.stream_max_age_s,
+    stream = api.StreamConfig(name=s.stream, subjects=bus.layout.stream_subjects(node), max_age=s.stream_max_age_s,
                               max_bytes=s.stream_max_bytes, storage=api.StorageType.FILE,
                               num_replicas=s.stream_replicas, duplicate_window=120.0, allow_direct=True)
     with failing("create the stream and buckets"):
@@ -71,7 +72,7 @@ async def ensure_layout(bus: Bus) -> None:
             await js.add_stream(stream)
         for name in BUCKETS:
             await _ensure_bucket(bus, bus.layout.bucket(name))
-    log.info("stream and buckets ready", stream=s.stream, replicas=s.stream_replicas,
+    log.info("stream and buckets ready", stream=s.stream, replicas=s.stream_replicas, node=node or "every node",
              buckets=",".join(bus.layout.bucket(b) for b in BUCKETS))  # fmt: skip
 
 
@@ -193,16 +194,18 @@ async def _settle(ack: Any, what: str) -> None:
 
 # --- reading the stream ----------------------------------------------------------
 
-async def last_seq(bus: Bus) -> int:
+async def last_seq(bus: Bus, domain: str = "") -> int:
     with failing(f"stream info {bus.settings.stream}"):
-        info = await bus.client.jetstream().stream_info(bus.settings.stream)
+        info = await bus.client.jetstream(domain=domain or None).stream_info(bus.settings.stream)
     return int(info.state.last_seq)
 
 
-async def read_after(bus: Bus, subject: str, after_seq: int, limit: int = 1000) -> list[StreamMessage]:
+async def read_after(bus: Bus, subject: str, after_seq: int, limit: int = 1000,
+                     domain: str = "") -> list[StreamMessage]:  # fmt: skip
     """The stream's messages on ``subject`` (wildcards allowed) after ``after_seq``, in order
-    (at most ``limit``), by direct gets: nothing is created on the server."""
-    js, seq = bus.client.jetstream(), after_seq + 1
+    (at most ``limit``), by direct gets: nothing is created on the server. ``domain``: the
+    stream of that JetStream domain (a node's leaf server), not of the server connected to."""
+    js, seq = bus.client.jetstream(domain=domain or None), after_seq + 1
     found: list[StreamMessage] = []
     while len(found) < limit:
         try:

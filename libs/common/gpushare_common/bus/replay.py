@@ -7,7 +7,11 @@
 ``replay`` reads a window of the ``GPUSHARE`` stream (an ordered, ephemeral
 consumer: nothing is acknowledged or changed) and prints one line per event,
 or feeds the window back under a sandbox prefix (``--republish-to``) so a
-service started with that prefix can be debugged against real traffic.
+service started with that prefix can be debugged against real traffic. Each
+node's stream lives on its leaf server: with ``--node`` the stream read is that
+node's (its JetStream domain, reached through the cluster, ``--domain`` to name
+another), without it the stream of the server connected to. ``tail`` follows
+the subjects themselves, which reach the cluster from every node's leaf.
 Connection settings come from the usual ``GPUSHARE_NATS_*`` variables or flags.
 """
 
@@ -27,7 +31,7 @@ from nats.js import api
 from ..events import AnyEvent, EventDecodeError, decode, event_tag, pod_of
 from ..settings import NATS_PREFIX, NatsSettings, load
 from ..subjects import DEFAULT_PREFIX, SubjectError, Subjects
-from . import Bus
+from . import Bus, BusError
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])\Z")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -125,10 +129,11 @@ def _consumer_config(since: dt.datetime | None, from_seq: int) -> api.ConsumerCo
 
 async def replay(
     bus: Bus, wanted: Filter, printer: Printer, since: dt.datetime | None, until: dt.datetime | None,
-    from_seq: int = 0, republish_to: str = "",
+    from_seq: int = 0, republish_to: str = "", domain: str = "",
 ) -> int:
-    """Print (or re-publish) a window of the stream; returns how many events matched."""
-    last = await bus.last_seq()
+    """Print (or re-publish) a window of the stream (of JetStream domain ``domain``: a node's leaf
+    server); returns how many events matched."""
+    last = await bus.last_seq(domain)
     if last == 0 or (from_seq and from_seq > last):
         return 0
     sandbox = Subjects(republish_to) if republish_to else None
@@ -153,7 +158,7 @@ async def replay(
         if seq >= last or meta.num_pending == 0:
             done.set()
 
-    sub = await bus.client.jetstream().subscribe(bus.subjects.all(), ordered_consumer=True,
+    sub = await bus.client.jetstream(domain=domain or None).subscribe(bus.subjects.all(), ordered_consumer=True,
                                  config=_consumer_config(since, from_seq), cb=on_message)
     try:
         await asyncio.wait_for(done.wait(), timeout=30)
@@ -182,6 +187,9 @@ def build_parser() -> argparse.ArgumentParser:
             cmd.add_argument("--until", help="end: duration ago or ISO time")
             cmd.add_argument("--from-seq", type=int, default=0, help="start at this stream sequence")
             cmd.add_argument("--republish-to", default="", help="re-publish under this subject prefix")
+            cmd.add_argument("--domain", default=None,
+                             help="JetStream domain of the stream (default: the --node's leaf server; "
+                                  "without --node, or with --domain '', the server connected to)")
     return parser
 
 
@@ -210,8 +218,14 @@ async def run(args: argparse.Namespace, stop: asyncio.Event) -> int:
         if args.command == "tail":
             await tail(bus, wanted, printer, stop)
         else:
-            count = await replay(bus, wanted, printer, since, until, args.from_seq, args.republish_to)
+            domain = args.domain if args.domain is not None else \
+                bus.layout.node_domain(args.node) if args.node else ""
+            count = await replay(bus, wanted, printer, since, until, args.from_seq, args.republish_to, domain)
             print(f"{count} events", file=sys.stderr)
+    except BusError as err:
+        print(f"error: {err} (each node's events are on its leaf server: give --node, or connect to it)",
+              file=sys.stderr)  # fmt: skip
+        return 1
     finally:
         await bus.drain()
     return 0

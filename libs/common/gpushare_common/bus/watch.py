@@ -40,28 +40,29 @@ class KeyChanges:
     changes: tuple[KeyChange, ...]
 
 
-async def watch_bucket(bus: Bus, bucket: str, keys: str, stop: asyncio.Event,
-                       heartbeat_s: float = 2.0) -> AsyncIterator[KeyChanges]:  # fmt: skip
+async def watch_bucket(bus: Bus, bucket: str, keys: str, stop: asyncio.Event, heartbeat_s: float = 2.0,
+                       domain: str = "") -> AsyncIterator[KeyChanges]:  # fmt: skip
     """Changes of the keys of ``bucket`` (a name of ``layout.BUCKETS``) matching ``keys`` (a NATS
-    subject pattern: ``*.mapping.>``) until ``stop``; see the module doc."""
+    subject pattern: ``*.mapping.>``) until ``stop``, of the server connected to or of JetStream
+    domain ``domain`` (a node's leaf server); see the module doc."""
     name = bus.layout.bucket(bucket)
     async for watch in Supervised(f"watch {name}", stop, Backoff(0.1, 5.0), service=bus.service, keys=keys):
         try:
-            async for batch in _one_watch(bus, name, keys, stop, heartbeat_s):
+            async for batch in _one_watch(bus, name, keys, stop, heartbeat_s, domain):
                 watch.progress()
                 yield batch
-        except BusError as err:  # lost (a server restarted, a leader moved): watched again
+        except BusError as err:  # lost (a server or a leaf restarted, a leader moved): watched again
             watch.failed(err)
 
 
-async def _one_watch(bus: Bus, bucket: str, keys: str, stop: asyncio.Event,
-                     heartbeat_s: float) -> AsyncIterator[KeyChanges]:  # fmt: skip
+async def _one_watch(bus: Bus, bucket: str, keys: str, stop: asyncio.Event, heartbeat_s: float,
+                     domain: str) -> AsyncIterator[KeyChanges]:  # fmt: skip
     nc = bus.client
     queue: asyncio.Queue[Any] = asyncio.Queue()
     with failing(f"watch {bucket}"):
         sub = await nc.subscribe(nc.new_inbox(), cb=queue.put)
     try:
-        pending = await _create(bus, bucket, kv_key(bucket, keys), sub.subject, heartbeat_s)
+        pending = await _create(bus, bucket, kv_key(bucket, keys), sub.subject, heartbeat_s, domain)
         batch: list[KeyChange] = []
         reset, consumer_seq = True, 0
         while not stop.is_set():
@@ -83,13 +84,13 @@ async def _one_watch(bus: Bus, bucket: str, keys: str, stop: asyncio.Event,
             await sub.unsubscribe()
 
 
-async def _create(bus: Bus, bucket: str, subject: str, deliver: str, heartbeat_s: float) -> int:
+async def _create(bus: Bus, bucket: str, subject: str, deliver: str, heartbeat_s: float, domain: str) -> int:
     config = api.ConsumerConfig(name=f"watch{new_id()[:16]}", filter_subject=subject, deliver_subject=deliver,
                                 deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT, ack_policy=api.AckPolicy.NONE,
                                 idle_heartbeat=heartbeat_s, inactive_threshold=max(10.0, 5 * heartbeat_s),
                                 mem_storage=True, num_replicas=1)  # fmt: skip
-    with failing(f"watch {bucket}", bus.explaining(js_consumer_create(kv_stream(bucket)))):
-        info = await bus.client.jetstream()._jsm.add_consumer(kv_stream(bucket), config)
+    with failing(f"watch {bucket}", bus.explaining(js_consumer_create(kv_stream(bucket), domain=domain))):
+        info = await bus.client.jetstream(domain=domain or None)._jsm.add_consumer(kv_stream(bucket), config)
     return int(info.num_pending or 0)
 
 
