@@ -7,8 +7,8 @@ optionally a cluster (routes on loopback to the other members), optionally
 a port for the nodes' leaf servers, optionally the HTTP monitoring endpoint
 (``/varz``, ``/jsz``), optionally users or an auth callout (``authorization``
 text: :func:`static_users`, :func:`callout_authorization`). :func:`leaf_config`
-writes a node's leaf server: its own JetStream domain, one remote to every
-member of the cluster.
+writes a node's leaf server around the node's part that ``gpushare-nats-leaf``
+renders (its own JetStream domain, users, one remote to every member).
 """
 
 from __future__ import annotations
@@ -72,30 +72,15 @@ def server_config(member: Member, cluster_name: str = "gpushare", authorization:
     return "\n".join(lines) + "\n"
 
 
-@dataclass(frozen=True, slots=True)
-class Leaf:
-    """A node's leaf server: its own JetStream domain, connected to every member of the cluster."""
-
-    name: str
-    client_port: int
-    domain: str
-    store_dir: str
-    hub_ports: tuple[int, ...]  # the members' leaf ports
-    hub_token: str = ""  # how the leaf authenticates to the cluster ("": an open cluster)
-    monitor_port: int = 0
-
-
-def leaf_config(leaf: Leaf, authorization: str = "") -> str:
-    """The text of one leaf server's configuration file (``authorization``: its local users)."""
-    auth = f"{leaf.hub_token}@" if leaf.hub_token else ""
-    urls = ", ".join(f'"nats-leaf://{auth}127.0.0.1:{p}"' for p in leaf.hub_ports)
-    lines = [f"server_name: {leaf.name}", "host: 127.0.0.1", f"port: {leaf.client_port}", "max_payload: 1MB",
-             f'jetstream {{ store_dir: "{leaf.store_dir}", domain: "{leaf.domain}" }}',
-             f"leafnodes {{ reconnect: \"500ms\", remotes: [ {{ urls: [{urls}] }} ] }}"]  # fmt: skip
-    if leaf.monitor_port:
-        lines.append(f'http: "127.0.0.1:{leaf.monitor_port}"')
-    if authorization:
-        lines.append(authorization)
+def leaf_config(client_port: int, node_conf_dir: str, monitor_port: int = 0) -> str:
+    """The text of a node's leaf server's configuration: where it listens, and the node's part
+    (its name, JetStream domain, users and remotes) that ``gpushare-nats-leaf config`` wrote to
+    ``node_conf_dir`` (relative to this file, as nats-server reads includes), as the leaf's pod
+    has it in Kubernetes."""
+    lines = ["host: 127.0.0.1", f"port: {client_port}", "max_payload: 1MB",
+             f'include "{node_conf_dir}/node.conf"', f'include "{node_conf_dir}/remote.conf"']  # fmt: skip
+    if monitor_port:
+        lines.append(f'http: "127.0.0.1:{monitor_port}"')
     return "\n".join(lines) + "\n"
 
 

@@ -221,33 +221,28 @@ class Cluster:
         """The node's leaf server, connected to every member of the cluster, and its layout."""
         leaf = NodeNats.make(name, free_port(), self.run_dir / "leaves", tuple(m.leaf_port for m in self.nats),
                              self.auth is not None)  # fmt: skip
-        await self._write_leaf_config(leaf)
-        child = self._child(leaf.child, [natsd.server_binary(), "-c", str(self._leaf_config_path(leaf))])
-        await wait_port(leaf.leaf.client_port, child)
+        config = await asyncio.to_thread(leaf.write, await self._leaf_token(name))
+        child = self._child(leaf.child, [natsd.server_binary(), "-c", str(config)])
+        await wait_port(leaf.client_port, child)
         await install(leaf.settings(), deadline_s=60, node=name)
         return leaf
 
-    def _leaf_config_path(self, leaf: NodeNats) -> Path:
-        return self.run_dir / "leaves" / f"{leaf.node}.conf"
-
-    async def _write_leaf_config(self, leaf: NodeNats) -> None:
-        """Its configuration, with the node's token for the cluster (minted again: rotation)."""
-        token = ""
-        if self.auth is not None:  # the token minted last (rotation mints them all again)
-            minted = self.auth.tokens.get(("leaf", leaf.node))
-            path = minted or await asyncio.to_thread(self.auth.mint, self.kubeconfig, "leaf", leaf.node)
-            token = path.read_text()
-        config = self._leaf_config_path(leaf)
-        config.parent.mkdir(parents=True, exist_ok=True)
-        config.write_text(await asyncio.to_thread(leaf.config, token))
+    async def _leaf_token(self, node: str) -> str:
+        """The token of the node's leaf for the cluster, as last minted ("" without the callout)."""
+        if self.auth is None:
+            return ""
+        minted = self.auth.tokens.get(("leaf", node))
+        path = minted or await asyncio.to_thread(self.auth.mint, self.kubeconfig, "leaf", node)
+        return path.read_text()
 
     async def _reload_leaves(self) -> None:
-        """Each leaf's configuration with its fresh token, read again (SIGHUP: it reconnects)."""
+        """Each leaf's remotes with its fresh token, read again (SIGHUP: it reconnects), as the
+        leaf's agent does in Kubernetes."""
         for node in self.nodes:
-            await self._write_leaf_config(node.nats)
+            node.nats.files.write_remote(await self._leaf_token(node.name))
             child = self.children[node.nats.child]
-            if child.alive():
-                child.proc.send_signal(signal.SIGHUP)  # type: ignore[union-attr]
+            if child.proc is not None and child.alive():
+                child.proc.send_signal(signal.SIGHUP)
 
     async def _start_node(self, name: str, schedule: bool, dra: bool = False) -> Node:
         kdir = self.run_dir / f"k{len(self.nodes) + 1}"
@@ -357,7 +352,7 @@ class Cluster:
     def nats_port(self, name: str) -> int:
         """The client port of the NATS server ``name`` (a member or a node's leaf; 0: not one)."""
         member = next((m.client_port for m in self.nats if m.name == name), 0)
-        return member or next((n.nats.leaf.client_port for n in self.nodes if n.nats.child == name), 0)
+        return member or next((n.nats.client_port for n in self.nodes if n.nats.child == name), 0)
 
     # --- stop -------------------------------------------------------------
 
