@@ -19,7 +19,8 @@ from tests.deploy.chart import NAMESPACE, ROOT, RenderError, render
 
 KUBE_VERSIONS = ("1.30", "1.33")  # the chart's minimum (admission policies v1) and kubectl's
 DRA_VERSIONS = ("1.34", "1.37")  # resource.k8s.io/v1 (the dra switch) is 1.34's and later
-EXTERNAL = {"nats": {"enabled": False, "external": {"urls": ["nats://a.example:4222", "nats://b.example:4222"]},
+EXTERNAL = {"nats": {"enabled": False, "external": {"urls": ["nats://a.example:4222", "nats://b.example:4222"],
+                                                    "leafUrls": ["nats-leaf://a.example:7422", "nats-leaf://b.example:7422"]},
                      "auth": {"existingSecret": "my-nats", "existingIssuerSecret": "my-issuer"}}}  # fmt: skip
 VALUE_SETS: dict[str, dict[str, Any]] = {
     "defaults": {},
@@ -98,14 +99,51 @@ def test_defaults_run_a_three_server_nats_cluster(rendered: dict[str, list[dict[
     assert "routes: [$ROUTE_0, $ROUTE_1, $ROUTE_2]" in find(docs, "ConfigMap", "nats-config")["data"]["cluster.conf"]
 
 
-def test_every_nats_client_gets_all_servers_and_the_stream_replicas(rendered: dict[str, list[dict[str, Any]]]) -> None:
-    urls = ",".join(f"nats://gpushare-nats-{i}.gpushare-nats-headless.{NAMESPACE}.svc.cluster.local:4222"
+NODE_SERVICES = {"gpushare-detector": "detector", "gpushare-solver": "solver", "gpushare-deviceplugin": "deviceplugin",
+                 "gpushare-kmod-bridge": "kmod-bridge"}
+
+
+def leaf_args(docs: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
+    """The commands of the leaf pod's init container and agent."""
+    pod = find(docs, "DaemonSet", "gpushare-nats-leaf")["spec"]["template"]["spec"]
+    (config,) = pod["initContainers"]
+    agent = next(c for c in pod["containers"] if c["name"] == "agent")
+    return config["command"], agent["command"]
+
+
+def test_every_node_service_uses_its_nodes_leaf_as_its_role(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    """The node services connect to the leaf server on their node's address, as their role's user there,
+    with the password file of that role only; never to the cluster, never with a token."""
+    for value_set in ("defaults", "external NATS", "1 NATS replica"):
+        docs = rendered[value_set]
+        for workload, role in NODE_SERVICES.items():
+            env = service_env(docs, workload)
+            assert env["GPUSHARE_NATS_URL"] == "nats://$(NODE_IP):4224" and env["NODE_IP"]["fieldRef"] == \
+                {"fieldPath": "status.hostIP"}, workload
+            assert env["GPUSHARE_NATS_USER"] == role and env["GPUSHARE_NATS_STREAM_REPLICAS"] == "1", workload
+            assert "GPUSHARE_NATS_TOKEN_FILE" not in env and "GPUSHARE_NATS_PASSWORD" not in env, workload
+            pod = find(docs, "DaemonSet", workload)["spec"]["template"]["spec"]
+            (password,) = [v for v in pod["volumes"] if v["name"] == "nats-password"]
+            assert password["hostPath"] == {"path": f"/var/lib/gpushare/nats-leaf/users/{role}", "type": "File"}
+
+
+def test_the_leaf_connects_to_every_server_with_its_token(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    hubs = ",".join(f"nats-leaf://gpushare-nats-{i}.gpushare-nats-headless.{NAMESPACE}.svc.cluster.local:7422"
                     for i in range(3))  # fmt: skip
-    for workload in ("gpushare-detector", "gpushare-solver", "gpushare-deviceplugin", "gpushare-kmod-bridge"):
-        env = service_env(rendered["defaults"], workload)
-        assert env["GPUSHARE_NATS_URL"] == urls and env["GPUSHARE_NATS_STREAM_REPLICAS"] == "3", workload
-    for value_set, replicas in (("1 NATS replica", "1"), ("5 NATS replicas", "3"), ("external NATS", "1")):
-        assert service_env(rendered[value_set], "gpushare-solver")["GPUSHARE_NATS_STREAM_REPLICAS"] == replicas
+    for command in leaf_args(rendered["defaults"]):
+        assert command[command.index("--hub") + 1] == hubs
+        assert command[command.index("--token-file") + 1] == "/var/run/secrets/gpushare/nats/token"
+    config, agent = leaf_args(rendered["external NATS"])
+    assert config[config.index("--hub") + 1] == "nats-leaf://a.example:7422,nats-leaf://b.example:7422"
+    pod = find(rendered["defaults"], "DaemonSet", "gpushare-nats-leaf")["spec"]["template"]["spec"]
+    assert pod["hostNetwork"] and pod["serviceAccountName"] == "gpushare-leaf"
+    (token,) = [v for v in pod["volumes"] if v["name"] == "nats-token"]
+    assert token["projected"]["sources"][0]["serviceAccountToken"]["audience"] == "gpushare-nats"
+    (state,) = [v for v in pod["volumes"] if v["name"] == "state"]
+    assert state["hostPath"] == {"path": "/var/lib/gpushare/nats-leaf", "type": "DirectoryOrCreate"}
+    assert "leafnodes {\n  port: 7422\n}" in find(rendered["defaults"], "ConfigMap", "nats-config")["data"]["nats.conf"]
+    roles = service_env(rendered["defaults"], "gpushare-nats-auth")["GPUSHARE_AUTH_ROLES"]
+    assert roles == f"{NAMESPACE}/gpushare-leaf=leaf,{NAMESPACE}/gpushare-console=observer"
 
 
 def test_one_nats_replica_is_a_single_server(rendered: dict[str, list[dict[str, Any]]]) -> None:
@@ -125,15 +163,16 @@ def test_external_nats(rendered: dict[str, list[dict[str, Any]]]) -> None:
     docs = rendered["external NATS"]
     servers = ("gpushare-nats", "gpushare-nats-headless", "nats-config")
     assert not [d for d in docs if d["metadata"]["name"] in servers or d["kind"] == "Secret"]
-    env = service_env(docs, "gpushare-detector")
-    assert env["GPUSHARE_NATS_URL"] == "nats://a.example:4222,nats://b.example:4222"
-    assert "GPUSHARE_NATS_PASSWORD" not in env and env["GPUSHARE_NATS_TOKEN_FILE"]
     callout = service_env(docs, "gpushare-nats-auth")  # the external servers call it out too
+    assert callout["GPUSHARE_NATS_URL"] == "nats://a.example:4222,nats://b.example:4222"
     assert callout["GPUSHARE_NATS_PASSWORD"]["secretKeyRef"]["name"] == "my-nats"
     (volume,) = find(docs, "Deployment", "gpushare-nats-auth")["spec"]["template"]["spec"]["volumes"]
     assert volume["secret"]["secretName"] == "my-issuer"
+    secrets = {"existingSecret": "x", "existingIssuerSecret": "y"}
     with pytest.raises(RenderError, match=r"needs nats\.external\.urls"):
-        render({"nats": {"enabled": False, "auth": {"existingSecret": "x"}}})
+        render({"nats": {"enabled": False, "auth": secrets, "external": {"leafUrls": ["x"]}}})
+    with pytest.raises(RenderError, match=r"needs nats\.external\.leafUrls"):
+        render({"nats": {"enabled": False, "auth": secrets, "external": {"urls": ["x"]}}})
     with pytest.raises(RenderError, match=r"needs nats\.auth\.existingSecret"):
         render({"nats": {"enabled": False, "external": {"urls": ["nats://a:4222"]}}})
 

@@ -73,14 +73,20 @@ def test_host_network_services_listen_on_the_node_address_only() -> None:
     address (downward API ``status.hostIP``), not every address; the kubelet's probes reach the pod
     IP, which for these pods is that address."""
     on_host = [d for d in workloads() if d["spec"]["template"]["spec"].get("hostNetwork")]
-    assert on_host, "the kmod-bridge runs on the host network"
+    assert {d["metadata"]["name"] for d in on_host} >= {"gpushare-kmod-bridge", "gpushare-nats-leaf"}
+    host_ip = {"valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}}
     for doc in on_host:
         for container in doc["spec"]["template"]["spec"]["containers"]:
             env = {e["name"]: e for e in container.get("env", [])}
-            assert env["GPUSHARE_HTTP_HOST"] == {"name": "GPUSHARE_HTTP_HOST",
-                                                 "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}}
+            if container["name"] == "nats":  # the node's leaf server: its configuration says where
+                (config,) = [d for d in documents(K8S / "base" / "nats-leaf.yaml") if d["kind"] == "ConfigMap"]
+                assert "host: $NODE_IP" in config["data"]["leaf.conf"]
+                assert env["NODE_IP"] == {"name": "NODE_IP", **host_ip}
+            elif "GPUSHARE_HTTP_PORT" in env or "readinessProbe" in container:
+                assert env["GPUSHARE_HTTP_HOST"] == {"name": "GPUSHARE_HTTP_HOST", **host_ip}
             for probe in ("livenessProbe", "readinessProbe"):
-                assert "host" not in container[probe]["httpGet"], (doc["metadata"]["name"], probe)
+                if probe in container:
+                    assert "host" not in container[probe]["httpGet"], (doc["metadata"]["name"], probe)
 
 
 def test_node_install_is_idempotent(tmp_path: Path) -> None:

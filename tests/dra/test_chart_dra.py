@@ -96,20 +96,17 @@ def test_the_drivers_settings_and_paths_are_its_own(docs: list[dict[str, Any]]) 
         find(render(), "DaemonSet", "gpushare-solver")["spec"]["template"]["spec"]["containers"][0])
 
 
-def test_the_driver_is_the_dra_driver_nats_role_through_its_own_token(docs: list[dict[str, Any]]) -> None:
-    """No password: its pod's projected token, which the auth callout maps to the dra-driver role
-    (not the device plugin's: each keeps only its own permissions)."""
+def test_the_driver_is_the_dra_driver_nats_role_on_its_nodes_leaf(docs: list[dict[str, Any]]) -> None:
+    """The dra-driver user of its node's leaf server, with that role's password file only (not the
+    device plugin's: each keeps only its own permissions); no token, no connection to the cluster."""
     spec = find(docs, "DaemonSet", "gpushare-dra-driver")["spec"]["template"]["spec"]
     (container,) = spec["containers"]
     env = env_of(container)
-    assert "GPUSHARE_NATS_USER" not in env and "GPUSHARE_NATS_PASSWORD" not in env
-    token = env["GPUSHARE_NATS_TOKEN_FILE"]
-    (mount,) = [m for m in container["volumeMounts"] if token.startswith(m["mountPath"] + "/")]
+    assert env["GPUSHARE_NATS_USER"] == "dra-driver" and env["GPUSHARE_NATS_URL"] == "nats://$(NODE_IP):4224"
+    assert "GPUSHARE_NATS_TOKEN_FILE" not in env and "GPUSHARE_NATS_PASSWORD" not in env
+    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == env["GPUSHARE_NATS_PASSWORD_FILE"]]
     (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
-    assert volume["projected"]["sources"][0]["serviceAccountToken"]["audience"] == "gpushare-nats"
-    (callout,) = find(docs, "Deployment", "gpushare-nats-auth")["spec"]["template"]["spec"]["containers"]
-    roles = dict(pair.split("=") for pair in env_of(callout)["GPUSHARE_AUTH_ROLES"].split(","))
-    assert roles[f"gpushare-system/{spec['serviceAccountName']}"] == "dra-driver"
+    assert volume["hostPath"] == {"path": "/var/lib/gpushare/nats-leaf/users/dra-driver", "type": "File"}
 
 
 def test_a_rolling_update_starts_the_new_driver_beside_the_old_one(docs: list[dict[str, Any]]) -> None:

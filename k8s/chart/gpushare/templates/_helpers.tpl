@@ -69,27 +69,59 @@ system:serviceaccount:{{ $root.Release.Namespace }}:gpushare-{{ index . 1 }}
 {{- end -}}
 {{- end -}}
 
-{{/* The environment every node service gets: node, NATS servers and its token, logging, port.
-     Arguments: root, HTTP port. */}}
+{{/* nats-leaf://<server>:7422 of every server of the cluster: where each node's leaf connects. */}}
+{{- define "gpushare.natsLeafUrls" -}}
+{{- if .Values.nats.enabled -}}
+{{- $urls := list -}}
+{{- range $host := splitList "," (include "gpushare.natsHosts" .) -}}
+{{- $urls = append $urls (printf "nats-leaf://%s:7422" $host) -}}
+{{- end -}}
+{{ join "," $urls }}
+{{- else -}}
+{{- if not .Values.nats.external.leafUrls -}}
+{{- fail "nats.enabled=false needs nats.external.leafUrls (the leafnode port of every server of the external NATS)" -}}
+{{- end -}}
+{{ join "," .Values.nats.external.leafUrls }}
+{{- end -}}
+{{- end -}}
+
+{{/* The environment every node service gets: node, its node's leaf server and its user there,
+     logging, port. Arguments: root, HTTP port, NATS role. */}}
 {{- define "gpushare.serviceEnv" -}}
 {{- $root := index . 0 -}}
 - name: GPUSHARE_NODE_NAME
   valueFrom: {fieldRef: {fieldPath: spec.nodeName}}
-- {name: GPUSHARE_NATS_URL, value: {{ include "gpushare.natsUrls" $root | quote }}}
-- {name: GPUSHARE_NATS_TOKEN_FILE, value: /var/run/secrets/gpushare/nats/token}
-- {name: GPUSHARE_NATS_STREAM_REPLICAS, value: {{ include "gpushare.streamReplicas" $root | quote }}}
+- name: NODE_IP  # the node's address, where its leaf server listens (no setting: GPUSHARE_NATS_URL uses it)
+  valueFrom: {fieldRef: {fieldPath: status.hostIP}}
+- {name: GPUSHARE_NATS_URL, value: "nats://$(NODE_IP):{{ int $root.Values.natsLeaf.port }}"}
+- {name: GPUSHARE_NATS_USER, value: {{ index . 2 | quote }}}
+- {name: GPUSHARE_NATS_PASSWORD_FILE, value: /var/run/secrets/gpushare/nats/password}
+- {name: GPUSHARE_NATS_STREAM_REPLICAS, value: "1"}
 - {name: GPUSHARE_LOG_JSON, value: {{ $root.Values.logJson | quote }}}
 - {name: GPUSHARE_HTTP_PORT, value: {{ index . 1 | quote }}}
 {{- end -}}
 
-{{/* The mount of the NATS token (GPUSHARE_NATS_TOKEN_FILE). */}}
+{{/* The mount of a node service's password on its node's leaf (GPUSHARE_NATS_PASSWORD_FILE). */}}
+{{- define "gpushare.natsPasswordMount" -}}
+- {name: nats-password, mountPath: /var/run/secrets/gpushare/nats/password, readOnly: true}
+{{- end -}}
+
+{{/* That one file of the leaf's state on the node (gpushare-nats-conf leaf-users made it, root
+     only): a service reads its own role's password, no other. The kubelet mounts it once the
+     leaf's pod made it. Arguments: root, NATS role. */}}
+{{- define "gpushare.natsPasswordVolume" -}}
+- name: nats-password
+  hostPath: {path: {{ (index . 0).Values.natsLeaf.stateDir }}/users/{{ index . 1 }}, type: File}
+{{- end -}}
+
+{{/* The mount of the NATS token (GPUSHARE_NATS_TOKEN_FILE): the console's, the leaf's. */}}
 {{- define "gpushare.natsTokenMount" -}}
 - {name: nats-token, mountPath: /var/run/secrets/gpushare/nats, readOnly: true}
 {{- end -}}
 
 {{/* The pod's projected service-account token for NATS: audience gpushare-nats, short-lived;
-     the kubelet rotates it, the service re-reads it at every connect, and the auth callout's
-     TokenReview names the pod's node. */}}
+     the kubelet rotates it, its reader re-reads it (the console at every connect, the leaf's
+     agent every 10 s), and the auth callout's TokenReview names the pod's node. */}}
 {{- define "gpushare.natsTokenVolume" -}}
 - name: nats-token
   projected:
