@@ -4,12 +4,16 @@
   (its entrypoint, run here), the stream and buckets made by its nats-install container.
 - :class:`ChartNats`: the chart's nats.conf (one server) with AUTH_ISSUER from the StatefulSet's
   init container command, the auth callout service with the environment of the chart's
-  Deployment, a TokenReview against the API emulator, and service-account tokens minted for each
-  service's account bound to its Node (as the projected tokens of its pods are), audience as the
-  chart sets it; the installer Job's command makes the layout.
+  Deployment, a TokenReview against the API emulator, and service-account tokens minted for the
+  leaf's and the console's accounts bound to a Node (as the projected tokens of their pods are),
+  audience as the chart sets it; and each node's leaf server as the chart's DaemonSet runs it:
+  its init container's command writes the node's part of the configuration (users, domain,
+  remotes with the node's token), its agent makes the node's layout. The node services are
+  users of their node's leaf, the console (observer) and the leaf role clients of the cluster.
 
 Both give :meth:`settings` (a Bus's, as a role on a node) and :meth:`probe` (a raw connection),
-for each of their :attr:`roles` (compose runs no DRA driver, so it has no dra-driver user).
+for each of their :attr:`roles` (compose runs no DRA driver, so it has no dra-driver user), and
+:meth:`domain` (where an observer in the cluster finds a node's stream and buckets).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from typing import Any
 
 import nats
 import yaml
-from gpushare_common.layout import NODE_ROLES
+from gpushare_common.layout import NODE_ROLES, SERVICE_ROLES, Layout
 from gpushare_common.settings import NatsSettings
 from gpushare_nats_auth.natsconf import STATIC_ROLES
 from gpushare_sim.run.kubeapi import mint_node_token
@@ -78,8 +82,8 @@ class Probe:
 class Server:
     """One nats-server process from a config file, stopped on ``stop()``."""
 
-    def __init__(self, config: Path, env: dict[str, str]) -> None:
-        self.port, self.config, self.env = free_port(), config, env
+    def __init__(self, config: Path, env: dict[str, str], port: int = 0) -> None:
+        self.port, self.config, self.env = port or free_port(), config, env
         self.log = config.with_suffix(".log")
         self.start()
 
@@ -133,13 +137,21 @@ class Deployment:
     def credentials(self, role: str, node: str) -> dict[str, str]:
         raise NotImplementedError
 
+    def url(self, role: str, node: str) -> str:
+        """Where ``role`` on ``node`` connects."""
+        return self.server.url
+
+    def domain(self, node: str) -> str:
+        """The JetStream domain holding ``node``'s stream and buckets, seen from the observer's server."""
+        return ""
+
     def settings(self, role: str, node: str = NODE_A) -> NatsSettings:
-        return NatsSettings(url=self.server.url, reconnect_wait_s=0.1, connect_timeout_s=2,
+        return NatsSettings(url=self.url(role, node), reconnect_wait_s=0.1, connect_timeout_s=2,
                             **self.credentials(role, node))  # type: ignore[arg-type]
 
     async def probe(self, role: str, node: str = NODE_A, **options: Any) -> Probe:
         probe = Probe()
-        probe.nc = await nats.connect(self.server.url, error_cb=probe.on_error, max_reconnect_attempts=0,
+        probe.nc = await nats.connect(self.url(role, node), error_cb=probe.on_error, max_reconnect_attempts=0,
                                       inbox_prefix=f"_INBOX.{role}.{node}" if role in NODE_ROLES else
                                       f"_INBOX.{role}", **{**self.credentials(role, node), **options})  # fmt: skip
         return probe
@@ -161,7 +173,8 @@ class ComposeNats(Deployment):
         self.server = Server(config, self.PASSWORDS)
         install = services["nats-install"]
         env = {k: str(v) for k, v in install["environment"].items()}
-        run(install["entrypoint"], {**env, "GPUSHARE_NATS_URL": self.server.url,
+        run([a.replace("${NODE_NAME:-gpu-node-1}", NODE_A) for a in install["entrypoint"]],
+            {**env, "GPUSHARE_NATS_URL": self.server.url,
                                     "GPUSHARE_NATS_PASSWORD": self.PASSWORDS["INSTALLER_PASSWORD"]})
 
     def credentials(self, role: str, node: str) -> dict[str, str]:
@@ -185,21 +198,23 @@ class ChartNats(Deployment):
         # the service account of each role, from the callout's role table as the chart sets it
         pairs = (p.split("=") for p in self._callout_env()["GPUSHARE_AUTH_ROLES"].split(","))
         self.accounts = {role: key.split("/")[1] for key, role in pairs}
-        self.roles = frozenset({*self.accounts, "installer"})
+        self.roles = frozenset({*self.accounts, *SERVICE_ROLES, "installer"})
         self.callout = self._start_callout()
         core = client.CoreV1Api(kube.client)
         for node in self.NODES:
             core.create_node({"metadata": {"name": node}})
         self.tokens: dict[tuple[str, str, str], str] = {}
-        self._install()
+        self.leaves = {node: self._start_leaf(node) for node in self.NODES}
+        self.agents = {node: self._start_agent(node) for node in self.NODES}
 
     def _pod(self, kind: str, name: str) -> dict[str, Any]:
         return self.docs[(kind, name)]["spec"]["template"]["spec"]  # type: ignore[no-any-return]
 
     def _start_server(self) -> Server:
         (config_dir := self.work / "nats").mkdir()
+        self.leaf_port = free_port()
         (config_dir / "nats.conf").write_text(self.docs[("ConfigMap", "nats-config")]["data"]["nats.conf"].replace(
-            "/data/jetstream", f"{self.work}/js"))
+            "/data/jetstream", f"{self.work}/js").replace("port: 7422", f"port: {self.leaf_port}"))
         (init,) = self._pod("StatefulSet", "gpushare-nats")["initContainers"]
         local = {"issuer-secret": self.issuer.parent, "issuer": self.work / "nats-auth"}  # volume -> here
         mounts = {m["mountPath"]: local[m["name"]] for m in init["volumeMounts"]}
@@ -237,11 +252,54 @@ class ChartNats(Deployment):
         if not down:
             self.callout = self._start_callout()
 
-    def _install(self) -> None:
-        (container,) = self._pod("Job", "gpushare-nats-install")["containers"]
-        env = {e["name"]: str(e["value"]) for e in container["env"] if "value" in e}
-        run(container["command"], {**env, "GPUSHARE_NATS_URL": self.server.url,
-                                   "GPUSHARE_NATS_PASSWORD": self.passwords["INSTALLER_PASSWORD"]})
+    def _leaf_container(self, name: str) -> dict[str, Any]:
+        pod = self._pod("DaemonSet", "gpushare-nats-leaf")
+        return next(c for c in [*pod["initContainers"], *pod["containers"]] if c["name"] == name)
+
+    def _leaf_command(self, name: str, node: str) -> list[str]:
+        """A container's command of the leaf's pod on ``node``, its paths and addresses here."""
+        root = self.work / f"leaf-{node}"
+        token = root / "token"
+        token.parent.mkdir(parents=True, exist_ok=True)
+        token.write_text(mint_node_token(self.kube.kubeconfig, node, self.accounts["leaf"],
+                                         audiences=[self.audience]).token)  # the kubelet's, not cached
+        mounts = {"/var/lib/gpushare/nats-leaf": root / "state", "/etc/nats-leaf/node": root / "node",
+                  "/var/run/nats-leaf": root / "run", "/var/run/secrets/gpushare/nats": root}  # fmt: skip
+        hub = f"nats-leaf://127.0.0.1:{self.leaf_port}"
+        command = [_localise(a, mounts) for a in self._leaf_container(name)["command"]]
+        assert not [a for a in command if a.startswith(("/var/", "/etc/"))], command  # nothing of this machine
+        for index, arg in enumerate(command):
+            command[index] = arg.replace("$(NODE_NAME)", node).replace("$(NODE_IP)", "127.0.0.1")
+            if command[index - 1] == "--hub":
+                command[index] = hub
+            if command[index - 1] == "--url":
+                command[index] = self.leaves[node].url
+        return command
+
+    def _start_leaf(self, node: str) -> Server:
+        run(self._leaf_command("config", node), {})
+        text = self.docs[("ConfigMap", "nats-leaf-config")]["data"]["leaf.conf"]
+        root = self.work / f"leaf-{node}"
+        (root / "run").mkdir(exist_ok=True)
+        config = root / "leaf.conf"
+        config.write_text(text.replace("/var/run/nats-leaf", str(root / "run")).replace("http_port", "# http_port"))
+        return Server(config, {"NODE_IP": "127.0.0.1"})
+
+    def _start_agent(self, node: str) -> subprocess.Popen[bytes]:
+        """The leaf's agent: it makes the node's stream and buckets (waited for here), then follows the token."""
+        command = self._leaf_command("agent", node)
+        log = self.work / f"leaf-{node}" / "agent.log"
+        with log.open("ab") as out:
+            proc = subprocess.Popen([str(BIN / command[0]), *command[1:]], stdout=out, stderr=out)
+        procs.allow(proc.pid)
+        wait_for(lambda: "ready on its leaf" in log.read_text(), proc, log, timeout=60)
+        return proc
+
+    def url(self, role: str, node: str) -> str:
+        return self.leaves[node].url if role in SERVICE_ROLES else self.server.url
+
+    def domain(self, node: str) -> str:
+        return Layout().node_domain(node)
 
     def token(self, role: str, node: str = NODE_A, account: str = "", audience: str = "") -> str:
         """A token of the service account of ``role`` (or ``account``) bound to ``node``."""
@@ -253,6 +311,8 @@ class ChartNats(Deployment):
     def credentials(self, role: str, node: str) -> dict[str, str]:
         if role == "installer":
             return {"user": "installer", "password": self.passwords["INSTALLER_PASSWORD"]}
+        if role in SERVICE_ROLES:  # a user of its node's leaf, its password in the file the leaf made
+            return {"user": role, "password": (self.work / f"leaf-{node}" / "state" / "users" / role).read_text()}
         return {"token": self.token(role, node)}
 
     def status(self) -> dict[str, Any]:
@@ -260,15 +320,19 @@ class ChartNats(Deployment):
             return json.loads(answer.read())  # type: ignore[no-any-return]
 
     def stop(self) -> None:
+        for agent in getattr(self, "agents", {}).values():
+            stop(agent)
+        for leaf in getattr(self, "leaves", {}).values():
+            leaf.stop()
         if self.callout.poll() is None:
             stop(self.callout)
         self.server.stop()
 
 
 def _localise(arg: str, mounts: dict[str, Path]) -> str:
-    """A container's argument with a path inside a mount moved to where that volume is here."""
+    """A container's argument with a path of (or inside) a mount moved to where that volume is here."""
     for path, here in mounts.items():
-        if arg.startswith(path + "/"):
+        if arg == path or arg.startswith(path + "/"):
             return str(here) + arg[len(path):]
     return arg
 

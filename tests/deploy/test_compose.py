@@ -384,7 +384,7 @@ def test_compose_profile_without_a_service_fails() -> None:
     ("deviceplugin.yaml", "{name: signing-key, mountPath: /etc/gpushare/signing.key, readOnly: true}",
      "{name: signing-key, mountPath: /etc/gpushare/node.key, readOnly: true}",
      "GPUSHARE_DP_SIGNING_KEY_FILE=/etc/gpushare/signing.key is not inside"),
-    ("detector.yaml", 'value: "http://$(NODE_IP):9400/metrics"', 'value: "http://node:9400/metrics"',
+    ("solver.yaml", 'value: "nats://$(NODE_IP):4224"', 'value: "nats://node:4224"',
      "NODE_IP is neither a setting nor referenced"),
     ("shadow-controller.yaml", "GPUSHARE_SHADOW_IMAGE:", "GPUSHARE_SHADOW_IMAGES:",
      "GPUSHARE_SHADOW_IMAGES is not a setting of shadow-controller"),

@@ -2,10 +2,13 @@
 the server, and the same action on what is the service's own is allowed (so a permission that is
 too tight fails here too, not only one that is too wide).
 
-The service runs on gpu-node-1 with its role's credentials (compose: its static user; chart: its
-service-account token bound to its Node, through the auth callout). ``K`` is the key-value
-prefix, ``S`` the solver's durable consumer of the node. The DRA driver's role is the chart's
-only (compose runs no DRA driver).
+The service runs on gpu-node-1 with its role's credentials (its static user on its node's server:
+compose's one server, the chart's leaf server of the node). The chart's ``leaf`` role is the
+node's leaf server as the cluster sees it (its service-account token bound to its Node, through
+the auth callout): a node whose root rewrites its leaf still reaches nothing of another node,
+and nobody in the cluster can send anything into a node through it. ``K`` is the key-value
+prefix, ``S`` the solver's durable consumer of the node. The DRA driver's role and the leaf's
+are the chart's only (compose runs no DRA driver and no cluster).
 """
 
 from __future__ import annotations
@@ -105,6 +108,20 @@ ATTACKS = [
     ("detector", "sub", "$SYS.REQ.USER.AUTH"),
     ("observer", "sub", "$SYS.REQ.USER.AUTH"),
     ("solver", "pub", "$SYS.REQ.USER.AUTH"),
+    # a node's leaf server towards the cluster: send for another node, ask another node's leaf, take
+    # another node's traffic or any request meant for a node (nobody in the cluster may command one)
+    ("leaf", "pub", f"gpushare.v1.{B}.event.ownerback"),
+    ("leaf", "pub", f"gpushare.v1.{B}.kmod.cmd"),
+    ("leaf", "pub", f"$JS.gpushare-{B}.API.STREAM.INFO.GPUSHARE"),
+    ("leaf", "pub", "$JS.API.STREAM.INFO.GPUSHARE"),
+    ("leaf", "pub", f"_INBOX.solver.{B}.x"),
+    ("leaf", "sub", f"gpushare.v1.{B}.>"),
+    ("leaf", "sub", f"gpushare.v1.{A}.kmod.cmd"),
+    ("leaf", "sub", f"gpushare.v1.{A}.>"),
+    ("leaf", "sub", f"$JS.gpushare-{B}.API.>"),
+    ("leaf", "sub", "$JS.API.>"),
+    ("leaf", "sub", "_INBOX.observer.>"),
+    ("leaf", "sub", "$SYS.REQ.USER.AUTH"),
 ]  # fmt: skip
 
 # the same kinds of action on the service's own things: allowed
@@ -133,6 +150,10 @@ OWN = [
     ("detector", "sub", f"_INBOX.detector.{A}.>"),
     ("dra-driver", "sub", f"_INBOX.dra-driver.{A}.>"),
     ("observer", "sub", "gpushare.v1.>"),
+    ("observer", "pub", f"$JS.gpushare-{A}.API.DIRECT.GET.GPUSHARE.gpushare.v1.{A}.eviction"),
+    ("leaf", "pub", f"gpushare.v1.{A}.capacity.vcpu"),
+    ("leaf", "pub", "_INBOX.observer.x"),
+    ("leaf", "sub", f"$JS.gpushare-{A}.API.>"),
 ]  # fmt: skip
 
 

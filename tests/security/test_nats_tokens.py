@@ -1,6 +1,8 @@
 """Stolen, forged or misused tokens against the chart's auth callout: each connection is refused
-with an answer (never left to time out), and the refusal is counted by its reason. A service's
-own token gets its role on its own node only, whatever else the client claims.
+with an answer (never left to time out), and the refusal is counted by its reason. A leaf
+server's own token gets its node's traffic only, whatever else the client claims. (The node
+services are users of their node's leaf and have no token for the cluster: their accounts are
+no role there.)
 """
 
 from __future__ import annotations
@@ -55,12 +57,12 @@ def unbound(chart: ChartNats, account: str) -> str:
 
 def other_namespace(chart: ChartNats) -> str:
     chart.kube.namespaces("mallory")
-    return mint_node_token(chart.kube.kubeconfig, NODE_A, "gpushare-solver", namespace="mallory",
+    return mint_node_token(chart.kube.kubeconfig, NODE_A, "gpushare-leaf", namespace="mallory",
                            audiences=[chart.audience]).token  # fmt: skip
 
 
 def node_b_token_after_node_b_is_gone(chart: ChartNats) -> str:
-    token = mint_node_token(chart.kube.kubeconfig, NODE_B, "gpushare-kmod-bridge", audiences=[chart.audience]).token
+    token = mint_node_token(chart.kube.kubeconfig, NODE_B, "gpushare-leaf", audiences=[chart.audience]).token
     core = client.CoreV1Api(chart.kube.client)
     core.delete_node(NODE_B)
     core.create_node({"metadata": {"name": NODE_B}})  # the same name again: another Node
@@ -68,20 +70,22 @@ def node_b_token_after_node_b_is_gone(chart: ChartNats) -> str:
 
 
 Forge = Callable[[ChartNats], str]
-SOLVER: Forge = lambda chart: chart.token("solver", NODE_A)  # noqa: E731
+LEAF: Forge = lambda chart: chart.token("leaf", NODE_A)  # noqa: E731
 REFUSED: list[tuple[str, Forge, str]] = [
-    ("another audience", lambda c: c.token("solver", NODE_A, audience="https://kubernetes.default.svc"),
+    ("another audience", lambda c: c.token("leaf", NODE_A, audience="https://kubernetes.default.svc"),
      "token-rejected"),
-    ("expired (past the API's leeway)", lambda c: resigned(c, SOLVER(c), exp=int(time.time()) - 120),
+    ("expired (past the API's leeway)", lambda c: resigned(c, LEAF(c), exp=int(time.time()) - 120),
      "token-rejected"),
-    ("expired (within the API's leeway)", lambda c: resigned(c, SOLVER(c), exp=int(time.time()) - 5),
+    ("expired (within the API's leeway)", lambda c: resigned(c, LEAF(c), exp=int(time.time()) - 5),
      "token-expired"),
-    ("tampered to name node B", lambda c: tampered(SOLVER(c), **{"kubernetes.io": {
-        **claims_of(SOLVER(c))["kubernetes.io"], "node": {"name": NODE_B, "uid": "x"}}}), "token-rejected"),
-    ("not a JWT", lambda c: "solver-please", "token-rejected"),
-    ("an unknown service account", lambda c: c.token("solver", NODE_A, account="intruder"), "unknown-account"),
+    ("tampered to name node B", lambda c: tampered(LEAF(c), **{"kubernetes.io": {
+        **claims_of(LEAF(c))["kubernetes.io"], "node": {"name": NODE_B, "uid": "x"}}}), "token-rejected"),
+    ("not a JWT", lambda c: "leaf-please", "token-rejected"),
+    ("an unknown service account", lambda c: c.token("leaf", NODE_A, account="intruder"), "unknown-account"),
+    ("a node service's account: a user of its leaf only", lambda c: c.token("leaf", NODE_A, account="gpushare-solver"),
+     "unknown-account"),
     ("a service's account name in another namespace", other_namespace, "unknown-account"),
-    ("a node role's token bound to no node", lambda c: unbound(c, "gpushare-solver"), "no-node"),
+    ("a node role's token bound to no node", lambda c: unbound(c, "gpushare-leaf"), "no-node"),
     ("a token of a Node that was replaced", node_b_token_after_node_b_is_gone, "token-rejected"),
 ]  # fmt: skip
 
@@ -107,19 +111,19 @@ async def test_static_users_need_their_password(chart: ChartNats) -> None:
 
 
 async def test_a_node_a_token_acts_for_node_a_whatever_the_client_claims(chart: ChartNats) -> None:
-    probe = await chart.probe("solver", NODE_A, name="solver@gpu-node-2", user="solver@gpu-node-2")
+    probe = await chart.probe("leaf", NODE_A, name="leaf@gpu-node-2", user="leaf@gpu-node-2")
     try:
-        assert await probe.refused("pub", f"gpushare.v1.{NODE_B}.health.spot-gpu")
-        assert await probe.refused("sub", f"gpushare.v1.{NODE_B}.capacity.*")
-        assert not await probe.refused("pub", f"gpushare.v1.{NODE_A}.health.spot-gpu")
+        assert await probe.refused("pub", f"gpushare.v1.{NODE_B}.event.ownerback")
+        assert await probe.refused("sub", f"$JS.gpushare-{NODE_B}.API.>")
+        assert not await probe.refused("pub", f"gpushare.v1.{NODE_A}.capacity.vcpu")
     finally:
         await probe.close()
 
 
 async def test_the_same_account_on_another_node_gets_that_node(chart: ChartNats) -> None:
-    probe = await chart.probe("solver", NODE_B)
+    probe = await chart.probe("leaf", NODE_B)
     try:
-        assert not await probe.refused("pub", f"gpushare.v1.{NODE_B}.health.spot-gpu")
-        assert await probe.refused("pub", f"gpushare.v1.{NODE_A}.health.spot-gpu")
+        assert not await probe.refused("pub", f"gpushare.v1.{NODE_B}.capacity.vcpu")
+        assert await probe.refused("pub", f"gpushare.v1.{NODE_A}.capacity.vcpu")
     finally:
         await probe.close()
