@@ -134,6 +134,7 @@ def test_the_leaf_connects_to_every_server_with_its_token(rendered: dict[str, li
         assert command[command.index("--hub") + 1] == hubs
         assert command[command.index("--token-file") + 1] == "/var/run/secrets/gpushare/nats/token"
     config, agent = leaf_args(rendered["external NATS"])
+    assert agent[agent.index("--hub") + 1] == config[config.index("--hub") + 1]
     assert config[config.index("--hub") + 1] == "nats-leaf://a.example:7422,nats-leaf://b.example:7422"
     pod = find(rendered["defaults"], "DaemonSet", "gpushare-nats-leaf")["spec"]["template"]["spec"]
     assert pod["hostNetwork"] and pod["serviceAccountName"] == "gpushare-leaf"
