@@ -1,7 +1,14 @@
 """Large clusters: 1,000 emulated GPU nodes on a 3-server NATS cluster beside one real node.
 
   python -m bench.fleet [--nodes 1000] [--steps 100,300,1000] [--window 30] [--trials 40]
-                        [--rounds 2] [--kills 3] [--workers 1] [--results PATH]
+                        [--rounds 2] [--kills 3] [--workers 1] [--layout cluster|leaf] [--results PATH]
+
+``--layout leaf`` (the shipped layout) gives every node, the real one and each emulated one,
+its own leaf server connected to the cluster (:mod:`bench.fleet.leaves`): the node's stream,
+buckets and traffic stay there, and the rows measure what is left on the cluster's servers
+(the leaf connections) beside what the leaves cost (the nodes' own work); the kills are of
+each cluster server in turn. ``--layout cluster`` is the layout before: every node's
+connections, stream and buckets on the cluster (what follows describes it).
 
 Three nats-server processes (routes on loopback, HTTP monitoring on) get the
 installer's layout (``Bus.ensure_layout()``: the ``GPUSHARE`` stream and the
@@ -65,11 +72,13 @@ from gpushare_common.layout import Layout
 
 from bench.fleet import rows
 from bench.fleet.fleet import Fleet
+from bench.fleet.leaves import Leaves
 from bench.fleet.model import FETCH_TIMEOUT_S, Profile
 from bench.fleet.owner import RealNode, real_node
 from bench.fleet.phases import alternate, failover, series, window
 from bench.fleet.servers import NatsCluster
 from bench.report import RESULTS, Row, save, table
+from bench.solver.node import NODE
 
 JOIN_WAIT_S = 45.0  # the longest a step waits for its nodes' durable consumers
 
@@ -91,6 +100,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--startup-scans", action="store_true", help="emulate the listings of a service start")
     p.add_argument("--fetch-expires", type=float, default=FETCH_TIMEOUT_S,
                    help="the solvers' fetch expiry in seconds (the code's by default)")
+    p.add_argument("--layout", choices=("leaf", "cluster"), default="leaf",
+                   help="leaf: a leaf server per node (shipped); cluster: every node on the cluster (before)")
     p.add_argument("--results", type=Path, default=RESULTS, help="where the rows are merged")
     args = p.parse_args(argv)
     args.steps = sorted({int(s) for s in args.steps.split(",") if s.strip()} or
@@ -120,35 +131,50 @@ async def consumer_cap(cluster: NatsCluster, layout: Layout, wanted: int) -> lis
 
 async def measure(args: argparse.Namespace, work: Path) -> list[Row]:
     cluster, layout = NatsCluster(work), Layout()
+    leaves = Leaves(work, cluster) if args.layout == "leaf" else None
     cluster.start()
     try:
         cluster.wait_healthy()
-        await cluster.install(cluster.settings())
         profile = Profile(startup_scans=args.startup_scans, fetch_expires_s=args.fetch_expires)
-        found = rows.model_rows(profile) + await consumer_cap(cluster, layout, args.nodes + 1)
-        async with real_node(cluster, layout, work, args.borrowers) as node:
+        leafy = float(args.layout == "leaf")
+        found = [*rows.model_rows(profile), rows.row("layout: 1 = a leaf server per node, 0 = all on the cluster",
+                                                     leafy, "")]  # fmt: skip
+        if leaves is None:
+            await cluster.install(cluster.settings())
+            found += await consumer_cap(cluster, layout, args.nodes + 1)
+        target = (await leaves.grow([NODE]))[0] if leaves is not None else cluster
+        async with real_node(target, layout, work, args.borrowers) as node:
             fleet = Fleet(cluster.addresses, layout, profile, args.workers, work)
             await fleet.start()
             try:
-                found += await _phases(args, cluster, layout, fleet, node, profile)
+                found += await _phases(args, cluster, layout, fleet, node, profile, leaves)
             finally:
                 await fleet.stop()
         return found
     finally:
+        if leaves is not None:
+            leaves.stop()
         cluster.stop()
 
 
 async def _phases(args: argparse.Namespace, cluster: NatsCluster, layout: Layout, fleet: Fleet, node: RealNode,
-                  profile: Profile) -> list[Row]:  # fmt: skip
+                  profile: Profile, leaves: Leaves | None) -> list[Row]:  # fmt: skip
     say = _say
     base = await window(cluster, fleet, min(args.window, 10.0))
     say(f"no fleet: servers {base.cpu:.2f} cores; {args.trials} owner-backs")
     pristine = await series(node, args.trials, args.phase_s)
     steps = []
+    leaf_rows: list[Row] = []
     for size in args.steps:
-        grown = await fleet.grow(size, args.rate, timeout=JOIN_WAIT_S)
+        own = None if leaves is None else \
+            [leaf.address for leaf in await leaves.grow([f"fleet-{i:05d}" for i in range(size)])]
+        grown = await fleet.grow(size, args.rate, timeout=JOIN_WAIT_S, servers=own)
         await asyncio.sleep(args.settle)
+        leaf_cpu = leaves.cpu_s() if leaves is not None else 0.0
         steps.append((await window(cluster, fleet, args.window), grown))
+        if leaves is not None:
+            leaf_rows += rows.leaf_rows(size, (leaves.cpu_s() - leaf_cpu) / steps[-1][0].seconds, leaves.rss(),
+                                        len(leaves.started))  # fmt: skip
         step = steps[-1][0]
         say(f"{size} nodes: joined in {grown:.0f} s ({step.ready} with their consumer), servers {step.cpu:.2f} "
             f"cores, emulator {step.fleet_cpu:.2f} cores, machine load {step.load:.1f}")
@@ -160,11 +186,11 @@ async def _phases(args: argparse.Namespace, cluster: NatsCluster, layout: Layout
     say(f"owner-backs: {args.rounds} rounds of {args.trials} with the fleet running, then paused")
     phases = await alternate(node, fleet, args.rounds, args.trials, args.phase_s)
     say(f"failovers: {args.kills} kills of the stream leader")
-    lost = await failover(node, fleet, cluster, layout.stream, args.kills, args.down)
+    lost = await failover(node, fleet, cluster, layout.stream, args.kills, args.down, leaves is not None)
     for error, count in Counter(r.error for r in [*lost.at_kill, *lost.while_down] if r.error).items():
         say(f"failed during the failovers ({count}x): {error}")
     after = await window(cluster, fleet, 5.0)
-    found = rows.step_rows(base, steps, profile) + rows.idle_rows(base, idle)
+    found = rows.step_rows(base, steps, profile) + leaf_rows + rows.idle_rows(base, idle)
     found += rows.emulator_rows(steps[-1][0], args.workers, profile)
     found += rows.owner_rows(pristine, phases, args.steps[-1]) + rows.failover_rows(lost)
     found.append(rows.row("after the failovers: fetches per node", after.sent.get("pull", 0.0) / max(1, after.nodes),

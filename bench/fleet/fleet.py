@@ -84,10 +84,12 @@ class Fleet:
         answer: dict[str, Any] = json.loads(line)
         return answer
 
-    async def grow(self, nodes: int, rate: float, timeout: float) -> float:
-        """Grow to ``nodes`` (``rate`` a second in all); the seconds it took."""
+    async def grow(self, nodes: int, rate: float, timeout: float, servers: list[str] | None = None) -> float:
+        """Grow to ``nodes`` (``rate`` a second in all; ``servers``: node ``i``'s own server, its
+        leaf, at ``i``); the seconds it took."""
+        own = {"servers": servers} if servers else {}
         answers = await self.command("grow", timeout + nodes / rate + 30, nodes=nodes, rate=rate / self.count,
-                                     timeout=timeout)  # fmt: skip
+                                     timeout=timeout, **own)  # fmt: skip
         return max(float(a["seconds"]) for a in answers)
 
     async def pause(self) -> None:

@@ -24,19 +24,19 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
 from gpushare_common.adapters.kube import Kube, KubeError
 from gpushare_common.bus import Bus, BusError
 from gpushare_common.events import Event, LowPowerEvent, ReservedEvent, SpotEvent
 from gpushare_common.layout import Layout
 from gpushare_common.retry import Stopped
-from gpushare_common.settings import KubeSettings
+from gpushare_common.settings import KubeSettings, NatsSettings
 from gpushare_sim.containerd import Containerd
 from gpushare_sim.run.kubeapi import ensure_namespace
 from gpushare_solver.adapters.containerd import Tasks
 from gpushare_solver.ports import ContainerdError
 
-from bench.fleet.servers import NatsCluster
 from bench.procs import process
 from bench.solver.__main__ import remove_container, run_container
 from bench.solver.chain import OWNER_CONTAINER, _bridge_env, detect_ready, owner_ioctl, start_owner
@@ -66,11 +66,22 @@ class TrialResult:
         return self.held_ms >= KERNEL_TIMEOUT_MS - 1
 
 
-def nats_env(cluster: NatsCluster, layout: Layout) -> dict[str, str]:
-    """The services' NATS settings on the cluster (the installer made the stream and buckets)."""
+class NatsTarget(Protocol):
+    """Where the real node's services connect: the cluster, or the node's own leaf server."""
+
+    @property
+    def url(self) -> str: ...
+
+    def settings(self, **overrides: Any) -> NatsSettings: ...
+
+
+def nats_env(cluster: NatsTarget, layout: Layout) -> dict[str, str]:
+    """The services' NATS settings on the cluster, or their leaf (the installer made the stream and
+    buckets)."""
     return {"GPUSHARE_NATS_URL": cluster.url, "GPUSHARE_NATS_PREFIX": layout.prefix,
             "GPUSHARE_NATS_STREAM": layout.stream, "GPUSHARE_NATS_KV_PREFIX": layout.kv_prefix,
-            "GPUSHARE_NATS_ENSURE_LAYOUT": "false", "GPUSHARE_NATS_STREAM_REPLICAS": "3"}  # fmt: skip
+            "GPUSHARE_NATS_ENSURE_LAYOUT": "false",
+            "GPUSHARE_NATS_STREAM_REPLICAS": str(cluster.settings().stream_replicas)}  # fmt: skip
 
 
 class RealNode:
@@ -185,7 +196,7 @@ async def _ready(node: Node, solver: object) -> None:
 
 
 @contextlib.asynccontextmanager
-async def real_node(cluster: NatsCluster, layout: Layout, logs: Path, cards: int) -> AsyncIterator[RealNode]:
+async def real_node(cluster: NatsTarget, layout: Layout, logs: Path, cards: int) -> AsyncIterator[RealNode]:
     work = Path(tempfile.mkdtemp(prefix="bench-fleet-node-"))
     env = nats_env(cluster, layout)
     with contextlib.ExitStack() as cleanup:
@@ -195,7 +206,7 @@ async def real_node(cluster: NatsCluster, layout: Layout, logs: Path, cards: int
 
 
 @contextlib.asynccontextmanager
-async def _started(cluster: NatsCluster, layout: Layout, logs: Path, cards: int, work: Path,
+async def _started(cluster: NatsTarget, layout: Layout, logs: Path, cards: int, work: Path,
                    env: dict[str, str]) -> AsyncIterator[RealNode]:  # fmt: skip
     with Containerd() as ctrd, process([sys.executable, "-m", "gpushare_sim.apiserver", "--port", str(free_port()),
                                         "--kubeconfig", str(work / "kubeconfig")], log=logs / "apiserver.log") as api:

@@ -103,12 +103,15 @@ class Failover:
 
 
 async def failover(node: RealNode, fleet: Fleet, cluster: NatsCluster, stream: str, kills: int,
-                   down_s: float) -> Failover:  # fmt: skip
-    """``kills`` times: borrowers ready, the stream's leader SIGKILLed, at once the owner's call;
-    more owner-backs while it is down; then it is restarted with its store."""
+                   down_s: float, leaves: bool = False) -> Failover:  # fmt: skip
+    """``kills`` times: borrowers ready, the stream's leader SIGKILLed (with ``leaves``, where the
+    cluster holds no stream: each server in turn), at once the owner's call; more owner-backs
+    while it is down; then it is restarted with its store."""
     found = Failover(fleet_before=await fleet.stats())
-    for _ in range(kills):
-        leader = await asyncio.to_thread(cluster.stream_leader, stream)
+    members = sorted(cluster.members)
+    for number in range(kills):
+        leader = members[number % len(members)] if leaves else \
+            await asyncio.to_thread(cluster.stream_leader, stream)
         if leader is None:
             found.leaderless += 1
             continue

@@ -59,6 +59,13 @@ def step_rows(base: Window, steps: list[tuple[Window, float]], profile: Profile)
     return out + growth_rows(base, steps, fetches)
 
 
+def leaf_rows(nodes: int, cpu: float, rss: int, leaves: int) -> list[Row]:
+    """What the nodes' leaf servers cost (the real node's included): the nodes' own work, on each
+    node in a real cluster, not the cluster's."""
+    return [row(f"{nodes} nodes: leaf servers' CPU per node", cpu / leaves, "cores"),
+            row(f"{nodes} nodes: leaf servers' RSS per node", rss / MB / leaves, "MB")]
+
+
 def idle_rows(base: Window, idle: Window) -> list[Row]:
     """What the fleet's connections and consumers cost while it sends nothing."""
     hundreds = idle.nodes / 100
@@ -76,16 +83,23 @@ def growth_rows(base: Window, steps: list[tuple[Window, float]], fetches: float)
     def per_node(w: Window, value: float, zero: float) -> float:
         return (value - zero) / w.nodes
 
-    cpu = per_node(large, large.cpu, base.cpu) / per_node(small, small.cpu, base.cpu)
-    rss = per_node(large, large.rss, base.rss) / per_node(small, small.rss, base.rss)
-    groups = per_node(large, large.holdings.raft_groups, base.holdings.raft_groups) / \
-        per_node(small, small.holdings.raft_groups, base.holdings.raft_groups)
+    cpu = _ratio(per_node(large, large.cpu, base.cpu), per_node(small, small.cpu, base.cpu))
+    rss = _ratio(per_node(large, large.rss, base.rss), per_node(small, small.rss, base.rss))
+    groups = _ratio(per_node(large, large.holdings.raft_groups, base.holdings.raft_groups),
+                    per_node(small, small.holdings.raft_groups, base.holdings.raft_groups))  # fmt: skip
     label = f"{large.nodes} vs {small.nodes} nodes"
     comparable = all(_kept_up(w, fetches) >= 0.9 for w in (small, large))
     return [row(f"servers' CPU per node, {label}", cpu, "x", "<= 1.5 (flat)" if comparable else
                 "n/a: the servers were short of CPU", cpu <= 1.5 if comparable else None),
             row(f"servers' RSS per node, {label}", rss, "x", "<= 1.5 (flat)", rss <= 1.5),
             row(f"raft groups per node, {label}", groups, "x", "1 (flat)", math.isclose(groups, 1.0, abs_tol=0.01))]
+
+
+def _ratio(large: float, small: float) -> float:
+    """``large / small``; 1 when both are nothing (a leaf layout adds no raft group to the cluster)."""
+    if small > 0:
+        return large / small
+    return 1.0 if large <= 0 else math.inf
 
 
 def _kept_up(step: Window, fetches: float) -> float:

@@ -56,7 +56,8 @@ def proc_rss(pid: int) -> int:
 class NatsCluster:
     def __init__(self, work: Path, size: int = 3) -> None:
         names = [f"nats-{i}" for i in range(1, size + 1)]
-        members = natsd.members(names, [free_port() for _ in names], [free_port() for _ in names], work / "nats")
+        members = natsd.members(names, [free_port() for _ in names], [free_port() for _ in names], work / "nats",
+                                [free_port() for _ in names])  # fmt: skip
         self.members = {m.name: replace(m, monitor_port=free_port()) for m in members}
         self.work = work
         self.procs: dict[str, subprocess.Popen[bytes]] = {}

@@ -6,7 +6,8 @@ Commands, one JSON object a line; each gets one JSON line back on stdout:
 
 - ``{"op": "grow", "nodes": K, "rate": R}``: start this worker's share of nodes
   0..K-1 (R nodes a second); answers once each has its durable consumer (or it
-  was refused), or after ``timeout`` seconds.
+  was refused), or after ``timeout`` seconds. With ``"servers": ["host:port", ...]``
+  node ``i`` connects only to the ``i``-th (its own leaf server), not to ``--servers``.
 - ``{"op": "pause"}`` / ``{"op": "resume"}``: stop or restart every node's
   traffic (fetches, publishes, pings); connections and consumers stay.
 - ``{"op": "stats"}``: cumulative counters, the process's CPU seconds, and how
@@ -77,12 +78,14 @@ class Worker:
                           Schedule(WATCHDOG_S, lambda n: n.watchdog(time.monotonic()))]  # fmt: skip
         self.schedules += [Schedule(periods.ping_s, lambda n, r=role: n.ping(r)) for role in CONNECTIONS]  # type: ignore[misc]
 
-    async def grow(self, total: int, rate: float, timeout: float) -> dict[str, object]:
+    async def grow(self, total: int, rate: float, timeout: float,
+                   own: list[tuple[str, int]] | None = None) -> dict[str, object]:  # fmt: skip
         mine = [i for i in range(total) if i % self.workers == self.index][len(self.nodes):]
         started = time.monotonic()
         opening = []
         for number, index in enumerate(mine):
-            node = FleetNode(index, self.layout, self.profile, self.servers, self.tally)
+            servers = [own[index]] if own else self.servers
+            node = FleetNode(index, self.layout, self.profile, servers, self.tally)
             node.running = self.running
             self.nodes.append(node)
             for schedule in self.schedules:
@@ -144,6 +147,11 @@ class Worker:
             node.close()
 
 
+def _address(text: str) -> tuple[str, int]:
+    host, port = text.rsplit(":", 1)
+    return host, int(port)
+
+
 async def serve(worker: Worker) -> None:
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
@@ -155,7 +163,9 @@ async def serve(worker: Worker) -> None:
             op = command["op"]
             answer: dict[str, object] = {"op": op}
             if op == "grow":
-                answer |= await worker.grow(command["nodes"], command.get("rate", 100.0), command.get("timeout", 60.0))
+                own = [_address(a) for a in command.get("servers", [])]
+                answer |= await worker.grow(command["nodes"], command.get("rate", 100.0), command.get("timeout", 60.0),
+                                            own)  # fmt: skip
             elif op in ("pause", "resume"):
                 worker.pause(op == "resume")
             elif op == "stats":
@@ -180,7 +190,7 @@ def main() -> None:
     parser.add_argument("--kv-prefix", default=Layout().kv_prefix)
     parser.add_argument("--profile", default="{}", help="Profile fields as JSON")
     args = parser.parse_args()
-    servers = [(h, int(p)) for h, p in (s.rsplit(":", 1) for s in args.servers.split(","))]
+    servers = [_address(s) for s in args.servers.split(",")]
     worker = Worker(servers, args.index, args.workers, Layout(args.prefix, args.stream, args.kv_prefix),
                     Profile(**json.loads(args.profile)))  # fmt: skip
     asyncio.run(serve(worker))

@@ -33,7 +33,7 @@ from gpushare_sim.run.kubeapi import ensure_namespace
 from gpushare_sim.run.narrate import Timeline
 from gpushare_sim.scenarios.kit import Scenario, open_clients, phase, recording
 from gpushare_sim.soak.actors import Soak, fault_schedule, owner_cycles, share_churn
-from gpushare_sim.soak.checks import Checks
+from gpushare_sim.soak.checks import NODE_FAULTS, Checks
 from gpushare_sim.soak.faults import KINDS, Faults
 from gpushare_sim.soak.profiles import BORROWERS, PROFILES, defaults
 from gpushare_sim.soak.report import progress, table
@@ -77,7 +77,7 @@ async def soak(args: argparse.Namespace, timeline: Timeline) -> int:
         kube, bus = await open_clients(cluster, stack)
         s = Scenario("soak", cluster, timeline, kube, bus)
         await asyncio.to_thread(ensure_namespace, cluster.kubeconfig, s.namespace)
-        checks = Checks(cluster)
+        checks = Checks(cluster, expect_release=not set(args.faults) & NODE_FAULTS)
         run = Soak(s, checks, rng, time.monotonic() + args.minutes * 60, args.slow_share, args.borrower_mib)
         async with recording(s):
             await play(run, Faults(cluster), args)

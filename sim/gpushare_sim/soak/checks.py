@@ -11,6 +11,9 @@
 - ``recovery``: every service is ready again within the bound after each fault, and no part
   exits by itself (a crash the faults did not cause).
 - ``share-running``: a SharePod runs within the bound while the node has room for it.
+- ``released``: when no fault stops a part of a node (``kill``, ``leaf``), every owner's call is
+  let go by the solver's release, never by the kernel's deadline: faults off the node (the NATS
+  cluster, the API server) leave the owner-back and the release on the node.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ from gpushare_sim.run.cluster import Cluster
 from gpushare_sim.run.procs import http_json, http_text
 
 INVARIANTS = ("owner-back", "evicted-once", "evicted-only-borrowers", "device-exclusive", "no-termination",
-              "recovery", "share-running")  # fmt: skip
+              "recovery", "share-running", "released")  # fmt: skip
+NODE_FAULTS = frozenset({"kill", "leaf"})  # faults that stop a part of a node: the kernel's deadline may act
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +56,7 @@ class Checks:
     records_seen: int = 0
     terminated: dict[str, float] = field(default_factory=dict)  # metric line -> count reported
     late: set[str] = field(default_factory=set)  # SharePods reported as not running in time
+    expect_release: bool = False  # no fault stops a part of a node: every owner is let go by RELEASE
 
     def fail(self, invariant: str, detail: str) -> None:
         self.violations.append(Violation(round(time.monotonic() - self.started, 1), invariant, detail))
@@ -93,6 +98,9 @@ class Checks:
             if verdict.get("alive"):
                 self.fail("owner-back", f"{node}: the owner's call was let go ({verdict.get('how')}) while "
                           f"borrower processes {verdict.get('alive')} still ran")  # fmt: skip
+            if self.expect_release and verdict.get("how") != "release":
+                self.fail("released", f"{node}: the owner's call was let go by {verdict.get('how')}, not by the "
+                          "solver's release, though nothing on the node was stopped")  # fmt: skip
         self.verdicts_seen[node] = len(listed)
 
     async def _devices(self, node: str) -> None:
