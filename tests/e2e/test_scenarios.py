@@ -48,6 +48,7 @@ async def test_faults_restarts_lose_and_repeat_no_eviction(e2e: E2E) -> None:
     hops = e2e.timeline.hops_of("faults")
     assert any(hop.startswith("kubelet restart -> all ") for hop in hops)
     assert e2e.cluster.child("nats-server").starts == 3
+    assert e2e.cluster.child(e2e.cluster.leaf().child).starts == 3  # the node's own NATS, its state on its disk
 
 
 async def test_dra_shares_spot_and_a_device_plugin_node_side_by_side(e2e: E2E) -> None:

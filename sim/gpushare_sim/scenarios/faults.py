@@ -1,13 +1,14 @@
 """Scenario 4, faults: restarts in the middle of ShareGPU and spot steal.
 
 With two SharePods on a ShadowPod, the solver, the device-plugin service,
-the kubelet stand-in (its socket re-created, as a kubelet restart does) and
-nats-server are restarted one after the other: the solver's mapping cache
-comes back as it was, every plugin registers again, and deleting the
+the kubelet stand-in (its socket re-created, as a kubelet restart does), the
+node's NATS leaf server (which holds the node's stream and state) and the
+cluster's nats-server are restarted one after the other: the solver's mapping
+cache comes back as it was, every plugin registers again, and deleting the
 ShadowPod afterwards evicts each sharer exactly once. Then, with a borrower
-on an away owner's card, the solver and nats-server are restarted again and
-the owner's return still evicts the borrower exactly once and releases the
-owner.
+on an away owner's card, the solver, the leaf and nats-server are restarted
+again and the owner's return still evicts the borrower exactly once and
+releases the owner.
 """
 
 from __future__ import annotations
@@ -80,8 +81,7 @@ async def share_faults(s: Scenario) -> None:
     await asyncio.to_thread(http_json, f"{s.cluster.child(f'node@{node}').http}/kubelet/restart", 5.0, "POST")
     s.say("kubelet stand-in restarted (kubelet.sock re-created)")
     await same_plugins(s, node, registered, "kubelet restart")
-    await restart(s, "nats-server")
-    await all_ready(s)
+    await restart_nats(s, node)
     started = time.monotonic()
     await s.delete_shadow(shadow)
     for name in SHARERS:
@@ -90,12 +90,19 @@ async def share_faults(s: Scenario) -> None:
     await once_each(s, [f"{s.namespace}/{n}" for n in SHARERS])
 
 
+async def restart_nats(s: Scenario, node: str) -> None:
+    """The node's leaf server (the node's stream and state, on its disk), then the cluster's server."""
+    await restart(s, s.cluster.leaf(node).child)
+    await restart(s, "nats-server")
+    await all_ready(s)
+
+
 async def all_ready(s: Scenario) -> None:
     started = time.monotonic()
     for name, child in s.cluster.children.items():
         if child.http:
             await child.wait_ready("/healthz" if name == "shadow-controller" else "/readyz", timeout=60)
-    s.hop("nats-server restarted -> every service ready again", time.monotonic() - started)
+    s.hop("leaf and nats-server restarted -> every service ready again", time.monotonic() - started)
 
 
 async def once_each(s: Scenario, pods: list[str]) -> None:
@@ -120,8 +127,7 @@ async def spot_faults(s: Scenario, node: str) -> None:
     card, report_dir = await setup_owner(s, node)
     await lend(s, node, card, "borrower")
     await restart(s, f"solver@{node}")
-    await restart(s, "nats-server")
-    await all_ready(s)
+    await restart_nats(s, node)
     s.say("the owner's workload touches its card after the restarts")
     trial = await owner_back(s, report_dir, "borrower")
     narrate_trial(s, trial)
@@ -136,4 +142,4 @@ async def faults(s: Scenario) -> str:
     if repeated:
         raise ScenarioError(f"evictions repeated during the scenario: {repeated}")
     return ("mapping restored, plugins re-registered, each eviction exactly once across solver, "
-            "device-plugin, kubelet and nats-server restarts")  # fmt: skip
+            "device-plugin, kubelet, leaf and nats-server restarts")  # fmt: skip
