@@ -1,10 +1,10 @@
 """Where gpushare keeps its state in NATS, and who may touch what (docs/state.md).
 
-One JetStream stream (``GPUSHARE``) records the events of every node; one
-key-value bucket per *role* holds that role's state, the node's subject token
-first in every key (``<node>.<kind>.<name>``), so a permission can name one
-node's part of a bucket, and the number of streams and raft groups does not
-grow with the number of nodes:
+Each node's leaf server holds, in its own JetStream domain (:meth:`Layout.node_domain`),
+one stream (``GPUSHARE``) of that node's events and one key-value bucket per *role*
+holding that role's state, the node's subject token first in every key
+(``<node>.<kind>.<name>``), so a permission can name one node's part of a bucket (and one
+server may hold every node's, as in the tests):
 
 =====================  ===========================  =====================  ========================
 bucket                 keys                         written by             read by
@@ -21,7 +21,8 @@ bucket                 keys                         written by             read 
 one node: a service may publish only its own node's subjects of its own
 channels, write only its own bucket under its own node, read only what it
 consumes, and only the solver may use its durable consumer. Nobody but the
-installer creates, updates or deletes a stream or a bucket.
+installer creates, updates or deletes a stream or a bucket. The ``leaf`` role is a node's
+leaf server as the cluster sees its connection: its node's traffic only.
 """
 
 from __future__ import annotations
