@@ -116,10 +116,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out-dir", required=True, type=Path, help="where node.conf and remote.conf go")
     parser.add_argument("--url", default="nats://127.0.0.1:4224", help="agent: the leaf server's client URL")
     parser.add_argument("--pid-file", type=Path, default=Path("/var/run/nats-leaf/nats.pid"))
+    parser.add_argument("--open", action="store_true", help="no local users (a local cluster's debugging only)")
     args = parser.parse_args(argv)
     setup("INFO")
     hubs = tuple(u.strip() for u in args.hub.split(",") if u.strip())
-    files = LeafFiles(args.node, args.state_dir, hubs, args.token_file, args.out_dir)
+    files = LeafFiles(args.node, args.state_dir, hubs, args.token_file, args.out_dir, not args.open)
     try:
         if args.command == "config":
             files.write(Layout())

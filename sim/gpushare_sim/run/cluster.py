@@ -231,15 +231,16 @@ class Cluster:
         """The token of the node's leaf for the cluster, as last minted ("" without the callout)."""
         if self.auth is None:
             return ""
-        minted = self.auth.tokens.get(("leaf", node))
-        path = minted or await asyncio.to_thread(self.auth.mint, self.kubeconfig, "leaf", node)
+        path = self.auth.tokens.get(("leaf", node))
+        if path is None:
+            path = await asyncio.to_thread(self.auth.mint, self.kubeconfig, "leaf", node)
         return path.read_text()
 
     async def _reload_leaves(self) -> None:
         """Each leaf's remotes with its fresh token, read again (SIGHUP: it reconnects), as the
         leaf's agent does in Kubernetes."""
         for node in self.nodes:
-            node.nats.files.write_remote(await self._leaf_token(node.name))
+            await asyncio.to_thread(node.nats.write, await self._leaf_token(node.name))
             child = self.children[node.nats.child]
             if child.proc is not None and child.alive():
                 child.proc.send_signal(signal.SIGHUP)
