@@ -164,3 +164,19 @@ async def test_a_waiter_wakes_at_the_next_version() -> None:
 def test_settings_out_of_range_name_the_variable(field: str) -> None:
     with pytest.raises(SettingsError, match=f"GPUSHARE_CONSOLE_{field}"):
         ConsoleSettings(**{field.lower(): 0})
+
+
+def test_a_nodes_own_watch_resets_that_node_only() -> None:
+    """Each node's buckets are followed through its own leaf's domain: a reset of one node's watch
+    (its leaf restarted) replaces that node's view and leaves the others' as they were."""
+    state = _state()
+    other = OwnerEntry(owner="ml/other", kind=SHADOW, devices={})
+    state.solver_changed(KeyChanges(False, (_put("n2.mapping.ml/other", other),)), "n2")
+    state.health_changed(KeyChanges(False, (_put("n2.health.spot-gpu", DeviceHealth(
+        node="n2", resource="spot-gpu", devices={"spot-GPU-n2": "Healthy"})),)), "n2")
+    state.solver_changed(KeyChanges(True, ()), "n1")
+    state.health_changed(KeyChanges(True, ()), "n1")
+    assert state.solver["n1"].owners == {} and state.solver["n1"].spot_health == {}
+    assert list(state.solver["n2"].owners) == ["ml/other"] and state.solver["n2"].spot_health
+    state.solver_changed(KeyChanges(True, ()), "n3")  # a node seen first by its reset
+    assert state.solver["n3"].owners == {} and "ml/other" in state.solver["n2"].owners

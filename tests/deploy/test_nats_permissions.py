@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -209,3 +210,26 @@ async def test_the_dra_driver_publishes_its_cards_and_follows_the_spot_health(de
             assert found.event().id == cards.id
         finally:
             await driver.drain()
+
+
+async def test_gpushare_events_replays_every_hop_of_a_node_from_the_cluster(deployment: Deployment) -> None:
+    """``gpushare-events replay --node A`` as the observer: the owner-back, the health it changed
+    and the eviction record, from the node's own stream (through its domain on the chart)."""
+    from gpushare_common.bus.replay import Filter, Printer, replay
+
+    async with buses(deployment) as bus:
+        subjects = bus["solver"].subjects
+        back = events.OwnerBackEvent(node=NODE_A, pidns=4026531900, pid=9, kernel_ts_ns=7, pod="dev/hops")
+        await bus["kmod-bridge"].publish_reliably(subjects.event(NODE_A, "ownerback"), back, deadline_s=10)
+        health = events.DeviceHealth(node=NODE_A, resource="spot-gpu", devices={"spot-GPU-9": "Unhealthy"})
+        await bus["solver"].publish_persistent(subjects.health(NODE_A, "spot-gpu"), health)
+        record = events.EvictionRecord(node=NODE_A, pod="spot/hops", reason="owner-back", owner="dev/hops",
+                                       trigger_id=back.id, outcome="evicted")  # fmt: skip
+        await bus["solver"].publish_persistent(subjects.eviction(NODE_A), record)
+        out = io.StringIO()
+        found = await replay(bus["observer"], Filter(node=NODE_A), Printer(False, out), None, None,
+                             domain=deployment.domain(NODE_A))  # fmt: skip
+        lines = out.getvalue().splitlines()
+        assert found >= 3
+        for tag, marker in (("ownerback", "pod=dev/hops"), ("health", "spot-GPU-9"), ("eviction", "pod=spot/hops")):
+            assert any(f"{NODE_A} {tag} " in line and marker in line for line in lines), (tag, lines[-5:])

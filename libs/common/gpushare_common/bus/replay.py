@@ -158,8 +158,10 @@ async def replay(
         if seq >= last or meta.num_pending == 0:
             done.set()
 
-    sub = await bus.client.jetstream(domain=domain or None).subscribe(bus.subjects.all(), ordered_consumer=True,
-                                 config=_consumer_config(since, from_seq), cb=on_message)
+    js = bus.client.jetstream(domain=domain or None)
+    # the stream named: no lookup by subject ($JS.API.STREAM.NAMES, which the observer may not ask)
+    sub = await js.subscribe(bus.subjects.all(), stream=bus.settings.stream, ordered_consumer=True,
+                             config=_consumer_config(since, from_seq), cb=on_message)
     try:
         await asyncio.wait_for(done.wait(), timeout=30)
     except TimeoutError:
