@@ -98,7 +98,7 @@ class Followers:
         """Follow each node the API lists through its leaf server's domain, until ``stop``."""
         running: dict[str, asyncio.Task[None]] = {}
         try:
-            while not await wait_for_stop(stop, every_s if running else 0.1):
+            async for _ in Supervised("follow the nodes' leaf servers", stop, every_s=every_s):
                 for node in set(self.state.nodes) - set(running):
                     running[node] = asyncio.ensure_future(self._node(bus, node, stop))
                 for node in set(running) - set(self.state.nodes):
@@ -110,7 +110,6 @@ class Followers:
 
     async def _node(self, bus: Bus, node: str, stop: asyncio.Event) -> None:
         domain = bus.layout.node_domain(node)
-        log.info("following a node's leaf server", node=node, domain=domain)
         await asyncio.gather(self.solver(bus, stop, node, domain), self.health_bucket(bus, stop, node, domain),
                              self.stream(bus, stop, node, domain))  # fmt: skip
 
