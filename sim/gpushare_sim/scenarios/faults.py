@@ -93,7 +93,7 @@ async def share_faults(s: Scenario) -> None:
 async def restart_nats(s: Scenario, node: str) -> None:
     """The node's leaf server (the node's stream and state, on its disk), then the cluster's server."""
     await restart(s, s.cluster.leaf(node).child)
-    await restart(s, "nats-server")
+    await restart(s, s.cluster.nats[0].name)  # "nats-server", or the first server of a cluster
     await all_ready(s)
 
 
