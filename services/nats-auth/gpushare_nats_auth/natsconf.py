@@ -42,16 +42,22 @@ def issuer_conf(secret_file: str) -> str:
     return f'AUTH_ISSUER: "{load_issuer(secret_file).public}"\n'
 
 
-def static_users(node: str, layout: Layout | None = None) -> str:
-    """The authorization block of the static users of one node (``$<ROLE>_PASSWORD`` each)."""
+def _users_block(command: str, node: str, passwords: dict[str, str], layout: Layout | None) -> str:
+    """An authorization block: each role's user with its password (text as the config writes it)
+    and ``Layout.permissions(role, node)``."""
     layout = layout or Layout()
-    lines = ["# Rendered by gpushare-nats-conf static-users from gpushare_common.layout: do not edit.",
+    lines = [f"# Rendered by gpushare-nats-conf {command} from gpushare_common.layout: do not edit.",
              f"# Node {node}: each role may do exactly its own work on this node (Layout.permissions).",
              "authorization {", "  users: ["]  # fmt: skip
-    for role in STATIC_ROLES:
+    for role, password in passwords.items():
         permissions = json.dumps(layout.permissions(role, node if role in NODE_ROLES else "").as_config())
-        lines.append(f'    {{user: "{role}", password: ${password_variable(role)}, permissions: {permissions}}}')
+        lines.append(f'    {{user: "{role}", password: {password}, permissions: {permissions}}}')
     return "\n".join([*lines, "  ]", "}"]) + "\n"
+
+
+def static_users(node: str, layout: Layout | None = None) -> str:
+    """The authorization block of the static users of one node (``$<ROLE>_PASSWORD`` each)."""
+    return _users_block("static-users", node, {r: f"${password_variable(r)}" for r in STATIC_ROLES}, layout)
 
 
 def leaf_password(directory: Path, role: str) -> str:
@@ -72,15 +78,8 @@ def leaf_password(directory: Path, role: str) -> str:
 
 def leaf_users(node: str, directory: Path, layout: Layout | None = None) -> str:
     """The authorization block of a node's leaf server (passwords in ``directory``)."""
-    layout = layout or Layout()
-    lines = ["# Rendered by gpushare-nats-conf leaf-users from gpushare_common.layout: do not edit.",
-             f"# Node {node}'s leaf server: each role may do exactly its own work on this node.",
-             "authorization {", "  users: ["]  # fmt: skip
-    for role in LEAF_ROLES:
-        permissions = json.dumps(layout.permissions(role, node if role in NODE_ROLES else "").as_config())
-        password = json.dumps(leaf_password(directory, role))
-        lines.append(f'    {{user: "{role}", password: {password}, permissions: {permissions}}}')
-    return "\n".join([*lines, "  ]", "}"]) + "\n"
+    passwords = {role: json.dumps(leaf_password(directory, role)) for role in LEAF_ROLES}
+    return _users_block("leaf-users", node, passwords, layout)
 
 
 def _write(text: str, out: str, private: bool) -> None:
