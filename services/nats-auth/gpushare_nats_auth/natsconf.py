@@ -23,6 +23,7 @@ import json
 import os
 import secrets
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from gpushare_common.layout import NODE_ROLES, SERVICE_ROLES, Layout
@@ -42,7 +43,7 @@ def issuer_conf(secret_file: str) -> str:
     return f'AUTH_ISSUER: "{load_issuer(secret_file).public}"\n'
 
 
-def _users_block(command: str, node: str, passwords: dict[str, str], layout: Layout | None) -> str:
+def _users_block(command: str, node: str, passwords: Mapping[str, str], layout: Layout | None) -> str:
     """An authorization block: each role's user with its password (text as the config writes it)
     and ``Layout.permissions(role, node)``."""
     layout = layout or Layout()
@@ -57,7 +58,8 @@ def _users_block(command: str, node: str, passwords: dict[str, str], layout: Lay
 
 def static_users(node: str, layout: Layout | None = None) -> str:
     """The authorization block of the static users of one node (``$<ROLE>_PASSWORD`` each)."""
-    return _users_block("static-users", node, {r: f"${password_variable(r)}" for r in STATIC_ROLES}, layout)
+    passwords: dict[str, str] = {role: f"${password_variable(role)}" for role in STATIC_ROLES}
+    return _users_block("static-users", node, passwords, layout)
 
 
 def leaf_password(directory: Path, role: str) -> str:
@@ -78,7 +80,7 @@ def leaf_password(directory: Path, role: str) -> str:
 
 def leaf_users(node: str, directory: Path, layout: Layout | None = None) -> str:
     """The authorization block of a node's leaf server (passwords in ``directory``)."""
-    passwords = {role: json.dumps(leaf_password(directory, role)) for role in LEAF_ROLES}
+    passwords: dict[str, str] = {role: json.dumps(leaf_password(directory, role)) for role in LEAF_ROLES}
     return _users_block("leaf-users", node, passwords, layout)
 
 
