@@ -16,7 +16,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from gpushare_common.bus import Bus
+from gpushare_common.bus import Bus, Transient
+from gpushare_common.retry import retry
 from gpushare_sim.apiserver.tokens import sign
 from gpushare_sim.run.kubeapi import mint_node_token
 
@@ -46,8 +47,11 @@ def short_lived(chart: ChartNats, role: str, seconds: int) -> tuple[str, float]:
 
 
 async def reads_node_a(chart: ChartNats, bus: Bus) -> bool:
-    """The observer reads node A's stream, through the cluster and node A's leaf."""
-    return await bus.last_seq(chart.domain(NODE_A)) >= 0
+    """The observer reads node A's stream, through the cluster and node A's leaf (which connects to
+    the cluster again on its own after a restart of it: until then, nothing answers)."""
+    seq = await retry(lambda: bus.last_seq(chart.domain(NODE_A)), (Transient,), "read node A's stream",
+                      deadline_s=30)  # fmt: skip
+    return seq >= 0
 
 
 async def test_the_bus_renews_its_authorisation_with_the_rotated_token(chart: ChartNats, tmp_path: Path) -> None:
