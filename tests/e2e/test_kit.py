@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import types
 from typing import Any, cast
 
 from gpushare_common.subjects import Subjects
@@ -78,6 +79,9 @@ class _LosingBus:
     async def last_seq(self) -> int:
         return 0
 
+    async def drain(self) -> None:
+        pass
+
     async def read_after(self, subject: str, after_seq: int, limit: int = 1000) -> list[Any]:
         self.reads += 1
         try:
@@ -92,9 +96,16 @@ class _EmptyKube:
         return [], "1"
 
 
+class _OneNode:
+    """A cluster of one node, whose leaf is the scenario's bus (set in ``Scenario.leaves``)."""
+
+    nodes = [types.SimpleNamespace(name="gpu-node-1")]
+
+
 async def test_recording_stops_its_follower_even_when_a_read_loses_the_cancellation() -> None:
     bus = _LosingBus()
-    s = Scenario("kit", cast(Any, None), Timeline(out=None), cast(Any, _EmptyKube()), cast(Any, bus))
+    s = Scenario("kit", cast(Any, _OneNode()), Timeline(out=None), cast(Any, _EmptyKube()), cast(Any, bus))
+    s.leaves["gpu-node-1"] = cast(Any, bus)  # the node's leaf, "connected" already
     started = time.monotonic()
     async with recording(s):
         while bus.reads < 2:  # the follower is inside a read when the recording ends
