@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
-from typing import Any
 
 import nats
 
