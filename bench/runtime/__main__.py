@@ -16,6 +16,7 @@ before and after are measured in one run.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -28,6 +29,7 @@ from gpushare_runtime.lookup import Identity, find_source
 
 from bench.report import Row, emit, median
 from bench.runtime import cycles
+from tests.support.kubelet import Kubelet, serve_kubelet
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -86,17 +88,23 @@ def baseline_rows(label: str, samples: cycles.Samples, base: cycles.Samples,
 
 
 NODE = "bench-node"
-SCENARIOS = {"same-pod": "_/_/main", "signed cross-pod": "shadow-ns/shadow/main", "no annotation": ""}
+SHARE = "shadow-ns/shadow-0"  # the virtual device the kubelet allocated to the target (Allocate's JSON form)
+SCENARIOS = {"same-pod": "_/_/main",
+             "signed cross-pod": ids.format_devices_from({"shadow-ns/shadow/main": {"*": [SHARE]}}),
+             "no annotation": ""}
 
 
-def scenario(base: Path, args: argparse.Namespace, runtimes: list[str], label: str) -> list[Row]:
+def scenario(base: Path, args: argparse.Namespace, runtimes: list[str], label: str,
+             kubelet: Kubelet) -> list[Row]:
+    """One scenario; a signed cross-pod create asks the kubelet (a stand-in on a unix socket)."""
     key_file = base / "signing.key"
     key = os.urandom(32).hex().encode()
     key_file.write_bytes(key)
     key_file.chmod(0o600)
     config = base / "runtime.json"
-    config.write_text(f'{{"key_file": "{key_file}", "index_dir": "{base / "index"}", '
-                      f'"node_name": "{NODE}", "shadow_namespace": "shadow-ns"}}\n')
+    config.write_text(json.dumps({"key_file": str(key_file), "index_dir": str(base / "index"), "node_name": NODE,
+                                  "shadow_namespace": "shadow-ns", "pod_resources_socket": str(kubelet.socket)}))
+    kubelet.allocate("bench/pod", "dind", "gpushare/share-gpu-4", [SHARE])
     value = SCENARIOS[label]
     signed = label == "signed cross-pod"
     annotations = {cycles.ANNOTATION: value} if value else {}
@@ -133,10 +141,11 @@ def main() -> None:
         runtimes = [install(Path(tmp) / "bin")]
         if args.baseline:
             runtimes.append(install(Path(tmp) / "baseline", args.baseline.resolve()))
-        for index, label in enumerate(SCENARIOS):
-            base = Path(tmp) / f"scenario-{index}"
-            base.mkdir()
-            rows += scenario(base, args, runtimes, label)
+        with serve_kubelet() as kubelet:
+            for index, label in enumerate(SCENARIOS):
+                base = Path(tmp) / f"scenario-{index}"
+                base.mkdir()
+                rows += scenario(base, args, runtimes, label, kubelet)
         rows += startup_rows(runtimes[0])
     emit(rows)
 

@@ -29,6 +29,9 @@ annotations are refused while it is not set.  ``shadow_namespace`` (default
 ``gpushare-system``) is the one namespace, besides the target's own, that a
 cross-pod source may live in.  ``isolation_dir`` (default
 ``/run/gpushare/isolation``) holds each ShadowPod's isolation directory.
+``pod_resources_socket`` (default the kubelet's) is where the runtime asks the kubelet which
+devices a container was allocated before it copies anything from another pod; the answer must
+come within ``pod_resources_timeout_s`` (default 2), else the create fails.
 """
 
 from __future__ import annotations
@@ -59,13 +62,16 @@ CONFIG_ENV = "GPUSHARE_RUNTIME_CONFIG"
 DEFAULT_INDEX_DIR = "/run/gpushare/runtime-index"
 DEFAULT_SHADOW_NAMESPACE = "gpushare-system"
 DEFAULT_ISOLATION_DIR = "/run/gpushare/isolation"
+DEFAULT_POD_RESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+DEFAULT_POD_RESOURCES_TIMEOUT_S = 2.0
 TOP_KEYS = frozenset({"lower_runtime", "key_file", "cdi_dirs", "vendors", "index_dir", "node_name",
-                      "shadow_namespace", "isolation_dir"})
+                      "shadow_namespace", "isolation_dir", "pod_resources_socket", "pod_resources_timeout_s"})
 
 
 class RuntimeConfig:
     __slots__ = ("cdi_dirs", "index_dir", "isolation_dir", "key_file", "lower_runtime",
-                 "node_name", "path", "shadow_namespace", "vendors")
+                 "node_name", "path", "pod_resources_socket", "pod_resources_timeout_s",
+                 "shadow_namespace", "vendors")
 
     def __init__(
         self,
@@ -78,6 +84,8 @@ class RuntimeConfig:
         node_name: str = "",
         shadow_namespace: str = DEFAULT_SHADOW_NAMESPACE,
         isolation_dir: str = DEFAULT_ISOLATION_DIR,
+        pod_resources_socket: str = DEFAULT_POD_RESOURCES_SOCKET,
+        pod_resources_timeout_s: float = DEFAULT_POD_RESOURCES_TIMEOUT_S,
     ) -> None:
         self.path = path
         self.index_dir = index_dir
@@ -88,6 +96,8 @@ class RuntimeConfig:
         self.node_name = node_name
         self.shadow_namespace = shadow_namespace
         self.isolation_dir = isolation_dir
+        self.pod_resources_socket = pod_resources_socket
+        self.pod_resources_timeout_s = pod_resources_timeout_s
 
     @property
     def visible_env(self) -> frozenset[str]:
@@ -160,6 +170,13 @@ def _absolute(path: str, doc: dict[str, Any], key: str, default: str) -> str:
     return value
 
 
+def _timeout(path: str, doc: dict[str, Any]) -> float:
+    value = doc.get("pod_resources_timeout_s", DEFAULT_POD_RESOURCES_TIMEOUT_S)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 30:
+        raise ConfigError(path, "pod_resources_timeout_s must be a number of seconds in (0, 30]")
+    return float(value)
+
+
 def parse_config(path: str, text: str) -> RuntimeConfig:
     from gpushare_common import ids
 
@@ -190,6 +207,8 @@ def parse_config(path: str, text: str) -> RuntimeConfig:
         _checked(path, doc, "node_name", "", ids.check_node_name),
         _checked(path, doc, "shadow_namespace", DEFAULT_SHADOW_NAMESPACE, ids.check_namespace),
         _absolute(path, doc, "isolation_dir", DEFAULT_ISOLATION_DIR),
+        _absolute(path, doc, "pod_resources_socket", DEFAULT_POD_RESOURCES_SOCKET),
+        _timeout(path, doc),
     )
 
 

@@ -16,8 +16,8 @@ import gpushare_common.ids as ids
 from . import posixfs
 from .config import ID_PLACEHOLDER, RuntimeConfig, VendorResource
 from .edits import DeviceEdits, edits_from_source
-from .errors import AnnotationError, RuntimeFailure
-from .lookup import Identity, find_source, identity_of
+from .errors import AnnotationError, BundleError, RuntimeFailure
+from .lookup import Identity, IdentityConflict, find_source, identity_of
 
 # typing costs milliseconds to import and every container create pays them
 TYPE_CHECKING = False
@@ -34,7 +34,12 @@ class Injector:
         self.config = config
         self.bundle = bundle
         self.spec = spec
-        self.identity = identity_of(spec)
+        try:
+            self.identity = identity_of(spec)
+        except IdentityConflict as err:
+            raise BundleError(bundle, f"{err}: refusing a container whose identity is contradictory "
+                              "(containerd's io.kubernetes.cri.* and CRI-O's io.kubernetes.pod.* keys "
+                              "must agree)") from None
         self.actions: list[str] = []
         self._key: bytes | None = None
         self._cdi: CdiRegistry | None = None
@@ -57,6 +62,7 @@ class Injector:
         found = self.requests()
         for request in found:
             self._check_trust(request)
+        self._check_allocated(found)
         for request in found:
             if isinstance(request.request, ids.DevicesFrom):
                 total.update(self._devices_from(request, request.request))
@@ -119,6 +125,25 @@ class Injector:
                                 request.value, request.signature)
         except ids.SignatureError as err:
             raise AnnotationError(request.annotation, source, f"{name}: {err.reason}") from None
+
+    def _check_allocated(self, found: list[ids.DeviceRequest]) -> None:
+        """Devices from outside the pod only when the kubelet allocated them to this container."""
+        where = self.identity or Identity("", "", "")
+        pending = [r for r in found if isinstance(r.request, ids.DevicesIds) or (
+            isinstance(r.request, ids.DevicesFrom) and r.request.leaves_pod(where.namespace, where.pod))]
+        if not pending:
+            return
+        from . import allocation  # only a create that copies from another pod asks the kubelet
+
+        if self.identity is None:
+            raise AnnotationError(pending[0].annotation, "", "the bundle names no pod (no identity keys): "
+                                  "the kubelet cannot say which devices it was allocated")
+        allocated = allocation.ask_kubelet(self.config, self.identity, pending[0].annotation)
+        for request in pending:
+            if isinstance(request.request, ids.DevicesFrom):
+                allocation.check_from(request, request.request, self.identity, allocated)
+            elif isinstance(request.request, ids.DevicesIds):
+                allocation.check_ids(request, request.request, self.identity, allocated)
 
     # --- container-devices-isolation -----------------------------------------
 

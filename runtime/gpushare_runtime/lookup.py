@@ -53,10 +53,26 @@ class Identity:
         return "/".join(self.key)
 
 
+class IdentityConflict(ValueError):
+    """A spec whose two families of identity keys name different containers."""
+
+    def __init__(self, keys: tuple[str, str], values: tuple[object, object]) -> None:
+        self.keys = keys
+        self.values = values
+        super().__init__(f"identity keys disagree: {keys[0]}={values[0]!r} but {keys[1]}={values[1]!r}")
+
+
 def identity_of(spec: dict[str, Any]) -> Identity | None:
+    """The container's identity from containerd's or CRI-O's keys; :class:`IdentityConflict`
+    when both families are present and any key of one contradicts the other's."""
     annotations = spec.get("annotations")
     if not isinstance(annotations, dict):
         return None
+    first, second = IDENTITY_KEYS
+    for keys in zip(first, second, strict=True):
+        values = (annotations.get(keys[0]), annotations.get(keys[1]))
+        if values[0] is not None and values[1] is not None and values[0] != values[1]:
+            raise IdentityConflict(keys, values)
     for keys in IDENTITY_KEYS:
         namespace, pod, container = (annotations.get(key) for key in keys)
         if (
@@ -66,6 +82,14 @@ def identity_of(spec: dict[str, Any]) -> Identity | None:
         ):
             return Identity(namespace, pod, container)
     return None
+
+
+def _sibling_identity(spec: dict[str, Any]) -> Identity | None:
+    """A sibling's identity; one with contradictory keys is no source (its own create fails)."""
+    try:
+        return identity_of(spec)
+    except IdentityConflict:
+        return None
 
 
 class SourceBundle:
@@ -169,7 +193,7 @@ def find_source(
         if known is not None and known != wanted_key:
             continue
         loaded = _read(path, () if index and known is None else needles)
-        identity = identity_of(loaded[0]) if loaded else None
+        identity = _sibling_identity(loaded[0]) if loaded else None
         if index and known is None and loaded:
             index.remember(name, version, str(identity) if identity else NOT_A_CONTAINER)
         if loaded and identity == wanted:

@@ -26,11 +26,18 @@ target="$bindir/gpushare-runtime"
 # a virtual environment's python must stay the venv's, never a shim)
 case $python in /*) ;; *) python="$(cd "$(dirname "$python")" && pwd)/$(basename "$python")" ;; esac
 mkdir -p "$bindir"
-"$python" -I -m compileall -q "$repo/runtime/gpushare_runtime" "$repo/libs/common/gpushare_common/ids.py" "$repo/libs/common/gpushare_common/isolation.py" "$repo/libs/common/gpushare_common/__init__.py" >/dev/null
+common="$repo/libs/common/gpushare_common"
+"$python" -I -m compileall -q "$repo/runtime/gpushare_runtime" "$common/ids.py" "$common/isolation.py" \
+    "$common/__init__.py" "$common/dra.py" "$common/adapters" >/dev/null
+# the interpreter's site directories, searched after the standard library: only a create that
+# copies from another pod imports from them (grpc, to ask the kubelet which devices it allocated)
+site=$("$python" -I -c 'import sys, sysconfig; p = sysconfig.get_paths(); found = sorted({p["purelib"], p["platlib"]})
+sys.exit("a site directory holds a quote, a backslash or a |") if any(set(d) & set(chr(34) + chr(39) + chr(92) + "|") for d in found) else None
+print(", ".join(chr(34) + d + chr(34) for d in found))')
 
 tmp="$target.tmp.$$"
 sed -e "s|@PYTHON@|$python|g" -e "s|@RUNTIME_DIR@|$repo/runtime|g" \
-    -e "s|@COMMON_DIR@|$repo/libs/common|g" "$here/launcher.sh.in" > "$tmp"
+    -e "s|@COMMON_DIR@|$repo/libs/common|g" -e "s|@SITE_DIRS@|$site|g" "$here/launcher.sh.in" > "$tmp"
 chmod 0755 "$tmp"
 mv -f "$tmp" "$target"
 echo "installed $target"

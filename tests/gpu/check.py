@@ -41,6 +41,7 @@ from gpushare_dra_driver.cards import Card  # noqa: E402
 
 from tests.gpu import dra_check  # noqa: E402
 from tests.gpu.strace import ioctl_types  # noqa: E402
+from tests.support.kubelet import Kubelet, serve_kubelet  # noqa: E402
 
 NODE, SYSTEM, SPEC_N = "gpu-check", "gpushare-system", 4
 HOST_DIRS = ("usr", "etc", "opt", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
@@ -60,7 +61,8 @@ def last_json(text: str) -> dict[str, Any] | None:
 
 
 class Node:
-    """gpushare-runtime installed in a work directory, its configuration, key and rootfs."""
+    """gpushare-runtime installed in a work directory, its configuration, key and rootfs, and a
+    stand-in for the kubelet's pod-resources API that allocates each container its devices."""
 
     def __init__(self, work: Path, index: int, memory_mib: int) -> None:
         self.work, self.index, self.memory_mib = work, index, memory_mib
@@ -68,11 +70,14 @@ class Node:
         self.isolation = work / "isolation"
         self.started: list[str] = []
         self.key = os.urandom(32).hex().encode()
+        self._kubelet = serve_kubelet()
+        self.kubelet: Kubelet = self._kubelet.__enter__()
         (work / "signing.key").write_bytes(self.key)
         (work / "signing.key").chmod(0o600)
         (work / "runtime.json").write_text(json.dumps({
             "key_file": str(work / "signing.key"), "node_name": NODE, "index_dir": "",
-            "cdi_dirs": [str(work / "cdi")], "isolation_dir": str(self.isolation)}))
+            "cdi_dirs": [str(work / "cdi")], "isolation_dir": str(self.isolation),
+            "pod_resources_socket": str(self.kubelet.socket)}))
         subprocess.run([str(REPO / "runtime/install/install.sh"), str(work / "bin"), sys.executable],
                        check=True, capture_output=True)
         self.runtime = str(work / "bin" / "gpushare-runtime")
@@ -158,6 +163,7 @@ class Node:
     def close(self) -> None:
         for cid in self.started:
             self.stop(cid)
+        self._kubelet.__exit__(None, None, None)
 
     # --- the two kinds of container -----------------------------------------------------
 
@@ -172,12 +178,14 @@ class Node:
         env = [f"CUDA_MPS_PIPE_DIRECTORY={isolation.MPS_PIPE_DIR}", f"GPUSHARE_SHARES={SPEC_N}",
                f"CUDA_MPS_LOG_DIRECTORY={isolation.MPS_LOG_DIR}"]
         devices = self.sign(ids.KIND_IDS, ids.format_devices_ids({"nvidia.com/gpu": [str(self.index)]}))
+        self.kubelet.allocate(f"{SYSTEM}/shadow", "main", "nvidia.com/gpu", [str(self.index)])
         bundle = self.bundle("shadow", (SYSTEM, "shadow"), command, devices, (mounts, env))
         return self.start("shadow", bundle), host
 
     def share(self, name: str, command: str, held: int = 1, capped: bool = False) -> Path:
         """A SharePod: the shadow's devices (signed devices-from), and its caps when capped."""
         listed = [f"{SYSTEM}/shadow-{i}" for i in range(held)]
+        self.kubelet.allocate(f"team/{name}", "main", f"gpushare/share-gpu-{SPEC_N}", listed)
         annotations = self.sign(ids.KIND_FROM, ids.format_devices_from({f"{SYSTEM}/shadow/main": {"*": listed}}))
         if capped:
             caps = isolation.ShareCaps("mps", "nvidia.com/gpu", f"{SYSTEM}/shadow", SPEC_N, held, self.memory_mib)

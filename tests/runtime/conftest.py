@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from gpushare_sim.containerd import Containerd, missing_binaries
 
+from tests.support.kubelet import Kubelet, serve_kubelet
+
 from .builders import write_config
 
 BUSYBOX_APPLETS = ("sh", "cat", "echo", "ls", "stat", "sleep", "true", "printf", "test")
@@ -37,7 +39,14 @@ def rootfs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def containerd(tmp_path: Path) -> Iterator[Containerd]:
+def kubelet() -> Iterator[Kubelet]:
+    """The kubelet's pod-resources API: which devices each container was allocated."""
+    with serve_kubelet() as server:
+        yield server
+
+
+@pytest.fixture
+def containerd(tmp_path: Path, kubelet: Kubelet) -> Iterator[Containerd]:
     """A containerd of its own on a temporary root and socket, cleaned up after the test.
 
     Its runtimes read ``tmp_path/runtime.json`` as the gpushare runtime configuration.
@@ -47,7 +56,8 @@ def containerd(tmp_path: Path) -> Iterator[Containerd]:
         pytest.skip(f"containerd tests need {', '.join(missing)} on PATH")
     if os.geteuid() != 0:
         pytest.skip("containerd tests need root")
-    env = {**os.environ, "GPUSHARE_RUNTIME_CONFIG": str(write_config(tmp_path / "runtime.json"))}
+    config = write_config(tmp_path / "runtime.json", pod_resources_socket=str(kubelet.socket))
+    env = {**os.environ, "GPUSHARE_RUNTIME_CONFIG": str(config)}
     with Containerd(env=env) as instance:
         yield instance
 
@@ -97,10 +107,11 @@ class Runc:
 
 
 @pytest.fixture
-def runc(tmp_path: Path, runtime_bin: Path) -> Iterator[Runc]:
+def runc(tmp_path: Path, runtime_bin: Path, kubelet: Kubelet) -> Iterator[Runc]:
     if os.geteuid() != 0:
         pytest.skip("runc tests need root")
-    env = {**os.environ, "GPUSHARE_RUNTIME_CONFIG": str(write_config(tmp_path / "runtime.json"))}
+    config = write_config(tmp_path / "runtime.json", pod_resources_socket=str(kubelet.socket))
+    env = {**os.environ, "GPUSHARE_RUNTIME_CONFIG": str(config)}
     instance = Runc(tmp_path / "runc-root", runtime_bin, env)
     yield instance
     instance.close()

@@ -17,6 +17,8 @@ from gpushare_runtime.edits import DeviceEdits, apply_edits
 from gpushare_runtime.errors import AnnotationError, ConfigError
 from gpushare_runtime.inject import Injector
 
+from tests.support.kubelet import Kubelet
+
 from .builders import NODE, gpu_device, identity, signed, spec, write_bundle
 
 KEY = b"0123456789abcdef0123456789abcdef"
@@ -30,15 +32,18 @@ SIG_ISOLATION = ids.signature_annotation(ids.KIND_ISOLATION, "*")
 class Node:
     """One node: its key file, runtime configuration, bundles and isolation directories."""
 
-    def __init__(self, root: Path, card_memory: int | None = 81920, opt_out: bool = False) -> None:
+    def __init__(self, root: Path, kubelet: Kubelet, card_memory: int | None = 81920,
+                 opt_out: bool = False) -> None:
         self.root = root
+        self.kubelet = kubelet
         root.mkdir(parents=True, exist_ok=True)
         key_file = root / "signing.key"
         key_file.write_bytes(KEY)
         key_file.chmod(0o600)
         self.config = RuntimeConfig(str(root / "runtime.json"), key_file=str(key_file),
                                     index_dir="", node_name=NODE,
-                                    isolation_dir=str(root / "isolation"))
+                                    isolation_dir=str(root / "isolation"),
+                                    pod_resources_socket=str(kubelet.socket))
         self.card_memory = card_memory
         self.opt_out = opt_out
 
@@ -61,20 +66,23 @@ class Node:
         bundle = write_bundle(self.root / "bundles" / "target", content)
         return Injector(self.config, str(bundle), content).edits()
 
-
-def allocate(logic: ShareLogic, shadow: str, held: int) -> dict[str, str]:
-    [annotations] = logic.allocate([[f"{SYSTEM}/{shadow}-{i}" for i in range(held)]])
-    return annotations
+    def allocate(self, logic: ShareLogic, shadow: str, held: int) -> dict[str, str]:
+        """The kubelet gives team/app's container ``held`` devices, then asks the plugin's Allocate."""
+        devices = [f"{SYSTEM}/{shadow}-{i}" for i in range(held)]
+        self.kubelet.allocate("team/app", "main", logic.resource, devices)
+        [annotations] = logic.allocate([devices])
+        return annotations
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
 @pytest.mark.parametrize("spec_n", range(2, 17))
-def test_every_share_gets_its_part_of_the_card(tmp_path: Path, kind: str, spec_n: int) -> None:
+def test_every_share_gets_its_part_of_the_card(tmp_path: Path, kubelet: Kubelet, kind: str,
+                                               spec_n: int) -> None:
     for card in CARDS_MIB:
-        node = Node(tmp_path / f"card-{card}", card_memory=card)
+        node = Node(tmp_path / f"card-{card}", kubelet, card_memory=card)
         logic = node.shadow("sh", spec_n, kind)
         for held in sorted({1, spec_n // 2, spec_n}):
-            edits = node.create(allocate(logic, "sh", held))
+            edits = node.create(node.allocate(logic, "sh", held))
             assert edits.fixed_env == {
                 "CUDA_MPS_PIPE_DIRECTORY": "/tmp/nvidia-mps",
                 "CUDA_MPS_LOG_DIRECTORY": "/var/log/nvidia-mps",
@@ -88,9 +96,9 @@ def test_every_share_gets_its_part_of_the_card(tmp_path: Path, kind: str, spec_n
             assert [d["path"] for d in edits.devices] == ["/dev/nvidia0"]
 
 
-def test_caps_override_the_pods_own_values_and_take_over_dev_shm(tmp_path: Path) -> None:
-    node = Node(tmp_path)
-    edits = node.create(allocate(node.shadow("sh", 4), "sh", 1))
+def test_caps_override_the_pods_own_values_and_take_over_dev_shm(tmp_path: Path, kubelet: Kubelet) -> None:
+    node = Node(tmp_path, kubelet)
+    edits = node.create(node.allocate(node.shadow("sh", 4), "sh", 1))
     base = spec(env=["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=80G"])
     result = apply_edits(base, edits)
     env = result["process"]["env"]
@@ -112,10 +120,10 @@ def test_caps_override_the_pods_own_values_and_take_over_dev_shm(tmp_path: Path)
     (False, {ids.ANN_COMPUTE_PERCENTAGE: "10"}, "10"),
     (False, {ids.ANN_COMPUTE_PERCENTAGE: "30"}, "[1, 25]"),
 ])
-def test_what_the_pod_may_ask_for(tmp_path: Path, allowed: bool, pod: dict[str, str],
+def test_what_the_pod_may_ask_for(tmp_path: Path, kubelet: Kubelet, allowed: bool, pod: dict[str, str],
                                   outcome: str) -> None:
-    node = Node(tmp_path, opt_out=allowed)
-    annotations = allocate(node.shadow("sh", 4), "sh", 1)
+    node = Node(tmp_path, kubelet, opt_out=allowed)
+    annotations = node.allocate(node.shadow("sh", 4), "sh", 1)
     if outcome in ("capped", "soft", "10"):
         edits = node.create(annotations, pod)
         percent = edits.fixed_env.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")
@@ -152,28 +160,28 @@ def forged(annotations: dict[str, str], how: str) -> dict[str, str]:
     ("pod-written", "signature-isolation.main is missing"),
     ("legacy", "upgrade the device plugin"),
 ])
-def test_forged_caps_are_refused(tmp_path: Path, how: str, reason: str) -> None:
-    node = Node(tmp_path)
-    annotations = forged(allocate(node.shadow("sh", 8), "sh", 1), how)
+def test_forged_caps_are_refused(tmp_path: Path, kubelet: Kubelet, how: str, reason: str) -> None:
+    node = Node(tmp_path, kubelet)
+    annotations = forged(node.allocate(node.shadow("sh", 8), "sh", 1), how)
     with pytest.raises(AnnotationError, match="isolation") as caught:
         node.create(annotations)
     assert reason in str(caught.value)
 
 
-def test_caps_must_describe_the_allocated_devices(tmp_path: Path) -> None:
-    node = Node(tmp_path)
+def test_caps_must_describe_the_allocated_devices(tmp_path: Path, kubelet: Kubelet) -> None:
+    node = Node(tmp_path, kubelet)
     logic = node.shadow("sh", 4)
-    caps = json.loads(allocate(logic, "sh", 1)[ISOLATION])
+    caps = json.loads(node.allocate(logic, "sh", 1)[ISOLATION])
     lonely = signed(KEY, "*", "isolation", json.dumps(caps))
     with pytest.raises(AnnotationError, match="copies from nothing"):
         node.create(lonely)
-    two = allocate(logic, "sh", 2)
+    two = node.allocate(logic, "sh", 2)
     with pytest.raises(AnnotationError, match="caps are for 1 share"):
         node.create({**two, **lonely})
     node.shadow("other", 4)
     elsewhere = signed(KEY, "*", "isolation", json.dumps({**caps, "shadow": f"{SYSTEM}/other"}))
     with pytest.raises(AnnotationError, match="from its ShadowPod alone"):
-        node.create({**allocate(logic, "sh", 1), **elsewhere})
+        node.create({**node.allocate(logic, "sh", 1), **elsewhere})
 
 
 @pytest.mark.parametrize(("setup", "reason"), [
@@ -182,9 +190,10 @@ def test_caps_must_describe_the_allocated_devices(tmp_path: Path) -> None:
     ("daemon down", "is missing: the ShadowPod's mps daemon is not up"),
     ("no node name", "has no node_name"),
 ])
-def test_caps_that_cannot_be_computed_fail_the_create(tmp_path: Path, setup: str, reason: str) -> None:
-    node = Node(tmp_path, card_memory=None if setup == "no memory" else 81920)
-    annotations = allocate(node.shadow("sh", 4, up=setup != "daemon down"), "sh", 1)
+def test_caps_that_cannot_be_computed_fail_the_create(tmp_path: Path, kubelet: Kubelet, setup: str,
+                                                     reason: str) -> None:
+    node = Node(tmp_path, kubelet, card_memory=None if setup == "no memory" else 81920)
+    annotations = node.allocate(node.shadow("sh", 4, up=setup != "daemon down"), "sh", 1)
     if setup == "soft vendor":
         node.config.vendors["nvidia.com/gpu"] = VendorResource("nvidia.com/gpu", ("NVIDIA_VISIBLE_DEVICES",))
     if setup == "no node name":

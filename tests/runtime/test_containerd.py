@@ -10,6 +10,8 @@ import pytest
 from gpushare_common import ids
 from gpushare_sim.containerd import Containerd, ContainerdError
 
+from tests.support.kubelet import Kubelet
+
 from .builders import NULL_MAJOR, NULL_MINOR, identity, signed, write_config, write_key
 from .conftest import make_rootfs
 
@@ -68,12 +70,15 @@ def test_control_without_annotation(containerd: Containerd, box_rootfs: Path,
 
 def test_signed_cross_pod_works_unsigned_fails(containerd: Containerd, box_rootfs: Path,
                                                runtime_bin: Path, card: Path,
-                                               tmp_path: Path) -> None:
+                                               tmp_path: Path, kubelet: Kubelet) -> None:
     key = write_key(tmp_path / "signing.key")
-    write_config(tmp_path / "runtime.json", key_file=str(tmp_path / "signing.key"))
+    write_config(tmp_path / "runtime.json", key_file=str(tmp_path / "signing.key"),
+                 pod_resources_socket=str(kubelet.socket))
     start_source(containerd, box_rootfs, runtime_bin, card, "gpushare-system", "shadow-1")
     reference = "gpushare-system/shadow-1/main"
-    out = run_target(containerd, box_rootfs, runtime_bin, card, signed(key, "*", "from", reference))
+    value = ids.format_devices_from({reference: {"*": ["gpushare-system/shadow-1-0"]}})
+    kubelet.allocate("ns1/pod1", "dind", "gpushare/share-gpu-2", ["gpushare-system/shadow-1-0"])
+    out = run_target(containerd, box_rootfs, runtime_bin, card, signed(key, "*", "from", value))
     assert "written" in out
     with pytest.raises(ContainerdError) as caught:
         run_target(containerd, box_rootfs, runtime_bin, card,

@@ -15,6 +15,8 @@ from gpushare_runtime.errors import AnnotationError
 from gpushare_runtime.inject import Injector
 from gpushare_runtime.lookup import Identity, find_source
 
+from tests.support.kubelet import Kubelet
+
 from .builders import NODE, gpu_device, identity, signed, spec, write_bundle, write_key
 
 FROM = ids.ANN_DEVICES_FROM
@@ -30,11 +32,12 @@ def key_file(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def config(tmp_path: Path, key_file: Path) -> RuntimeConfig:
+def config(tmp_path: Path, key_file: Path, kubelet: Kubelet) -> RuntimeConfig:
     cdi = tmp_path / "cdi"
     cdi.mkdir()
     return RuntimeConfig(str(tmp_path / "runtime.json"), "runc", str(key_file), (str(cdi),),
-                         index_dir=str(tmp_path / "index"), node_name=NODE, shadow_namespace="ns1")
+                         index_dir=str(tmp_path / "index"), node_name=NODE, shadow_namespace="ns1",
+                         pod_resources_socket=str(kubelet.socket))
 
 
 @pytest.fixture
@@ -88,7 +91,9 @@ def test_other_target_is_ignored(config: RuntimeConfig, bundles: Path) -> None:
     assert not edits_for(config, bundle, content)
 
 
-def test_signed_cross_pod_json_form(config: RuntimeConfig, key_file: Path, bundles: Path) -> None:
+def test_signed_cross_pod_json_form(config: RuntimeConfig, key_file: Path, bundles: Path,
+                                    kubelet: Kubelet) -> None:
+    kubelet.allocate("ns2/dev", "dind", "gpushare/share-gpu-4", ["ns1/shadow-3"])
     value = ids.format_devices_from({"ns1/shadow/main": {"*": ["ns1/shadow-3"]}})
     bundle, content = target(bundles, signed(key_file.read_bytes().strip(), "dind", "from", value))
     edits = edits_for(config, bundle, content)
@@ -96,8 +101,10 @@ def test_signed_cross_pod_json_form(config: RuntimeConfig, key_file: Path, bundl
     assert edits.env == {"NVIDIA_VISIBLE_DEVICES": ["GPU-0"]}
 
 
-def test_resource_key_selects_vendor(config: RuntimeConfig, key_file: Path, bundles: Path) -> None:
-    value = ids.format_devices_from({"ns1/shadow/main": {"amd.com/gpu": []}})
+def test_resource_key_selects_vendor(config: RuntimeConfig, key_file: Path, bundles: Path,
+                                     kubelet: Kubelet) -> None:
+    kubelet.allocate("ns2/dev", "dind", "gpushare/share-gpu-4", ["ns1/shadow-3"])
+    value = ids.format_devices_from({"ns1/shadow/main": {"amd.com/gpu": ["ns1/shadow-3"]}})
     bundle, content = target(bundles, signed(key_file.read_bytes().strip(), "dind", "from", value))
     with pytest.raises(AnnotationError, match="no devices"):
         edits_for(config, bundle, content)
@@ -135,7 +142,9 @@ def test_refused(config: RuntimeConfig, bundles: Path, annotations: dict[str, st
     assert caught.value.annotation.startswith(ids.DOMAIN)
 
 
-def test_unresolvable_device_id(config: RuntimeConfig, key_file: Path, bundles: Path) -> None:
+def test_unresolvable_device_id(config: RuntimeConfig, key_file: Path, bundles: Path,
+                                kubelet: Kubelet) -> None:
+    kubelet.allocate("ns2/dev", "dind", "nvidia.com/gpu", ["99"])
     value = '{"nvidia.com/gpu": ["99"]}'
     bundle, content = target(bundles, signed(key_file.read_bytes().strip(), "dind", "ids", value))
     with pytest.raises(AnnotationError, match="unresolvable device ID") as caught:
@@ -173,8 +182,9 @@ devices:
     ("example.yaml", CDI_YAML, "example.com/npu", "3", "/dev/npu3"),
 ])
 def test_ids_through_cdi(config: RuntimeConfig, key_file: Path, bundles: Path, file_name: str,
-                         text: str, resource: str, device_id: str, path: str) -> None:
+                         text: str, resource: str, device_id: str, path: str, kubelet: Kubelet) -> None:
     Path(config.cdi_dirs[0], file_name).write_text(text)
+    kubelet.allocate("ns2/dev", "dind", "gpushare/spot-gpu", [f"spot-{device_id}"])
     value = ids.format_devices_ids({resource: [device_id]})
     bundle, content = target(bundles, signed(key_file.read_bytes().strip(), "dind", "ids", value))
     edits = edits_for(config, bundle, content)
@@ -186,7 +196,8 @@ def test_ids_through_cdi(config: RuntimeConfig, key_file: Path, bundles: Path, f
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mknod of a device node needs root")
 def test_ids_through_vendor_table(config: RuntimeConfig, key_file: Path, bundles: Path,
-                                  tmp_path: Path) -> None:
+                                  tmp_path: Path, kubelet: Kubelet) -> None:
+    kubelet.allocate("ns2/dev", "dind", "example.com/card", ["5"])
     node = tmp_path / "card5"
     os.mknod(node, 0o666 | 0o020000, os.makedev(1, 3))
     config.vendors["example.com/card"] = VendorResource(

@@ -15,6 +15,7 @@ from gpushare_runtime.cli import parse_invocation
 from gpushare_runtime.config import RuntimeConfig, parse_config
 from gpushare_runtime.errors import AnnotationError, CdiError, ConfigError, RuntimeFailure
 from gpushare_runtime.inject import Injector
+from gpushare_runtime.lookup import IDENTITY_KEYS, IdentityConflict, identity_of
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -222,3 +223,22 @@ def test_signed_caps_of_any_shape_apply_or_fail_with_an_annotation_error(
             injector._share_caps(injector.requests()[-1], injector.requests())
         except AnnotationError as err:
             assert err.annotation.startswith(ids.DOMAIN)
+
+
+identity_values = st.none() | st.sampled_from(["", "ns", "pod", "main", "other"]) | st.integers(0, 2)
+
+
+@PROPERTY
+@given(st.fixed_dictionaries({}, optional={k: identity_values for keys in IDENTITY_KEYS for k in keys}))
+def test_identity_keys_give_one_identity_none_or_a_conflict(keys: dict[str, Any]) -> None:
+    """Any mix of containerd's and CRI-O's keys: an identity both agree with, none, or a conflict."""
+    try:
+        found = identity_of({"annotations": keys})
+    except IdentityConflict as err:
+        first, second = err.keys
+        assert keys[first] != keys[second]
+        return
+    pairs = zip(*IDENTITY_KEYS, strict=True)
+    assert all(keys.get(a) is None or keys.get(b) is None or keys[a] == keys[b] for a, b in pairs)
+    if found is not None:
+        assert any(found.key == tuple(keys.get(k) for k in family) for family in IDENTITY_KEYS)

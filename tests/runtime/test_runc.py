@@ -13,6 +13,8 @@ import pytest
 from gpushare_common import ids
 from gpushare_runtime.cdi import host_device
 
+from tests.support.kubelet import Kubelet
+
 from .builders import (
     KMSG_MAJOR,
     KMSG_MINOR,
@@ -95,14 +97,31 @@ def test_device_cgroup_rule_is_copied(runc: Runc, tmp_path: Path, rootfs: Path) 
 
 
 def test_signed_cross_pod_reference(runc: Runc, tmp_path: Path, rootfs: Path,
-                                    fake_card: dict[str, Any]) -> None:
+                                    fake_card: dict[str, Any], kubelet: Kubelet) -> None:
     key = write_key(tmp_path / "signing.key")
-    write_config(tmp_path / "runtime.json", key_file=str(tmp_path / "signing.key"))
+    write_config(tmp_path / "runtime.json", key_file=str(tmp_path / "signing.key"),
+                 pod_resources_socket=str(kubelet.socket))
     directory = bundles_with_source(tmp_path, rootfs, fake_card, "gpushare-system", "shadow-1")
-    annotations = signed(key, "*", "from", "gpushare-system/shadow-1/main")
-    result = run_target(runc, directory, rootfs, annotations)
+    value = ids.format_devices_from({"gpushare-system/shadow-1/main": {"*": ["gpushare-system/shadow-1-0"]}})
+    kubelet.allocate("ns1/pod1", "dind", "gpushare/share-gpu-2", ["gpushare-system/shadow-1-0"])
+    result = run_target(runc, directory, rootfs, signed(key, "*", "from", value))
     assert result.returncode == 0, result.stderr
     assert "written" in result.stdout
+
+
+def test_a_copied_annotation_gives_another_pod_nothing(runc: Runc, tmp_path: Path, rootfs: Path,
+                                                       fake_card: dict[str, Any], kubelet: Kubelet) -> None:
+    """The same signed annotation on a pod the kubelet allocated nothing: the create fails."""
+    key = write_key(tmp_path / "signing.key")
+    write_config(tmp_path / "runtime.json", key_file=str(tmp_path / "signing.key"),
+                 pod_resources_socket=str(kubelet.socket))
+    directory = bundles_with_source(tmp_path, rootfs, fake_card, "gpushare-system", "shadow-1")
+    value = ids.format_devices_from({"gpushare-system/shadow-1/main": {"*": ["gpushare-system/shadow-1-0"]}})
+    kubelet.admit("ns1/pod1", "dind")
+    log = tmp_path / "runtime.log"
+    result = run_target(runc, directory, rootfs, signed(key, "*", "from", value), log=log)
+    assert result.returncode == 1 and "written" not in result.stdout
+    assert "was not allocated to container ns1/pod1/dind by the kubelet" in log.read_text()
 
 
 def test_unsigned_cross_pod_reference_fails_clearly(runc: Runc, tmp_path: Path, rootfs: Path,
@@ -145,7 +164,7 @@ def test_pass_through_matches_runc(runc: Runc, tmp_path: Path, rootfs: Path) -> 
     assert runc("state", name).returncode != 0
 
 
-def test_signed_device_ids_through_vendor_table(runc: Runc, tmp_path: Path) -> None:
+def test_signed_device_ids_through_vendor_table(runc: Runc, tmp_path: Path, kubelet: Kubelet) -> None:
     """A spot-style injection: real device IDs resolved through the vendor table's node template."""
     node = tmp_path / "cards" / "card7"
     node.parent.mkdir()
@@ -153,7 +172,9 @@ def test_signed_device_ids_through_vendor_table(runc: Runc, tmp_path: Path) -> N
     key = write_key(tmp_path / "signing.key")
     write_config(tmp_path / "runtime.json", key_file=str(tmp_path / "signing.key"), vendors={
         "example.com/card": {"env": ["CARD_VISIBLE_DEVICES"],
-                             "device_nodes": [str(node.parent / "card{id}")]}})
+                             "device_nodes": [str(node.parent / "card{id}")]}},
+        pod_resources_socket=str(kubelet.socket))
+    kubelet.allocate("spot/borrower", "main", "gpushare/spot-gpu", ["spot-7"])
     rootfs = make_rootfs(tmp_path / "own-rootfs")
     value = ids.format_devices_ids({"example.com/card": ["7"]})
     probe = f"stat -c %t:%T {node} && echo x > {node} && echo $CARD_VISIBLE_DEVICES"
@@ -165,7 +186,7 @@ def test_signed_device_ids_through_vendor_table(runc: Runc, tmp_path: Path) -> N
     assert result.stdout.split() == [f"{NULL_MAJOR:x}:{NULL_MINOR:x}", "7"]
 
 
-def test_cdi_edits_reach_the_container_and_hooks_run(runc: Runc, tmp_path: Path) -> None:
+def test_cdi_edits_reach_the_container_and_hooks_run(runc: Runc, tmp_path: Path, kubelet: Kubelet) -> None:
     """A spot-style injection through a CDI spec: its node, env, groups and hook all take effect."""
     node = tmp_path / "cards" / "card3"
     node.parent.mkdir()
@@ -180,7 +201,9 @@ def test_cdi_edits_reach_the_container_and_hooks_run(runc: Runc, tmp_path: Path)
             "hooks": [{"hookName": "createRuntime", "path": "/bin/sh",
                        "args": ["sh", "-c", f"echo ran > {marker}"]}]}}]}))
     key = write_key(tmp_path / "signing.key")
-    write_config(tmp_path / "runtime.json", key_file=str(tmp_path / "signing.key"), cdi_dirs=[str(cdi)])
+    write_config(tmp_path / "runtime.json", key_file=str(tmp_path / "signing.key"), cdi_dirs=[str(cdi)],
+                 pod_resources_socket=str(kubelet.socket))
+    kubelet.allocate("spot/borrower", "main", "example.com/card", ["3"])
     value = ids.format_devices_ids({"example.com/card": ["3"]})
     probe = "echo x > /dev/card3 && echo $CARD_VISIBLE_DEVICES && cat /proc/self/status"
     content = spec({**identity("spot", "borrower", "main"), **signed(key, "*", "ids", value)},
@@ -195,7 +218,7 @@ def test_cdi_edits_reach_the_container_and_hooks_run(runc: Runc, tmp_path: Path)
 
 
 def test_capped_share_gets_the_daemons_directories(runc: Runc, tmp_path: Path, rootfs: Path,
-                                                   fake_card: dict[str, Any]) -> None:
+                                                   fake_card: dict[str, Any], kubelet: Kubelet) -> None:
     """Allocate-shaped annotations of a capped share: the caps in the environment, the
     ShadowPod's pipe directory and /dev/shm bound in, shared with the host directory."""
     from gpushare_common import isolation
@@ -206,7 +229,8 @@ def test_capped_share_gets_the_daemons_directories(runc: Runc, tmp_path: Path, r
     (host / "pipe" / "control").write_text("daemon pipe\n")
     key = write_key(tmp_path / "signing.key")
     write_config(tmp_path / "runtime.json", key_file=str(tmp_path / "signing.key"),
-                 isolation_dir=str(tmp_path / "isolation"))
+                 isolation_dir=str(tmp_path / "isolation"), pod_resources_socket=str(kubelet.socket))
+    kubelet.allocate("team/app", "main", "gpushare/share-gpu-4", ["gpushare-system/shadow-1-2"])
     directory = bundles_with_source(tmp_path, rootfs, fake_card, "gpushare-system", "shadow-1")
     devices = ids.format_devices_from({"gpushare-system/shadow-1/main": {"*": ["gpushare-system/shadow-1-2"]}})
     caps = isolation.format_share_caps(isolation.ShareCaps(

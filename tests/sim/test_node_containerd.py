@@ -153,18 +153,24 @@ async def test_runtime_copies_the_card_of_main_into_dind(node: Any) -> None:
     await wait_until(lambda: not sim.kubelet.workers, 20, "pod removed")
 
 
-async def test_runtime_injects_a_signed_spot_card_through_cdi(node: Any) -> None:
+async def test_runtime_injects_a_signed_card_only_into_the_container_allocated_it(node: Any) -> None:
+    """The annotation names the card the kubelet allocated to the pod's container: injected. The
+    same signed annotation on a pod that asked for no card (a copy) fails the container's create."""
     _needs_runtime()
     sim, api = node
     key = load_key(str(signing_key(sim.settings.node_dir)))
-    value = json.dumps({GPU: ["GPU-c1-1"]})
+    value = json.dumps({GPU: ["GPU-c1-0"]})
     annotations = {f"{ANN_DEVICES_IDS}main": value,
                    signature_annotation(KIND_IDS, "main"): sign(key, KIND_IDS, "c1", "main", value)}  # fmt: skip
-    body = pod_manifest("spot", LIST_DEVS, node="c1", uid="u-spot", annotations=annotations)
-    await sim.kubelet.sync([parse_pod(body)])
-    assert await _devices_seen(sim, api, "spot", "main") == ["nvidia1"]
+    owner = pod_manifest("spot", LIST_DEVS, node="c1", uid="u-spot", annotations=annotations, resources={GPU: "1"})
+    copy = pod_manifest("copy", LIST_DEVS, node="c1", uid="u-copy", annotations=annotations)
+    await sim.kubelet.sync([parse_pod(owner), parse_pod(copy)])
+    assert await _devices_seen(sim, api, "spot", "main") == ["nvidia0"]
+    state = await wait_until(lambda: sim.kubelet.container("default", "copy", "main"), 20, "copy admitted")
+    await wait_until(lambda: state.exit_code == 128, 30, "the copy's create refused")
+    assert "device GPU-c1-0 was not allocated to container default/copy/main by the kubelet" in state.message
     await sim.kubelet.sync([])
-    await wait_until(lambda: not sim.kubelet.workers, 20, "pod removed")
+    await wait_until(lambda: not sim.kubelet.workers, 20, "pods removed")
 
 
 async def test_workload_asks_the_kernel_stand_in_from_its_own_pid_namespace(node: Any) -> None:

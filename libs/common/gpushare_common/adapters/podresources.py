@@ -3,6 +3,9 @@
 Answers which device IDs each container of each pod on the node was given,
 per resource, and which devices the kubelet can allocate at all.
 Errors are :class:`PodResourcesError`; no gRPC exception escapes.
+
+:class:`PodResources` is the services' asyncio client; :func:`container_devices` is one
+blocking ``Get`` for a short-lived process (the runtime asks it once per create).
 """
 
 from __future__ import annotations
@@ -45,6 +48,43 @@ def _pod_devices(pod: pr.PodResources) -> dict[str, ContainerDevices]:
             devices[dra.CDI_KIND] = tuple(sorted(set(cdi)))
         containers[container.name] = devices
     return containers
+
+
+def _failure(err: grpc.RpcError, socket: str, what: str) -> PodResourcesError:
+    code = err.code() if isinstance(err, grpc.Call) else grpc.StatusCode.UNKNOWN
+    details = err.details() if isinstance(err, grpc.Call) else str(err)
+    kind = PodNotFound if code == grpc.StatusCode.NOT_FOUND else PodResourcesError
+    return kind(socket, what, f"{code.name}: {details}")
+
+
+def container_devices(socket: str, namespace: str, pod: str, container: str,
+                      timeout_s: float) -> ContainerDevices:
+    """The devices the kubelet allocated to one container, by resource; blocking, one call
+    (``List`` when the kubelet does not serve ``Get``). :class:`PodNotFound` when the kubelet
+    has no such pod; an unknown container has no devices."""
+    what = f"Get {namespace}/{pod}"
+    with grpc.insecure_channel(f"unix://{socket}") as channel:
+        stub = pr_grpc.PodResourcesListerStub(channel)
+        try:
+            found = stub.Get(pr.GetPodResourcesRequest(pod_name=pod, pod_namespace=namespace),
+                             timeout=timeout_s).pod_resources
+        except grpc.RpcError as err:
+            if not (isinstance(err, grpc.Call) and err.code() == grpc.StatusCode.UNIMPLEMENTED):
+                raise _failure(err, socket, what) from None
+            found = _listed(stub, socket, namespace, pod, timeout_s)
+    return _pod_devices(found).get(container, {})
+
+
+def _listed(stub: pr_grpc.PodResourcesListerStub, socket: str, namespace: str, pod: str,
+            timeout_s: float) -> pr.PodResources:
+    try:
+        reply = stub.List(pr.ListPodResourcesRequest(), timeout=timeout_s)
+    except grpc.RpcError as err:
+        raise _failure(err, socket, "List") from None
+    for found in reply.pod_resources:
+        if (found.namespace, found.name) == (namespace, pod):
+            return found
+    raise PodNotFound(socket, f"List for {namespace}/{pod}", "not on this node")
 
 
 class PodResources:

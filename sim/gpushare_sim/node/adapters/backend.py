@@ -55,6 +55,7 @@ def runtime_config(settings: NodeSimSettings) -> Path:
         "key_file": str(signing_key(settings.node_dir)),
         "cdi_dirs": [str(settings.node_dir / "cdi")],
         "node_name": settings.name,  # signatures bind it
+        "pod_resources_socket": str(settings.pod_resources_socket),  # copies need the kubelet's word
         "vendors": vendor_table(),
     }
     path.write_text(json.dumps(doc, indent=1))
