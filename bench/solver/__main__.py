@@ -82,6 +82,7 @@ class Trial:
         await self.publish("lowpower", LowPowerEvent(node=NODE, owner=OWNER, using=False,
                                                      devices=tuple(self.cards)))
         for card, container_id in zip(self.cards, containers, strict=True):
+            self.node.allocated[f"spot/{container_id}"] = {"c0": {"gpushare/spot-gpu": (f"spot-{card}",)}}
             await self.publish("spot", SpotEvent(node=NODE, pod=f"spot/{container_id}", container="c0",
                                                  state="using", devices=(f"spot-{card}",)))
         await self.until(lambda: len(self.node.status()["borrowers"]) == len(self.cards))

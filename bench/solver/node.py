@@ -65,6 +65,8 @@ class Node:
     rootfs: Path
     http_port: int
     pod_resources: Path  # the kubelet's pod-resources socket (a stand-in serving the real API)
+    # what that kubelet says each pod was allocated: "<ns>/<pod>" -> container -> resource -> ids
+    allocated: dict[str, dict[str, dict[str, tuple[str, ...]]]] = field(default_factory=dict)
 
     def status(self) -> dict[str, Any]:
         url = f"http://127.0.0.1:{self.http_port}/status"
@@ -104,7 +106,8 @@ async def started() -> AsyncIterator[Node]:
                 await asyncio.to_thread(ensure_namespace, work / "kubeconfig", namespace)
             node = Node(nats.url, work / "kubeconfig", ctrd, make_rootfs(work / "rootfs"), free_port(),
                         work / "pod-resources.sock")
-            async with serve_pod_resources(node.pod_resources):  # the kubelet's, listing no spot devices
+            async with serve_pod_resources(node.pod_resources) as kubelet:  # confirms every eviction
+                node.allocated = kubelet.table
                 with process([sys.executable, "-m", "gpushare_solver"], solver_env(node)) as solver:
                     deadline = time.monotonic() + 30
                     while not await asyncio.to_thread(node.ready):

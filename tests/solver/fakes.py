@@ -1,4 +1,5 @@
-"""In-memory stand-ins for the Kubernetes API and containerd, for the service wired in memory."""
+"""In-memory stand-ins for the Kubernetes API, the kubelet's pod-resources and containerd, for the
+service wired in memory."""
 
 from __future__ import annotations
 
@@ -14,11 +15,21 @@ Obj = dict[str, Any]
 
 @dataclass
 class FakePods:
+    """The API's pods, and the kubelet's word on their devices (``list``, pod-resources)."""
+
     pods: dict[str, Obj] = field(default_factory=dict)
     deleted: list[str] = field(default_factory=list)
     patches: list[tuple[str, Obj]] = field(default_factory=list)
+    allocated: dict[str, dict[str, dict[str, tuple[str, ...]]]] = field(default_factory=dict)
 
-    def add(self, key: str, node: str, containers: list[str]) -> None:
+    async def list(self) -> dict[str, dict[str, dict[str, tuple[str, ...]]]]:
+        return copy.deepcopy(self.allocated)
+
+    def add(self, key: str, node: str, containers: list[str],
+            devices: dict[str, tuple[str, ...]] | None = None) -> None:
+        """A pod in the API; with ``devices``, also one the kubelet runs, its first container given them."""
+        if devices is not None:
+            self.allocated[key] = {"c0": dict(devices)}
         namespace, name = key.split("/")
         self.pods[key] = {"metadata": {"namespace": namespace, "name": name, "uid": f"uid-{name}"},
                           "spec": {"nodeName": node},
@@ -39,6 +50,7 @@ class FakePods:
                          uid: str = "") -> Obj | None:
         self._get(namespace, name)
         self.deleted.append(f"{namespace}/{name}")
+        self.allocated.pop(f"{namespace}/{name}", None)
         return self.pods.pop(f"{namespace}/{name}")
 
     async def patch_pod(self, namespace: str, name: str, patch: Obj, strategic: bool = False) -> Obj:

@@ -20,6 +20,7 @@ from tests.solver.test_integration import Recorder, http_json, solver
 from tests.solver.test_service import publish_all, wired
 from tests.solver.world import World, client_bus, solver_settings
 from tests.support.kubeapi import KubeApi
+from tests.support.kubelet import Kubelet
 
 GPU = "nvidia.com/gpu"
 SHADOW = "team/shadow-a"
@@ -50,19 +51,20 @@ def spot_health(seen: Recorder) -> dict[str, str]:
 @pytest.mark.containerd
 async def test_free_cards_lent_then_withdrawn_when_gone_or_taken(
     nats_settings: NatsSettings, kube_api: KubeApi, kube: Kube, containerd: Containerd, rootfs: Path,
+    kubelet: Kubelet,
     bridge: FakeBridge,
 ) -> None:
     async with client_bus(nats_settings) as bus, \
-            solver(nats_settings, kube_api.kubeconfig, solver_settings(containerd), kube) as running:
-        world = World(containerd, rootfs, kube, bus, NODE)
+            solver(nats_settings, kube_api.kubeconfig, solver_settings(containerd, kubelet), kube) as running:
+        world = World(containerd, rootfs, kube, bus, NODE, kubelet)
         seen = Recorder()
         await bus.subscribe(bus.subjects.eviction(NODE), seen)
         await bus.subscribe(bus.subjects.node_health(NODE), seen)
         await world.publish("inventory", inventory("GPU-0", "GPU-1", "GPU-2"))
         await wait_for(lambda: spot_health(seen) == dict.fromkeys(["spot-GPU-0", "spot-GPU-1", "spot-GPU-2"],
                                                                   "Healthy"), what="free cards Healthy")
-        await world.add_pod("spot/b0", ["b0-main"])
-        await world.add_pod("spot/b1", ["b1-main"])
+        await world.add_pod("spot/b0", ["b0-main"], devices={"gpushare/spot-gpu": ["spot-GPU-0"]})
+        await world.add_pod("spot/b1", ["b1-main"], devices={"gpushare/spot-gpu": ["spot-GPU-1"]})
         await world.publish("spot", borrow("spot/b0", "GPU-0"))
         await world.publish("spot", borrow("spot/b1", "GPU-1"))
         await wait_for(lambda: len(running.solver.state.borrowers()) == 2, what="two borrowers")
@@ -87,7 +89,7 @@ async def test_free_cards_lent_then_withdrawn_when_gone_or_taken(
 async def test_inventory_and_shadow_cards_survive_a_restart(nats_settings: NatsSettings, bridge: FakeBridge) -> None:
     pods, tasks = FakePods(), FakeTasks(running={"b2-c"})
     pods.add(SHADOW, NODE, ["s"])
-    pods.add("spot/b2", NODE, ["b2-c"])
+    pods.add("spot/b2", NODE, ["b2-c"], {"gpushare/spot-gpu": ("spot-GPU-0",)})
     bus = Bus(nats_settings, "test")
     await bus.connect()
     try:

@@ -22,13 +22,13 @@ from gpushare_sim.kernel import KernelStandIn
 from gpushare_solver import app
 from gpushare_solver.adapters.containerd import Tasks
 
-from tests.detector.podres_server import serve_pod_resources
 from tests.kmod_bridge.conftest import ioctl, kernel, sock_dir  # noqa: F401  (fixtures)
 from tests.kmod_bridge.test_service import FixedSource, bridge_settings
 from tests.solver.conftest import NODE, wait_for
 from tests.solver.test_integration import Recorder
 from tests.solver.world import NAMESPACE, World, client_bus, common_settings, solver_settings
 from tests.support.kubeapi import KubeApi
+from tests.support.kubelet import Kubelet
 
 pytestmark = [pytest.mark.containerd, pytest.mark.slow]
 OWNER = "dev/alice"
@@ -72,17 +72,18 @@ async def lend_to_b1(world: World, running: app.Service) -> None:
 
 async def test_owner_call_blocks_until_borrowers_are_gone(
     nats_settings: NatsSettings, kube_api: KubeApi, kube: Kube, containerd: Containerd, rootfs: Path,
+    kubelet: Kubelet,
     kernel: KernelStandIn,  # noqa: F811
 ) -> None:
     async with client_bus(nats_settings) as bus:
-        world = World(containerd, rootfs, kube, bus, NODE)
+        world = World(containerd, rootfs, kube, bus, NODE, kubelet)
         await world.add_pod(OWNER, ["alice-main"])
-        await world.add_pod("spot/b1", ["b1-main"])
+        await world.add_pod("spot/b1", ["b1-main"], devices={SPOT: ["spot-GPU-0"]})
         owner_pid, pidns, owner, records = await the_owner(world, bus, containerd)
         stop = asyncio.Event()
         async with kmod_bridge(nats_settings, kube_api.kubeconfig, kernel, owner), \
                 app.Service(common_settings(nats_settings, kube_api.kubeconfig, NODE),
-                            solver_settings(containerd), stop, pods=kube).started() as running:
+                            solver_settings(containerd, kubelet), stop, pods=kube).started() as running:
             await lend_to_b1(world, running)
             blocked_ms = await asyncio.wait_for(ioctl(kernel.hook_path, pidns, pid=owner_pid), 10)
             assert blocked_ms < 2000, "the owner must be released well before the kernel's timeout"
@@ -98,22 +99,21 @@ async def test_owner_call_blocks_until_borrowers_are_gone(
 
 async def test_a_borrower_not_reported_yet_dies_before_the_owner_is_released(
     nats_settings: NatsSettings, kube_api: KubeApi, kube: Kube, containerd: Containerd, rootfs: Path,
-    kernel: KernelStandIn, tmp_path: Path,  # noqa: F811
+    kubelet: Kubelet,
+    kernel: KernelStandIn,  # noqa: F811
 ) -> None:
     """The owner comes back while a borrower's SpotEvent has not reached the solver yet (the
     detector is seconds behind on a busy node): the kubelet's pod-resources names it, and it is
     killed before the owner's call goes on. Its SpotEvent, arriving afterwards, evicts nothing."""
-    async with client_bus(nats_settings) as bus, serve_pod_resources(tmp_path / "kubelet.sock") as kubelet:
-        world = World(containerd, rootfs, kube, bus, NODE)
+    async with client_bus(nats_settings) as bus:
+        world = World(containerd, rootfs, kube, bus, NODE, kubelet)
         await world.add_pod(OWNER, ["alice-main"])
-        await world.add_pod("spot/b1", ["b1-main"])
-        await world.add_pod("spot/late", ["late-main"])
-        kubelet.table.update({"spot/b1": {"c0": {SPOT: ("spot-GPU-0",)}},
-                              "spot/late": {"c0": {SPOT: ("spot-GPU-0",)}},
-                              "spot/other": {"c0": {SPOT: ("spot-GPU-1",)}}})  # another card: left alone
+        await world.add_pod("spot/b1", ["b1-main"], devices={SPOT: ["spot-GPU-0"]})
+        await world.add_pod("spot/late", ["late-main"], devices={SPOT: ["spot-GPU-0"]})
+        kubelet.allocate("spot/other", "c0", SPOT, ["spot-GPU-1"])  # another card: left alone
         owner_pid, pidns, owner, records = await the_owner(world, bus, containerd)
         stop = asyncio.Event()
-        settings = solver_settings(containerd, pod_resources_socket=str(kubelet.socket))
+        settings = solver_settings(containerd, kubelet)
         async with kmod_bridge(nats_settings, kube_api.kubeconfig, kernel, owner), \
                 app.Service(common_settings(nats_settings, kube_api.kubeconfig, NODE), settings, stop,
                             pods=kube).started() as running:

@@ -31,10 +31,12 @@ from gpushare_solver.settings import SolverSettings
 from tests.solver.conftest import NODE, FakeBridge, wait_for
 from tests.solver.world import World, client_bus, common_settings, solver_settings
 from tests.support.kubeapi import KubeApi
+from tests.support.kubelet import Kubelet
 
 pytestmark = pytest.mark.containerd
 OWNER = "dev/alice"
 BORROWERS = {"spot/b1": ["b1-main", "b1-side"], "spot/b2": ["b2-main"]}
+LENT = {"spot/b1": "spot-GPU-0", "spot/b2": "spot-GPU-1"}  # what the kubelet allocated each borrower
 
 
 @contextlib.asynccontextmanager
@@ -51,7 +53,7 @@ async def lend_two_cards(world: World) -> list[AnyEvent]:
     await world.kube.create_pod("dev", {"metadata": {"name": "alice"}, "spec": {
         "nodeName": NODE, "containers": [{"name": "main", "image": "busybox"}]}})
     for pod, containers in BORROWERS.items():
-        await world.add_pod(pod, containers)
+        await world.add_pod(pod, containers, devices={"gpushare/spot-gpu": [LENT[pod]]})
     events: list[AnyEvent] = [
         ReservedEvent(node=NODE, pod=OWNER, container="main", lendable=True,
                      vendor_resource="nvidia.com/gpu", state="using", devices=("GPU-0", "GPU-1")),
@@ -87,11 +89,12 @@ def http_json(port: int, path: str) -> object:
 
 async def test_owner_back_kills_evicts_releases(
     nats_settings: NatsSettings, kube_api: KubeApi, kube: Kube, containerd: Containerd, rootfs: Path,
+    kubelet: Kubelet,
     bridge: FakeBridge,
 ) -> None:
     async with client_bus(nats_settings) as bus, \
-            solver(nats_settings, kube_api.kubeconfig, solver_settings(containerd), kube) as running:
-        world = World(containerd, rootfs, kube, bus, NODE)
+            solver(nats_settings, kube_api.kubeconfig, solver_settings(containerd, kubelet), kube) as running:
+        world = World(containerd, rootfs, kube, bus, NODE, kubelet)
         seen = Recorder()
         await bus.subscribe(bus.subjects.eviction(NODE), seen)
         await bus.subscribe(bus.subjects.node_health(NODE), seen)
@@ -147,13 +150,14 @@ def counter(running: app.Service, event: str, result: str) -> float:
 
 async def test_restart_between_kill_and_delete_finishes_once_and_replays_change_nothing(
     nats_settings: NatsSettings, kube_api: KubeApi, kube: Kube, containerd: Containerd, rootfs: Path,
+    kubelet: Kubelet,
     bridge: FakeBridge,
 ) -> None:
-    settings = solver_settings(containerd, ack_wait_s=1.0)
+    settings = solver_settings(containerd, kubelet, ack_wait_s=1.0)
     stuck = StuckDelete(kube)  # the first solver "dies" in its first delete: cancelled by the stop below
 
     async with client_bus(nats_settings) as bus:
-        world = World(containerd, rootfs, kube, bus, NODE)
+        world = World(containerd, rootfs, kube, bus, NODE, kubelet)
         records = Recorder()
         await bus.subscribe(bus.subjects.eviction(NODE), records)
         back = OwnerBackEvent(node=NODE, pidns=9, pid=1, kernel_ts_ns=1, pod=OWNER, resolved=True)
@@ -186,12 +190,13 @@ async def test_restart_between_kill_and_delete_finishes_once_and_replays_change_
 
 async def test_pressure_evicts_the_lowest_priority_oversold_pod(
     nats_settings: NatsSettings, kube_api: KubeApi, kube: Kube, containerd: Containerd, rootfs: Path,
+    kubelet: Kubelet,
     bridge: FakeBridge,
 ) -> None:
     gib = 1 << 30
     async with client_bus(nats_settings) as bus, \
-            solver(nats_settings, kube_api.kubeconfig, solver_settings(containerd), kube):
-        world = World(containerd, rootfs, kube, bus, NODE)
+            solver(nats_settings, kube_api.kubeconfig, solver_settings(containerd, kubelet), kube):
+        world = World(containerd, rootfs, kube, bus, NODE, kubelet)
         records = Recorder()
         await bus.subscribe(bus.subjects.eviction(NODE), records)
         vmem = {"gpushare/vmem": "2"}

@@ -27,6 +27,7 @@ from gpushare_solver.ports import ContainerdUnavailable
 from tests.solver.conftest import NODE, FakeBridge, wait_for
 from tests.solver.world import World, client_bus, common_settings, solver_settings
 from tests.support.kubeapi import KubeApi
+from tests.support.kubelet import Kubelet
 from tests.support.nats import NatsServer
 
 pytestmark = pytest.mark.containerd
@@ -105,7 +106,7 @@ def fail_once_in(target: Any, method: str, fault: Once, point: str) -> None:
 
 @contextlib.asynccontextmanager
 async def node(server: NatsServer, prefix: str, kube_api: KubeApi, kube: Kube, containerd: Containerd,
-               fault: Once) -> AsyncIterator[tuple[app.Service, NatsSettings]]:  # fmt: skip
+               fault: Once, kubelet: Kubelet) -> AsyncIterator[tuple[app.Service, NatsSettings]]:  # fmt: skip
     nats = NatsSettings(url=server.url, prefix=f"{prefix}.v1", stream=prefix.upper(), kv_prefix=prefix,
                         reconnect_wait_s=0.05, connect_timeout_s=0.5, ensure_layout=True)
 
@@ -115,7 +116,7 @@ async def node(server: NatsServer, prefix: str, kube_api: KubeApi, kube: Kube, c
     from gpushare_solver.adapters.containerd import Tasks
 
     stop = asyncio.Event()
-    settings = solver_settings(containerd, release_retry_s=10.0, kmod_timeout_s=0.5)
+    settings = solver_settings(containerd, kubelet, release_retry_s=10.0, kmod_timeout_s=0.5)
     async with Tasks(settings.containerd_address, settings.containerd_namespace) as tasks, \
             app.Service(common_settings(nats, kube_api.kubeconfig, NODE), settings, stop,
                         pods=FaultyPods(kube, fault, lose_the_connection),
@@ -133,17 +134,18 @@ FAULTS = ["kv-put", "publish", "connection-lost", "containerd", "api-delete", "a
 @pytest.mark.parametrize("point", FAULTS)
 async def test_owner_back_survives_one_transient_failure(
     point: str, subject_prefix: str, kube_api: KubeApi, kube: Kube, containerd: Containerd, rootfs: Path,
+    kubelet: Kubelet,
 ) -> None:
     fault = Once(point)
     server = NatsServer().start()
     try:
-        async with node(server, subject_prefix, kube_api, kube, containerd, fault) as (running, nats), \
+        async with node(server, subject_prefix, kube_api, kube, containerd, fault, kubelet) as (running, nats), \
                 client_bus(nats) as bus:  # fmt: skip
             bridge = FakeBridge()
             if point == "kmod-timeout":
                 bridge.silent_first = "release"  # the first release gets no answer in time
             await bus.serve(bus.subjects.kmod_cmd(NODE), bridge.answer)
-            world = World(containerd, rootfs, kube, bus, NODE)
+            world = World(containerd, rootfs, kube, bus, NODE, kubelet)
             await lend_one_card(world)
             await wait_for(lambda: running.solver.state.borrowers() == {"spot-GPU-0": BORROWER},
                            what="the borrower")  # fmt: skip
@@ -174,7 +176,7 @@ def released(bridge: FakeBridge) -> bool:
 async def lend_one_card(world: World) -> None:
     await world.kube.create_pod("dev", {"metadata": {"name": "alice"}, "spec": {
         "nodeName": NODE, "containers": [{"name": "main", "image": "busybox"}]}})
-    await world.add_pod(BORROWER, ["b1-main"])
+    await world.add_pod(BORROWER, ["b1-main"], devices={"gpushare/spot-gpu": ["spot-GPU-0"]})
     for kind, event in (
         ("generic", ReservedEvent(node=NODE, pod=OWNER, container="main", lendable=True,
                                  vendor_resource="nvidia.com/gpu", state="using", devices=("GPU-0",))),

@@ -79,10 +79,10 @@ class Kernel:
 def reclaimer(kernel: Kernel, tasks: SlowTasks, pods: FakePods | None = None) -> Reclaimer:
     if pods is None:
         pods = FakePods()
-        pods.add("spot/b1", NODE, ["b1-main"])
-    victims = {"spot/b1": Victim(uid="uid-b1", owner=OWNER)}  # taken out of the cache by a handler
+        pods.add("spot/b1", NODE, ["b1-main"], {"gpushare/spot-gpu": ("spot-GPU-0",)})
+    victims = {"spot/b1": Victim(uid="uid-b1", owner=OWNER, devices=("spot-GPU-0",))}  # taken out by a handler
     return Reclaimer(NODE, SolverSettings(), pods, tasks, kernel, "eviction", SolverMetrics(CollectorRegistry()),
-                     lambda: victims)
+                     lambda: victims, allocations=pods)
 
 
 async def reclaim(found: Reclaimer) -> None:
@@ -157,7 +157,7 @@ async def wait(predicate: object, what: str, timeout: float = 5.0) -> None:
 
 async def test_a_borrower_whose_pod_does_not_decode_is_not_learnt_and_refused() -> None:
     kernel, tasks, pods = Kernel(), SlowTasks(), FakePods()
-    pods.add("spot/b1", NODE, ["b1-main"])
+    pods.add("spot/b1", NODE, ["b1-main"], {"gpushare/spot-gpu": ("spot-GPU-0",)})
     pods.pods["spot/b1"]["spec"]["priority"] = "high"
     tasks.exited.set()
     found = reclaimer(kernel, tasks, pods=pods)

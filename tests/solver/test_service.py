@@ -36,7 +36,7 @@ async def wired(nats: NatsSettings, pods: FakePods, tasks: FakeTasks) -> AsyncIt
     stop = asyncio.Event()
     settings = SolverSettings(retry_first_s=0.05, retry_max_s=0.5, ack_wait_s=2.0, kmod_timeout_s=0.3)
     async with app.Service(common_settings(nats, Path("unused-kubeconfig"), NODE), settings,
-                           stop, pods=pods, tasks_api=tasks).started() as running:
+                           stop, pods=pods, tasks_api=tasks, allocations=pods).started() as running:
         yield running
         stop.set()
 
@@ -46,11 +46,14 @@ async def publish_all(bus: Bus, events: list[AnyEvent]) -> None:
         await bus.publish_persistent(bus.subjects.event(NODE, event_tag(event)), event)
 
 
+SPOT = "gpushare/spot-gpu"
+
+
 def owner_and_borrower() -> tuple[FakePods, FakeTasks]:
     """The owner's pod and the borrower spot/b1 on the node, the borrower's task running."""
     pods, tasks = FakePods(), FakeTasks(running={"b1-c"})
     pods.add(OWNER, NODE, ["owner-c"])
-    pods.add("spot/b1", NODE, ["b1-c"])
+    pods.add("spot/b1", NODE, ["b1-c"], {SPOT: ("spot-GPU-0",)})
     return pods, tasks
 
 
@@ -127,7 +130,7 @@ async def test_share_using_patches_the_shadowpod_and_sharepod(
 async def test_without_a_kmod_bridge_borrowers_are_still_evicted(nats_settings: NatsSettings) -> None:
     pods, tasks = FakePods(), FakeTasks(running={"b1-c"})
     pods.add(OWNER, NODE, ["owner-c"])
-    pods.add("spot/b1", NODE, ["b1-c"])
+    pods.add("spot/b1", NODE, ["b1-c"], {SPOT: ("spot-GPU-0",)})
     bus = Bus(nats_settings, "test")
     await bus.connect()
     try:

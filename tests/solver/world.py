@@ -1,5 +1,7 @@
 """A node for the solver's integration tests: pods in the API emulator whose containers are
-real runc containers in a private containerd, and a NATS client publishing the detector's events."""
+real runc containers in a private containerd, the kubelet's pod-resources API (a stand-in
+serving the real gRPC API) naming the devices each pod was allocated, and a NATS client
+publishing the detector's events."""
 
 from __future__ import annotations
 
@@ -21,6 +23,8 @@ from gpushare_common.settings import (
 from gpushare_sim.containerd import Containerd
 from gpushare_solver.settings import SolverSettings
 
+from tests.support.kubelet import Kubelet
+
 NAMESPACE = "k8s.io"
 
 
@@ -29,8 +33,9 @@ def common_settings(nats: NatsSettings, kubeconfig: Path, node: str) -> CommonSe
                           node=NodeSettings(name=node), kube=KubeSettings(kubeconfig=str(kubeconfig)))
 
 
-def solver_settings(ctrd: Containerd, **overrides: object) -> SolverSettings:
+def solver_settings(ctrd: Containerd, kubelet: Kubelet, **overrides: object) -> SolverSettings:
     values: dict[str, object] = {"containerd_address": str(ctrd.address),
+                                 "pod_resources_socket": str(kubelet.socket),
                                  "containerd_namespace": NAMESPACE, "ack_wait_s": 2.0,
                                  "retry_first_s": 0.05, "retry_max_s": 0.5}
     values.update(overrides)
@@ -56,16 +61,26 @@ def container_statuses(containers: list[str]) -> dict[str, object]:
 
 
 class World:
-    def __init__(self, ctrd: Containerd, rootfs: Path, kube: Kube, bus: Bus, node: str) -> None:
+    def __init__(self, ctrd: Containerd, rootfs: Path, kube: Kube, bus: Bus, node: str, kubelet: Kubelet) -> None:
         self.ctrd, self.rootfs, self.kube, self.bus, self.node = ctrd, rootfs, kube, bus, node
+        self.kubelet = kubelet
 
     def start_container(self, container_id: str) -> None:
         self.ctrd.run(self.rootfs, container_id, "/bin/sleep", "3600", detach=True, namespace=NAMESPACE)
 
     async def add_pod(self, key: str, containers: list[str], requests: dict[str, str] | None = None,
-                      priority: int = 0) -> None:
-        """A pod bound to the node whose containers run (a long sleep) in containerd."""
+                      priority: int = 0, devices: dict[str, list[str]] | None = None) -> None:
+        """A pod bound to the node whose containers run (a long sleep) in containerd; the kubelet
+        gave its first container ``devices`` (resource -> IDs), and one device per unit of each
+        gpushare resource it requests (``vmem-<i>``)."""
         namespace, name = key.split("/")
+        self.kubelet.admit(key, "c0")
+        for resource, count in (requests or {}).items():
+            if resource.startswith("gpushare/"):
+                stem = resource.removeprefix("gpushare/")
+                self.kubelet.allocate(key, "c0", resource, [f"{stem}-{name}-{i}" for i in range(int(count))])
+        for resource, found in (devices or {}).items():
+            self.kubelet.allocate(key, "c0", resource, found)
         for container_id in containers:
             self.start_container(container_id)
         await self.kube.create_pod(namespace, pod_body(name, self.node, containers, requests, priority))

@@ -8,7 +8,8 @@ drained.
   capacity (core subject, for memory/CPU pressure).
 - Publishes: device health, eviction records; kmod-bridge requests; its state
   (buckets); pod deletions and conditions (API server), task kills (containerd).
-- Reads: the kubelet's pod-resources at an owner-back (borrowers not reported yet).
+- Reads: the kubelet's pod-resources at every reclaim (it confirms each pod to be killed holds a
+  device of the card taken back; and names borrowers not reported yet).
 - Runs: events; HTTP.
 """
 
@@ -30,7 +31,7 @@ from prometheus_client import CollectorRegistry
 
 from .adapters.containerd import Tasks as ContainerdTasks
 from .oversell import PressureWatch
-from .ports import PodApi, TaskApi
+from .ports import Allocations, PodApi, TaskApi
 from .pressure import PRESSURE, PressurePolicy
 from .service import Solver
 from .settings import SolverSettings
@@ -57,7 +58,8 @@ class Service(ServiceBase):
 
     def __init__(self, common: CommonSettings, settings: SolverSettings, stop: asyncio.Event | None = None,
                  pods: PodApi | None = None, tasks_api: TaskApi | None = None,
-                 registry: CollectorRegistry | None = None) -> None:  # fmt: skip
+                 registry: CollectorRegistry | None = None,
+                 allocations: Allocations | None = None) -> None:  # fmt: skip
         super().__init__(SERVICE, common.http, "nats", "state", stop=stop, registry=registry)
         self.node = node = common.node.require()
         self.settings = settings
@@ -66,10 +68,13 @@ class Service(ServiceBase):
         if tasks_api is None:
             tasks_api = self.containerd = ContainerdTasks(settings.containerd_address, settings.containerd_namespace,
                                                           direct=settings.direct_kill)  # fmt: skip
-        allocations = None
-        if settings.pod_resources_socket:
-            allocations = PodResources(settings.pod_resources_socket, settings.pod_resources_timeout_s)
-            self.skeleton.on_exit(allocations.close)
+        if allocations is None and settings.pod_resources_socket:
+            kubelet = PodResources(settings.pod_resources_socket, settings.pod_resources_timeout_s)
+            self.skeleton.on_exit(kubelet.close)
+            allocations = kubelet
+        elif allocations is None:
+            log.error("no pod-resources socket: the kubelet confirms no eviction, so none happens",
+                      node=node, setting="GPUSHARE_SOLVER_POD_RESOURCES_SOCKET")
         if pods is None:
             kube = Kube(common.kube)
             self.skeleton.on_exit(kube.close)

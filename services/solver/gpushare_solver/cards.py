@@ -9,17 +9,28 @@ inventory is withdrawn: Unhealthy, its borrowers reclaimed (``card-gone``).
 A card taken by a reserved pod or a ShadowPod is withdrawn the same way
 (``reserved``), whether it was lent because its owner was away or because no
 pod held it.
+
+The solver's own view is checked against the kubelet's before a card is lent
+(:class:`~.state.KubeletView`, read just before the event): a card some
+container holds that the solver knows no holder of is not lent, nor the cards
+of a ShadowPod gone while a container still holds one of its virtual devices
+(the ShadowPod stays in ``shadow_cards`` until none does). The next inventory
+lends them once the kubelet lists nothing holding them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from gpushare_common.events import CardInventory
-from gpushare_common.ids import IdError, parse_spot_device_id, spot_device_id
+from gpushare_common.ids import IdError, parse_share_device_id, parse_spot_device_id, spot_device_id
+from gpushare_common.pods import PodRules
 
 from .actions import Action, Reclaim, SetHealth
-from .state import HandlerError, SolverState
+from .state import HandlerError, KubeletView, SolverState
+
+# pod-resources' answer for the node: "<ns>/<pod>" -> container -> resource -> device IDs
+Listing = Mapping[str, Mapping[str, Mapping[str, tuple[str, ...]]]]
 
 CARD_GONE = "card-gone"
 RESERVED_REASON = "reserved"
@@ -39,7 +50,10 @@ def lend_free(cards: Iterable[str], state: SolverState, reason: str) -> list[Act
     by nobody, or by an owner who is away): Healthy. An away owner's card that left the
     inventory for a while (a kubelet restarting lists no devices until its plugins register
     again) is lent again when it comes back."""
-    free = [c for c in dict.fromkeys(cards) if state.in_inventory(c) and state.holder_of(c, active_only=True) is None]
+    lendable = [c for c in dict.fromkeys(cards)
+                if state.in_inventory(c) and state.holder_of(c, active_only=True) is None]
+    free = [c for c in lendable if not state.held_unknown(c)]
+    state.withheld.update(c for c in lendable if c not in free)
     if not free:
         return []
     spot = spot_ids(free)
@@ -78,6 +92,8 @@ def inventory(event: CardInventory, state: SolverState) -> list[Action]:
         raise HandlerError(event.id, str(err)) from None
     old = state.inventory.get(event.vendor_resource, ())
     state.inventory[event.vendor_resource] = tuple(dict.fromkeys(event.devices))
+    for shadow in [s for s in state.shadow_cards if state.cache.get(s) is None and not state.still_held(s)]:
+        del state.shadow_cards[shadow]  # a ShadowPod gone whose virtual devices nobody holds any more
     known = [*old, *(parse_spot_device_id(d) for d in state.lent())]
     gone = [c for c in dict.fromkeys(known) if not state.in_inventory(c)]
     lent, healthy = set(state.lent()), {d for d, h in state.health.items() if h == "Healthy"}
@@ -87,3 +103,25 @@ def inventory(event: CardInventory, state: SolverState) -> list[Action]:
     if state.clock() < state.lend_after:  # rebuilt: who holds the cards is not known yet
         return actions
     return actions + lend_free(news, state, f"unallocated {event.vendor_resource}")
+
+
+def kubelet_view(listing: Listing, rules: PodRules, vendor_resources: Iterable[str]) -> KubeletView:
+    """The cards and ShadowPods some container of the node holds, as the kubelet says."""
+    vendors, held, shadows = set(vendor_resources) | set(rules.vendor_resources), set[str](), set[str]()
+    for containers in listing.values():
+        for resources in rules.claimed_devices(containers).values():
+            for resource, found in resources.items():
+                if resource in vendors:
+                    held.update(found)
+                elif rules.is_share(resource):
+                    shadows.update(_shadow_of(device) for device in found)
+    shadows.discard("")
+    return KubeletView(frozenset(held), frozenset(shadows))
+
+
+def _shadow_of(device: str) -> str:
+    try:
+        share = parse_share_device_id(device)
+    except IdError:
+        return ""
+    return f"{share.namespace}/{share.shadow_pod}"

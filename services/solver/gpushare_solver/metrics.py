@@ -18,15 +18,21 @@ class SolverMetrics:
                                  ["reason", "outcome"], registry=registry)
         self.discovered = Counter("gpushare_solver_borrowers_discovered",
                                   "Borrowers of a card taken back that the kubelet named before their SpotEvent "
-                                  "came (found), or pod-resources lookups that failed (unreadable)",
+                                  "came (found)",
                                   ["outcome"], registry=registry)
         self.fences = Counter("gpushare_solver_fences",
                               "Fences before a reclaim's pod-resources lookup: confirmed (the device plugin refuses "
                               "Allocate of the devices taken back), open (it still serves one Healthy) or "
                               "unconfirmed (no device plugin answered)", ["outcome"], registry=registry)
         self.refused = Counter("gpushare_solver_evictions_refused",
-                               "Pods a plan named that failed verification (never killed nor deleted), by why",
+                               "Pods a plan named that failed verification (never killed nor deleted), by why; "
+                               "why=kubelet-unreadable counts reclaims put off because the kubelet could not "
+                               "confirm them",
                                ["why"], registry=registry)
+        self.lend_withheld = Counter("gpushare_solver_lend_withheld",
+                                     "Cards not lent because the kubelet says a container the solver does not "
+                                     "know holds them (held), or could not say (kubelet-unreadable)",
+                                     ["why"], registry=registry)
         self.events = Counter("gpushare_solver_events", "Events handled, by type and result",
                               ["event", "result"], registry=registry)
         self.kill_seconds = Histogram("gpushare_solver_kill_seconds",

@@ -7,11 +7,15 @@ solver resumes at the step it stopped):
    mapping cache by a handler of this solver (:class:`~.state.Victim`), or named by the
    kubelet's pod-resources as holding one of the spot devices taken back (``lent``: a borrower
    whose SpotEvent has not reached the solver yet), run on this node and carry the recorded
-   uid; a pod that fails is *refused* (logged, counted, neither killed nor deleted), whatever
-   the plan says — a plan is data in a bucket, the checks are not. That lookup comes only after
-   a *fence*: the device plugin has applied the Unhealthy health of the devices taken back and
-   answered, so it refuses every Allocate of them from then on and no pod admitted after the
-   lookup can hold one;
+   uid; and the kubelet, asked now (pod-resources), must confirm that it holds one of the
+   devices it was recorded with (any gpushare device when none was recorded) — no kill rests
+   on the word of the service whose event put it on record (:func:`unconfirmed`). A pod that
+   fails is *refused* (logged, counted by reason, neither killed nor deleted), whatever the
+   plan says — a plan is data in a bucket, the checks are not; a kubelet that cannot answer
+   stops the reclaim before any kill, and the plan is tried again. The lookup of borrowers not
+   reported yet comes only after a *fence*: the device plugin has applied the Unhealthy health
+   of the devices taken back and answered, so it refuses every Allocate of them from then on
+   and no pod admitted after the lookup can hold one;
 1. find every container of every pod (``status.*containerStatuses[].containerID``);
 2. SIGKILL all of them in parallel through containerd and wait for the exits;
 3. release the owner (kmod ``release``) as soon as the tasks exited: the whole pid
@@ -48,6 +52,7 @@ from gpushare_common.pods import PodError, PodRules, read_pod
 from gpushare_common.retry import Backoff, Stopped, retry
 
 from .actions import Reclaim, ReclaimProgress
+from .confirm import NOT_ON_KUBELET, Kubelet
 from .metrics import SolverMetrics
 from .ports import Allocations, ContainerdError, Outbox, PodApi, TaskApi
 from .settings import SolverSettings
@@ -106,6 +111,7 @@ class Reclaimer:
         self.outbox = outbox
         self.subject = eviction_subject
         self.metrics = metrics
+        self.kubelet = Kubelet(node, allocations, self.rules, metrics)  # confirms every pod before a kill
         self.known: dict[str, Seen] = {}  # borrower pod -> as the API showed it earlier
         self.pids: dict[str, int] = {}  # container id -> init pid seen earlier (checked before use)
         self.timing = HoldTiming()  # the kernel's hold parameters, as the kmod-bridge last reported them
@@ -154,14 +160,12 @@ class Reclaimer:
         found late. The owner is released when every task known is dead (or at the deadline)."""
         progress.started = progress.started or time.time()
         start = time.perf_counter()
+        unlisted = await self._verify(action, progress)
         discovering = self._discover(action, progress)
         victims = {**progress.found, **self.victims()}
-        for pod in _pods(action, progress):
-            if pod not in progress.refused and (why := refusal(victims.get(pod), self.known.get(pod), self.node)):
-                self._refuse(pod, why, action, progress)
         pods = [p for p in _pods(action, progress) if p not in progress.refused]
         all_known = all(pod in self.known for pod in pods)
-        ahead = [c for pod in pods for c in self._known_containers(pod)]
+        ahead = [c for pod in pods if pod not in unlisted for c in self._known_containers(pod)]
         pids = {c: self.pids.pop(c) for c in ahead if c in self.pids}
         kills = [self._timed_kill(ahead, progress, pids)]
         if discovering is not None:  # a few ms beside the kill: the release waits for it
@@ -174,6 +178,8 @@ class Reclaimer:
         reading = asyncio.gather(*(self._read(pod) for pod in pods))
         for pod, seen in zip(pods, await reading, strict=True):
             why = refusal(victims.get(pod), seen, self.node)
+            if not why and pod in unlisted and seen is not None and seen.uid:
+                why = NOT_ON_KUBELET
             if why:  # known ahead and killed: the pod of that name is another one now; never deleted
                 self._refuse(pod, why, action, progress)
                 continue
@@ -190,6 +196,27 @@ class Reclaimer:
         await self._release_when_dead(killing, action, progress, received)
         await self._finish_kill(killing, action, progress, start)
         await save()
+
+    async def _verify(self, action: Reclaim, progress: ReclaimProgress) -> set[str]:
+        """Refuse what the ledger does not name, then what the kubelet does not confirm. Returns the
+        pods the kubelet does not list: refused after the read unless the API says they are gone."""
+        def ledger() -> dict[str, Victim]:
+            return {**progress.found, **self.victims()}
+
+        for pod in _pods(action, progress):
+            if pod not in progress.refused and (why := refusal(ledger().get(pod), self.known.get(pod), self.node)):
+                self._refuse(pod, why, action, progress)
+        if all(p in progress.refused for p in _pods(action, progress)):
+            return set()
+        listing = await self.kubelet.listing(action)
+        unlisted = set[str]()
+        for pod in _pods(action, progress):
+            why = "" if pod in progress.refused else self.kubelet.confirm(pod, ledger().get(pod), listing)
+            if why == NOT_ON_KUBELET:
+                unlisted.add(pod)
+            elif why:
+                self._refuse(pod, why, action, progress)
+        return unlisted
 
     def _discover(self, action: Reclaim, progress: ReclaimProgress) -> asyncio.Future[list[str]] | None:
         """Look up, in the kubelet's pod-resources, the pods holding a spot device taken back that

@@ -25,6 +25,7 @@ from typing import Any
 
 import msgspec
 from gpushare_common.adapters.kube import KubeError
+from gpushare_common.adapters.podresources import PodResourcesError
 from gpushare_common.bus import BUGS, Bus, Store
 from gpushare_common.cardmap import card_map
 from gpushare_common.events import (
@@ -32,6 +33,8 @@ from gpushare_common.events import (
     CardInventory,
     DeviceHealth,
     Health,
+    ReservedEvent,
+    ShadowEvent,
     SpotEvent,
     event_tag,
 )
@@ -43,6 +46,7 @@ from gpushare_common.retry import Backoff, Supervised
 from prometheus_client import CollectorRegistry
 
 from .actions import DeviceList, Plan, Reclaim
+from .cards import kubelet_view
 from .executor import Executor
 from .handlers import handle
 from .journal import JournalDoc, Seen
@@ -75,6 +79,9 @@ class Solver:
         self.node, self.settings, self.bus, self.pods = node, settings, bus, pods
         self.rules = rules or PodRules()
         self.state = SolverState(spot_resource=settings.spot_resource)
+        self.allocations = allocations
+        if allocations is None:
+            self.state.kubelet = None  # no kubelet to ask: nothing is lent
         self.metrics = SolverMetrics(registry)
         self.seen = Seen(settings.seen_events)
         self.plans: dict[str, Plan] = {}
@@ -168,6 +175,7 @@ class Solver:
             return
         read = read_pods(pods, self.rules, self.node)
         async with self._lock:
+            await self._ask_kubelet()
             actions = self._rebuild(read) if self.rebuild_needed else []
             actions += reconcile(self.state, self.node, read.present())
             await self._run(f"reconcile-{uuid.uuid4().hex}", "reconcile", actions, time.time())
@@ -213,6 +221,8 @@ class Solver:
                 self.metrics.events.labels(tag, "duplicate").inc()
                 return
             received = time.time()
+            if _may_lend(event):
+                await self._ask_kubelet()
             try:
                 actions = handle(event, self.state)
             except HandlerError as err:
@@ -220,6 +230,7 @@ class Solver:
                 log.error("event rejected", node=self.node, event=tag, id=event.id, reason=err.reason)
                 raise
             self.seen.add(event.id)
+            self._count_withheld(tag)
             await self._run(event.id, tag, actions, received)
             self.metrics.events.labels(tag, "applied").inc()
             self._cards_changed()
@@ -227,6 +238,27 @@ class Solver:
                 await self._learn(event.pod)
             elif isinstance(event, SpotEvent) and event.state == "cleared":
                 self.reclaimer.forget(event.pod)
+
+    async def _ask_kubelet(self) -> None:
+        """Who holds which card, as the kubelet says now (before an event that may lend one)."""
+        if self.allocations is None:
+            return
+        try:
+            listing = await self.allocations.list()
+        except PodResourcesError as err:
+            self.state.kubelet = None
+            self.metrics.lend_withheld.labels("kubelet-unreadable").inc()
+            log.warning("pod-resources unreadable: no card is lent until the kubelet answers", node=self.node,
+                        error=str(err))
+            return
+        self.state.kubelet = kubelet_view(listing, self.rules, self.state.inventory)
+
+    def _count_withheld(self, tag: str) -> None:
+        if self.state.withheld:
+            self.metrics.lend_withheld.labels("held").inc(len(self.state.withheld))
+            log.warning("cards not lent: the kubelet says a container holds them", node=self.node, event=tag,
+                        cards=",".join(sorted(self.state.withheld)))
+            self.state.withheld.clear()
 
     async def _learn(self, pod: str) -> None:
         try:
@@ -326,6 +358,14 @@ class Solver:
             "shadow_cards": {s: list(c) for s, c in sorted(self.state.shadow_cards.items())},
             "evictions_in_flight": [_plan_view(p) for p in self.plans.values()],
         }
+
+
+def _may_lend(event: AnyEvent) -> bool:
+    """Events whose handling may lend a card: the kubelet is asked who holds what first."""
+    match event:
+        case CardInventory() | ShadowEvent(state="cleared") | ReservedEvent(state="cleared"):
+            return True
+    return False
 
 
 def _plan_view(plan: Plan) -> dict[str, Any]:

@@ -39,9 +39,12 @@ def shadow_running(event: ShadowEvent, state: SolverState) -> list[Action]:
 
 
 def shadow_cleared(event: ShadowEvent, state: SolverState) -> list[Action]:
+    """The ShadowPod is gone: its users are evicted, its cards lent — unless a container still
+    holds one of its virtual devices (the ShadowPod's cards stay withheld until none does)."""
     state.terminating.discard(event.shadow_pod)
-    freed = cards.lend_free(state.shadow_cards.pop(event.shadow_pod, ()), state,
-                            f"released by {event.shadow_pod}")
+    held = state.still_held(event.shadow_pod)
+    freed = [] if held else cards.lend_free(state.shadow_cards.pop(event.shadow_pod, ()), state,
+                                            f"released by {event.shadow_pod}")
     entry = state.cache.get(event.shadow_pod)
     if entry is None:
         return freed

@@ -60,6 +60,17 @@ class Evicted:
         return self.clock() - at <= self.unnamed_s
 
 
+@dataclass(frozen=True)
+class KubeletView:
+    """What the kubelet's pod-resources said, just before an event that may lend a card was
+    handled: the real cards some container holds (vendor IDs, DRA exclusive claims), and the
+    ShadowPods some container holds a virtual device of. A card held this way by a holder the
+    solver does not know is never lent; the default (nobody holds anything) is for pure tests."""
+
+    cards: frozenset[str] = frozenset()
+    shadows: frozenset[str] = frozenset()
+
+
 class HandlerError(ValueError):
     """An event that contradicts the state (e.g. a device given to two pods): dropped and counted."""
 
@@ -80,6 +91,8 @@ class SolverState:
     lend_after: float = 0.0  # wall clock before which the inventory lends nothing (after a rebuild)
     evicting: dict[str, Victim] = field(default_factory=dict)  # pod -> what the cache knew of it
     evicted: Evicted = field(default_factory=Evicted)  # pods evicted lately
+    kubelet: KubeletView | None = field(default_factory=KubeletView)  # None: unknown, nothing is lent
+    withheld: set[str] = field(default_factory=set)  # cards lend_free did not lend for the kubelet's word
     clock: Callable[[], float] = time.time
 
     def take_out(self, pod: str, owner: str = "", uid: str = "", devices: Iterable[str] = ()) -> None:
@@ -108,6 +121,19 @@ class SolverState:
         if owner is not None and self.kind_of(owner) in kinds:
             return owner
         return next((s for s, cards in sorted(self.shadow_cards.items()) if card in cards), None)
+
+    def held_unknown(self, card: str) -> bool:
+        """Whether the kubelet says a container holds ``card`` while the solver knows no holder of
+        it (a pod not reported yet, the SharePods of a ShadowPod gone); True when it cannot say."""
+        if self.kubelet is None:
+            return True
+        if self.holder_of(card) is not None:
+            return False
+        return card in self.kubelet.cards
+
+    def still_held(self, shadow_pod: str) -> bool:
+        """Whether some container still holds a virtual device of ``shadow_pod`` (True if unknown)."""
+        return self.kubelet is None or shadow_pod in self.kubelet.shadows
 
     def lent(self) -> list[str]:
         entry = self.cache.get(IDLE_SPACE)
