@@ -75,3 +75,4 @@ def _cmdline(pid: int) -> str:
 
 
 from tests.support.kubeapi import kube_api  # noqa: E402,F401  (fixture shared by every test folder)
+from tests.support.kubelet import kubelet  # noqa: E402,F401  (fixture shared by every test folder)

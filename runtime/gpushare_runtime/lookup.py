@@ -69,10 +69,10 @@ def identity_of(spec: dict[str, Any]) -> Identity | None:
     if not isinstance(annotations, dict):
         return None
     first, second = IDENTITY_KEYS
-    for keys in zip(first, second, strict=True):
-        values = (annotations.get(keys[0]), annotations.get(keys[1]))
+    for pair in zip(first, second, strict=True):
+        values = (annotations.get(pair[0]), annotations.get(pair[1]))
         if values[0] is not None and values[1] is not None and values[0] != values[1]:
-            raise IdentityConflict(keys, values)
+            raise IdentityConflict(pair, values)
     for keys in IDENTITY_KEYS:
         namespace, pod, container = (annotations.get(key) for key in keys)
         if (

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from gpushare_sim.containerd import Containerd, missing_binaries
 
-from tests.support.kubelet import Kubelet, serve_kubelet
+from tests.support.kubelet import Kubelet
 
 from .builders import write_config
 
@@ -36,13 +36,6 @@ def make_rootfs(directory: Path) -> Path:
 @pytest.fixture(scope="session")
 def rootfs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_rootfs(tmp_path_factory.mktemp("rootfs") / "rootfs")
-
-
-@pytest.fixture
-def kubelet() -> Iterator[Kubelet]:
-    """The kubelet's pod-resources API: which devices each container was allocated."""
-    with serve_kubelet() as server:
-        yield server
 
 
 @pytest.fixture

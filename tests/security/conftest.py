@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from tests.runtime.conftest import kubelet  # noqa: F401  (fixture)
 from tests.solver.conftest import bridge, kube  # noqa: F401  (fixtures)
 from tests.support.kubeapi import kube_api_with
 

@@ -14,7 +14,7 @@ from gpushare_common.bus import Bus
 from gpushare_common.events import AnyEvent, KmodCommand, KmodReply
 from gpushare_common.settings import KubeSettings, NatsSettings
 
-from tests.runtime.conftest import containerd, kubelet, rootfs  # noqa: F401  (fixtures)
+from tests.runtime.conftest import containerd, rootfs  # noqa: F401  (fixtures)
 from tests.support.kubeapi import KubeApi, kube_api_with
 
 kube_api = kube_api_with("apps", "dev", "team", "batch", "spot")  # the namespaces these tests put pods in
@@ -63,7 +63,7 @@ async def bridge(nats_settings: NatsSettings) -> AsyncIterator[FakeBridge]:
     fake = FakeBridge()
     bus = Bus(nats_settings, "test-kmod-bridge")
     await bus.connect()
-    await bus.serve(bus.subjects.kmod_cmd(NODE), fake.answer)
+    await bus.serve(bus.subjects.node_kmod(NODE), fake.answer)
     yield fake
     await bus.drain()
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
+import pytest
 from gpushare_common.adapters.kubeletapi import podresources_v1_pb2 as pr
 from gpushare_common.adapters.kubeletapi import podresources_v1_pb2_grpc as pr_grpc
 
@@ -79,3 +80,10 @@ def _serving(socket: Path) -> Iterator[Kubelet]:
         yield Kubelet(socket, lister)
     finally:
         server.stop(grace=None).wait()
+
+
+@pytest.fixture
+def kubelet() -> Iterator[Kubelet]:
+    """The kubelet's pod-resources API: which devices each container was allocated."""
+    with serve_kubelet() as server:
+        yield server
