@@ -83,7 +83,7 @@ class FleetNode:
         for subject in (subjects.node_health(self.node), subjects.node_capacity(self.node),
                         subjects.event(self.node, "spot")):  # fmt: skip
             self.links["deviceplugin"].subscribe(subject)
-        self.links["kmod-bridge"].subscribe(subjects.kmod_cmd(self.node))
+        self.links["kmod-bridge"].subscribe(subjects.node_kmod(self.node))
 
     async def open(self) -> None:
         for link in self.links.values():
@@ -165,7 +165,7 @@ class FleetNode:
 
     def kmod(self, op: KmodOp) -> None:
         if self.script.profile.dev_machines:
-            self._request("detector", self.script.subjects.kmod_cmd(self.node).encode(),
+            self._request("detector", self.script.subjects.kmod_cmd(self.node, op).encode(),
                           self.script.kmod_command(op), kind="kmod")
 
     def health_gets(self) -> None:

@@ -133,7 +133,7 @@ async def ready(bus: Bus) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         with contextlib.suppress(BusError):  # not serving yet
-            reply = await bus.request(bus.subjects.kmod_cmd(NODE), events.KmodCommand(node=NODE, op="stats"))
+            reply = await bus.request(bus.subjects.kmod_cmd(NODE, "stats"), events.KmodCommand(node=NODE, op="stats"))
             if isinstance(reply, events.KmodReply) and reply.status == 0:
                 return
         await asyncio.sleep(0.1)
@@ -143,7 +143,7 @@ async def ready(bus: Bus) -> None:
 async def rounds(bus: Bus, got: asyncio.Queue[tuple[int, events.AnyEvent]], hook: str,
                  count: int, owners: list[Owner]) -> tuple[list[float], list[float], list[float]]:
     publish, delivered, rtt = [], [], []
-    subject = bus.subjects.kmod_cmd(NODE)
+    subject = bus.subjects.kmod_requests(NODE, "solver")  # detect and release: the solver's
     for i in range(count):
         owner = owners[i % len(owners)]
         pidns = owner[0]

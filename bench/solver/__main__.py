@@ -124,7 +124,7 @@ async def measure(trials: int, borrowers: int) -> list[Row]:
         bus = Bus(NatsSettings(url=node.nats_url, prefix=PREFIX), "bench")
         await bus.connect()
         bridge = Bridge()
-        await bus.serve(bus.subjects.kmod_cmd(NODE), bridge.answer)
+        await bus.serve(bus.subjects.node_kmod(NODE), bridge.answer)
         kube = Kube(KubeSettings(kubeconfig=str(node.kubeconfig)))
         trial = Trial(node, bus, kube, bridge, cards)
         await bus.subscribe(bus.subjects.eviction(NODE), trial.on_record)

@@ -57,7 +57,7 @@ async def test_typed_publish_subscribe_skips_undecodable(bus: Bus) -> None:
 
 
 async def test_request_reply_and_a_missing_responder_is_transient(bus: Bus) -> None:
-    subject = bus.subjects.kmod_cmd("n1")
+    subject = bus.subjects.kmod_cmd("n1", "detect")
 
     async def responder(event: events.AnyEvent) -> events.Event:
         assert isinstance(event, events.KmodCommand)
@@ -67,7 +67,7 @@ async def test_request_reply_and_a_missing_responder_is_transient(bus: Bus) -> N
     reply = await bus.request(subject, events.KmodCommand(node="n1", op="detect", pidns=(7,)))
     assert isinstance(reply, events.KmodReply) and reply.pidns == (7,)
     with pytest.raises(Transient, match="is the serving service running"):
-        await bus.request(bus.subjects.kmod_cmd("other"), events.KmodCommand(node="o", op="stats"),
+        await bus.request(bus.subjects.kmod_cmd("other", "stats"), events.KmodCommand(node="o", op="stats"),
                           timeout=0.2)
 
 
@@ -181,8 +181,9 @@ async def test_publishing_without_a_stream_is_transient(nats_settings: NatsSetti
         with pytest.raises(Transient):
             await bus.publish_persistent(bus.subjects.event("n1", "spot"),
                                          events.SpotEvent(node="n1", pod="a/b", container="c", state="using"))
+        store = await bus.store("solver", "n1.mapping")  # bound without asking: the first use tells
         with pytest.raises(Transient, match="installer"):
-            await bus.store("solver", "n1.mapping")
+            await store.get("k", dict)
     finally:
         await bus.drain()
 

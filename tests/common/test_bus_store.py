@@ -56,9 +56,9 @@ async def test_a_value_that_does_not_decode_is_permanent_and_named(bus: Bus) -> 
 
 
 async def test_requests_are_not_recorded_by_the_stream(bus: Bus) -> None:
-    """``kmod.cmd`` is request/reply, not an event: the stream leaves it alone, so the only
+    """``kmod.<role>`` is request/reply, not an event: the stream leaves it alone, so the only
     answer a requester gets is the responder's."""
-    subject = bus.subjects.kmod_cmd("n1")
+    subject = bus.subjects.kmod_cmd("n1", "stats")
 
     async def responder(event: events.AnyEvent) -> events.Event:
         return events.KmodReply(node="n1", op="stats", status=0)

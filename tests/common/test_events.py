@@ -107,7 +107,8 @@ def test_subjects_build_and_parse() -> None:
     assert s.parse(s.event("gpu-1.example.com", "spot")) == subjects.SubjectInfo(
         "gpu-1.example.com", "event", "spot")
     assert s.health("n1", "gpushare/spot-gpu") == "gpushare.v1.n1.health.spot-gpu"
-    assert s.parse(s.kmod_cmd("n1")).channel == "kmod"
+    assert s.parse(s.kmod_cmd("n1", "release")) == subjects.SubjectInfo("n1", "kmod", "solver")
+    assert s.parse(s.kmod_cmd("n1", "add")) == subjects.SubjectInfo("n1", "kmod", "detector")
     assert s.parse(s.eviction("n1")) == subjects.SubjectInfo("n1", "eviction", "")
     assert s.parse(s.capacity("n1", "vmem")).name == "vmem"
     assert s.parse(s.fence("n1", "gpushare/spot-gpu")) == subjects.SubjectInfo("n1", "fence", "spot-gpu")

@@ -20,7 +20,8 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 from gpushare_common import events
 from gpushare_common.bus import AckPolicy, Bus, Permanent
-from gpushare_common.layout import BUCKETS
+from gpushare_common.layout import DETECTOR, HEALTH, KINDS, KMOD, OBSERVED, SOLVER
+from gpushare_common.subjects import KMOD_OPS
 from gpushare_nats_auth.natsconf import static_users
 
 from tests.deploy.nats_deployments import NODE_A, ChartNats, Deployment, chart_nats, compose_nats
@@ -53,10 +54,14 @@ async def test_the_installer_made_the_stream_and_every_bucket(deployment: Deploy
     the cluster (through the node's domain on the chart)."""
     async with buses(deployment) as bus:
         await asyncio.wait_for(bus["solver"].wait_for_stream(), 10)
+        for name, reader in ((SOLVER, "solver"), (HEALTH, "solver"), (DETECTOR, "detector"), (KMOD, "kmod-bridge")):
+            # on the node's server: a missing bucket would not answer (Transient: is the installer done?)
+            store = await bus[reader].store(name, bus[reader].layout.scope(NODE_A, KINDS[name][0]))
+            assert await store.get("absent", dict) is None, name
         domain = deployment.domain(NODE_A)
         assert await bus["observer"].last_seq(domain) >= 0
         stop = asyncio.Event()
-        for name in BUCKETS:
+        for name in OBSERVED:  # from the observer's server: through its own consumer, in the node's domain
             watch = bus["observer"].watch_bucket(name, f"{NODE_A}.>", stop, heartbeat_s=0.5, domain=domain)
             first = await asyncio.wait_for(anext(watch), 10)
             assert first.reset, name
@@ -91,16 +96,16 @@ def event_kind(event: events.Event) -> str:
 
 async def test_kmod_commands_are_asked_and_answered(deployment: Deployment) -> None:
     async with buses(deployment) as bus:
-        subject = bus["kmod-bridge"].subjects.kmod_cmd(NODE_A)
-
         async def answer(command: events.AnyEvent) -> events.Event:
             assert isinstance(command, events.KmodCommand)
             return events.KmodReply(node=NODE_A, op=command.op, status=0)
 
-        await bus["kmod-bridge"].serve(subject, answer)
-        await bus["kmod-bridge"].flush()  # the subscription is registered before the first request
-        for asker in ("detector", "solver"):
-            reply = await bus[asker].request(subject, events.KmodCommand(node=NODE_A, op="stats"), timeout=5)
+        for role in KMOD_OPS:
+            await bus["kmod-bridge"].serve(bus["kmod-bridge"].subjects.kmod_requests(NODE_A, role), answer)
+        await bus["kmod-bridge"].flush()  # the subscriptions are registered before the first request
+        for asker, op in (("detector", "stats"), ("solver", "release")):
+            subject = bus[asker].subjects.kmod_cmd(NODE_A, op)
+            reply = await bus[asker].request(subject, events.KmodCommand(node=NODE_A, op=op), timeout=5)
             assert isinstance(reply, events.KmodReply) and reply.status == 0, asker
 
 
@@ -148,6 +153,19 @@ async def test_each_role_hears_its_channels(deployment: Deployment) -> None:
         for role, count in expected.items():
             got = [await asyncio.wait_for(heard[role].get(), 10) for _ in range(count)]
             assert len(got) == count, role
+
+
+async def test_the_observer_follows_a_bucket_through_its_own_consumer(deployment: Deployment) -> None:
+    async with buses(deployment) as bus:
+        written = await bus["solver"].store("health", bus["solver"].layout.scope(NODE_A, "health"))
+        await written.put("spot-gpu", {"by": "solver"})
+        stop = asyncio.Event()
+        for _ in range(2):  # followed again (a lost watch): its consumer is made fresh, all keys again
+            watch = bus["observer"].watch_bucket("health", ">", stop, heartbeat_s=0.5,
+                                                 domain=deployment.domain(NODE_A))  # fmt: skip
+            first = await asyncio.wait_for(anext(watch), 10)
+            assert first.reset and f"{NODE_A}.health.spot-gpu" in [c.key for c in first.changes]
+            await watch.aclose()
 
 
 async def test_the_observer_reads_the_stream(deployment: Deployment) -> None:

@@ -73,7 +73,7 @@ async def rig(nats_settings: NatsSettings, podresources: PodResourcesServer) -> 
     await bus.connect()
     await bus.wait_for_stream()
     bridge, seen = KmodBridge(), Collector()
-    await bus.serve(bus.subjects.kmod_cmd(NODE), bridge.respond)
+    await bus.serve(bus.subjects.node_kmod(NODE), bridge.respond)
     await bus.subscribe(bus.subjects.event(NODE, "lowpower"), seen)
     exporter, clock = Exporter(), Clock()
     scraper = Scraper("http://exporter", DCGM, exporter.fetch, 1.0, max_age_s=120, clock=clock,

@@ -48,7 +48,7 @@ async def world(nats_settings: NatsSettings, kube_api: KubeApi, podresources: Po
     await bus.connect()
     await bus.wait_for_stream()
     bridge, seen = KmodBridge(), Collector()
-    await bus.serve(bus.subjects.kmod_cmd(NODE), bridge.respond)
+    await bus.serve(bus.subjects.node_kmod(NODE), bridge.respond)
     await bus.subscribe(bus.subjects.node_events(NODE), seen)
     core = kubernetes.client.CoreV1Api(kube_api.client)
     await asyncio.to_thread(core.create_namespace, {"metadata": {"name": "ns"}})  # type: ignore[arg-type]

@@ -77,8 +77,10 @@ async def client(nats: NatsSettings) -> AsyncIterator[tuple[Bus, asyncio.Queue[e
         await bus.drain()
 
 
-async def command(bus: Bus, op: str, **fields: object) -> events.KmodReply:
-    reply = await bus.request(bus.subjects.kmod_cmd(NODE), events.KmodCommand(node=NODE, op=op, **fields))
+async def command(bus: Bus, op: str, role: str = "", **fields: object) -> events.KmodReply:
+    """``op`` on the subject of the role that owns it, or on ``role``'s."""
+    subject = bus.subjects.kmod_requests(NODE, role) if role else bus.subjects.kmod_cmd(NODE, op)
+    reply = await bus.request(subject, events.KmodCommand(node=NODE, op=op, **fields))  # type: ignore[arg-type]
     assert isinstance(reply, events.KmodReply)
     return reply
 
@@ -129,7 +131,7 @@ async def test_bad_commands_get_clear_replies(
         assert (await command(bus, "add", pods=("no-slash",))).status == -22
         missing = await command(bus, "detect", pods=("team-b/absent",))
         assert missing.status == -2 and "team-b/absent" in missing.message
-        assert (await command(bus, "config")).status == -22
+        assert (await command(bus, "config", role="solver")).status == -1  # nobody's to request: EPERM
         assert (await command(bus, "add", pidns=(0,))).status == -22
         unknown = await command(bus, "add", pidns=(pidns_process.pidns,))  # no container listed lives there
         assert unknown.status == -3 and "no such process" in unknown.message

@@ -112,14 +112,14 @@ async def wait_for(predicate, timeout: float) -> bool:  # type: ignore[no-untype
 async def one_round(bus: Bus, got: asyncio.Queue[events.AnyEvent], proc: asyncio.subprocess.Process,
                     want_pidns: int) -> dict[str, float]:
     assert proc.stdin is not None and proc.stdout is not None
-    detect = await bus.request(bus.subjects.kmod_cmd(NODE), events.KmodCommand(
+    detect = await bus.request(bus.subjects.kmod_cmd(NODE, "detect"), events.KmodCommand(
         node=NODE, op="detect", pods=(f"{POD}/main",)), timeout=30)
     assert isinstance(detect, events.KmodReply) and detect.status == 0, detect
     proc.stdin.write(b"go\n")
     event = await asyncio.wait_for(got.get(), 60)
     assert isinstance(event, events.OwnerBackEvent), event
     start = time.monotonic()
-    release = await bus.request(bus.subjects.kmod_cmd(NODE), events.KmodCommand(
+    release = await bus.request(bus.subjects.kmod_cmd(NODE, "release"), events.KmodCommand(
         node=NODE, op="release", pidns=(event.pidns,)), timeout=30)
     rtt_ms = (time.monotonic() - start) * 1000
     held = (await asyncio.wait_for(proc.stdout.readline(), 60)).split()
@@ -170,14 +170,14 @@ async def resend_rounds(bus: Bus, got: asyncio.Queue[events.AnyEvent], proc: asy
     """The owner's call while no bridge runs; each next bridge gets the notice again."""
     assert proc.stdin is not None and proc.stdout is not None
     async with bridge(common, settings, "bridge_detect"):
-        detect = await bus.request(bus.subjects.kmod_cmd(NODE), events.KmodCommand(
+        detect = await bus.request(bus.subjects.kmod_cmd(NODE, "detect"), events.KmodCommand(
             node=NODE, op="detect", pods=(f"{POD}/main",)), timeout=30)
     proc.stdin.write(b"go\n")  # nobody registered: the notice is dropped
     async with bridge(common, settings, "bridge_resend1"):
         first = await asyncio.wait_for(got.get(), 60)
     async with bridge(common, settings, "bridge_resend2"):
         again = await asyncio.wait_for(got.get(), 60)
-        release = await bus.request(bus.subjects.kmod_cmd(NODE), events.KmodCommand(
+        release = await bus.request(bus.subjects.kmod_cmd(NODE, "release"), events.KmodCommand(
             node=NODE, op="release", pods=(POD,)), timeout=30)
         held = (await asyncio.wait_for(proc.stdout.readline(), 60)).split()
     assert isinstance(first, events.OwnerBackEvent) and isinstance(again, events.OwnerBackEvent)

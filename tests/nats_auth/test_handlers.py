@@ -91,6 +91,16 @@ def test_an_observer_needs_no_node_and_gets_none() -> None:
     assert handlers.decide(review, "t", TABLE, "gpushare-nats", NOW, 60).node == ""
 
 
+def test_an_observer_bound_to_its_pod_names_its_own_consumers() -> None:
+    review = Review(True, "system:serviceaccount:gpushare-system:gpushare-console", "n1", pod="console-7d9f-x2")
+    grant = handlers.decide(review, "t", TABLE, "gpushare-nats", NOW, 60)
+    assert grant.node == "console-7d9f-x2"
+    publish = Layout().permissions("observer", grant.node).publish
+    assert [p for p in publish if ".observer-" in p and "CREATE" in p] == [
+        f"$JS.API.CONSUMER.CREATE.KV_gpushare-{b}.observer-console-7d9f-x2.$KV.gpushare-{b}.>"
+        for b in ("solver", "health")]
+
+
 def test_the_grant_answer_carries_the_scoped_user() -> None:
     request = handlers.parse_request(signed_request("tok"), ISSUER.public, time.time())
     grant = handlers.decide(Review(True, SOLVER, "gpu-node-1"), "t", TABLE, "gpushare-nats", time.time(), 60)

@@ -144,7 +144,7 @@ async def test_owner_back_survives_one_transient_failure(
             bridge = FakeBridge()
             if point == "kmod-timeout":
                 bridge.silent_first = "release"  # the first release gets no answer in time
-            await bus.serve(bus.subjects.kmod_cmd(NODE), bridge.answer)
+            await bus.serve(bus.subjects.node_kmod(NODE), bridge.answer)
             world = World(containerd, rootfs, kube, bus, NODE, kubelet)
             await lend_one_card(world)
             await wait_for(lambda: running.solver.state.borrowers() == {"spot-GPU-0": BORROWER},

@@ -1,10 +1,16 @@
 """Every NATS subject gpushare uses, built and parsed here and nowhere else.
 
 ``<prefix>.<node>.event.<kind>``, ``<prefix>.<node>.health.<resource>``,
-``<prefix>.<node>.capacity.<resource>``, ``<prefix>.<node>.kmod.cmd``,
+``<prefix>.<node>.capacity.<resource>``, ``<prefix>.<node>.kmod.<role>``,
 ``<prefix>.<node>.fence.<resource>``, ``<prefix>.<node>.eviction``. The prefix is ``gpushare.v1`` in production;
 tests and the replay sandbox use their own.  A node name's ``.`` becomes ``_``
 (node names never contain ``_``, so the mapping is reversible).
+
+Requests to the kmod-bridge are split by the role that owns the operation
+(:data:`KMOD_OPS`): the detector's bookkeeping of reserved containers on
+``kmod.detector``, the solver's lending decisions on ``kmod.solver``; NATS
+permissions give each role its own subject, and the bridge refuses an
+operation that arrives on another role's.
 
 Below :class:`Subjects`, the subjects of NATS and JetStream themselves that gpushare names
 (in permissions, in errors, in a key-value listing): reply inboxes, key-value keys, the
@@ -24,6 +30,12 @@ DEFAULT_DOMAIN = "gpushare"
 EventKind = Literal["shadow", "share", "generic", "spot", "lowpower", "ownerback", "inventory"]
 EVENT_KINDS: tuple[str, ...] = get_args(EventKind)
 Channel = Literal["event", "health", "capacity", "kmod", "fence", "eviction"]
+# which role may ask the kmod-bridge for which operation (``config`` is a setting, never a request)
+KMOD_OPS: dict[str, tuple[str, ...]] = {
+    "detector": ("add", "delete", "stats"),  # the reserved containers it watches, and their counters
+    "solver": ("detect", "undetect", "release", "hold"),  # an owner away, back, held, released
+}
+_KMOD_ROLE = {op: role for role, ops in KMOD_OPS.items() for op in ops}
 
 _TOKEN = re.compile(r"[A-Za-z0-9_-]+\Z")
 _PREFIX = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*\Z")
@@ -42,6 +54,14 @@ def node_token(node: str) -> str:
     return node.replace(".", "_")
 
 
+def kmod_role(op: str) -> str:
+    """The role whose subject carries ``op``; :class:`SubjectError` for an op nobody may request."""
+    role = _KMOD_ROLE.get(op)
+    if role is None:
+        raise SubjectError(op, f"no role requests kmod op {op!r} (ops: {', '.join(sorted(_KMOD_ROLE))})")
+    return role
+
+
 def node_from_token(token: str) -> str:
     return token.replace("_", ".")
 
@@ -58,7 +78,7 @@ def resource_token(resource: str, domain: str = DEFAULT_DOMAIN) -> str:
 class SubjectInfo:
     node: str
     channel: str
-    name: str  # event kind, resource token, "cmd" or ""
+    name: str  # event kind, resource token, the requesting role (kmod) or ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,8 +111,23 @@ class Subjects:
     def node_capacity(self, node: str) -> str:
         return f"{self.prefix}.{node_token(node)}.capacity.*"
 
-    def kmod_cmd(self, node: str) -> str:
-        return f"{self.prefix}.{node_token(node)}.kmod.cmd"
+    def kmod_cmd(self, node: str, op: str) -> str:
+        """Where a request for ``op`` goes: the subject of the role that owns it."""
+        return self.kmod_requests(node, kmod_role(op))
+
+    def kmod_requests(self, node: str, role: str) -> str:
+        """The requests of one role to the node's kmod-bridge (what the bridge serves)."""
+        if role not in KMOD_OPS:
+            raise SubjectError(role, f"no kmod requests of role {role!r} (one of {', '.join(KMOD_OPS)})")
+        return f"{self.prefix}.{node_token(node)}.kmod.{role}"
+
+    def node_kmod(self, node: str) -> str:
+        """Every role's requests to the node's kmod-bridge (a stand-in serving them all)."""
+        return f"{self.prefix}.{node_token(node)}.kmod.*"
+
+    def presence(self, node: str) -> str:
+        """A subject of ``node`` nothing publishes: a direct get of it says whether the stream exists."""
+        return f"{self.prefix}.{node_token(node)}.presence"
 
     def fence(self, node: str, resource: str) -> str:
         """The solver's request that the device plugin refuse Allocate of some devices now, answered
@@ -113,7 +148,7 @@ class Subjects:
         return f"{self.prefix}.{node_token(node)}.>"
 
     def node_channel(self, node: str, channel: str) -> str:
-        """One node's ``channel`` (``event.spot``, ``capacity.*``, ``kmod.cmd``: a permission's pattern)."""
+        """One node's ``channel`` (``event.spot``, ``capacity.*``, ``kmod.solver``: a permission's pattern)."""
         return f"{self.prefix}.{node_token(node)}.{channel}"
 
     def every_node_capacity(self) -> str:
@@ -153,8 +188,8 @@ class Subjects:
             return SubjectInfo(node, channel, rest[0])
         if channel in ("health", "capacity", "fence") and len(rest) == 1:
             return SubjectInfo(node, channel, rest[0])
-        if channel == "kmod" and rest == ["cmd"]:
-            return SubjectInfo(node, channel, "cmd")
+        if channel == "kmod" and len(rest) == 1 and rest[0] in KMOD_OPS:
+            return SubjectInfo(node, channel, rest[0])
         if channel == "eviction" and not rest:
             return SubjectInfo(node, channel, "")
         raise SubjectError(subject, f"unknown channel {'.'.join(parts[1:])!r}")
@@ -226,6 +261,10 @@ def js_consumer_create(stream: str, consumer: str = "", filter_subject: str = ""
     """Creating a consumer of ``stream`` (named, filtered: the forms the server checks)."""
     tail = "".join(f".{part}" for part in (consumer, filter_subject) if part)
     return f"{js_api(domain)}.CONSUMER.CREATE.{stream}{tail}"
+
+
+def js_consumer_delete(stream: str, consumer: str, domain: str = "") -> str:
+    return f"{js_api(domain)}.CONSUMER.DELETE.{stream}.{consumer}"
 
 
 def js_consumer_info(stream: str, consumer: str) -> str:

@@ -61,7 +61,7 @@ class Service(ServiceBase):
         self.state = ClusterState(console.rules(common.kube.system_namespace), console.keep,
                                   on_problem=lambda source: metrics.skipped.labels(source).inc())  # fmt: skip
         self.followers = Followers(self.state, console, self.health, metrics)
-        self.bus = self.skeleton.bus(common.nats, role=ROLE)  # drained last
+        self.bus = self.skeleton.bus(common.nats, console.instance, role=ROLE)  # drained last
         self.kube = Kube(common.kube)
         self.skeleton.on_exit(self.kube.close)
 

@@ -15,6 +15,9 @@ PREFIX = "GPUSHARE_CONSOLE_"
 class ConsoleSettings:
     keep: int = 500
     """Owner-backs and eviction records kept in memory (the newest)."""
+    instance: str = "console"
+    """This console's name on NATS (its pod's, in Kubernetes): it names the consumers it follows the
+    buckets through, which only this instance may create (the auth callout grants the token's pod)."""
     poll_s: float = 0.2
     """How often the event stream is read for new records."""
     heartbeat_s: float = 2.0

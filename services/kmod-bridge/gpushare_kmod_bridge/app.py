@@ -22,6 +22,7 @@ from gpushare_common.logging import get_logger
 from gpushare_common.retry import retry
 from gpushare_common.service import ServiceBase
 from gpushare_common.settings import CommonSettings
+from gpushare_common.subjects import KMOD_OPS
 from prometheus_client import CollectorRegistry
 
 from . import protocol
@@ -141,7 +142,9 @@ class Service(ServiceBase):
             self.skeleton.spawn("watch-set saver", self._save_watch_set())
         await self.bridge.watch_set_loaded()
         self._kernel_state(self.link.registered.is_set(), self.link.last_error or "not registered")
-        await self.bus.serve(self.bus.subjects.kmod_cmd(self.node), self.bridge.serve_command)
+        for role in KMOD_OPS:  # each role's requests on its own subject, checked against its ops
+            await self.bus.serve(self.bus.subjects.kmod_requests(self.node, role), self.bridge.responder(role),
+                                 invalid=self.bridge.undecodable)
 
     async def _save_watch_set(self, every_s: float = 1.0) -> None:
         """Write again what the bucket refused (the set in memory never waits for it)."""

@@ -1,5 +1,10 @@
 """The bridge between NATS and the kernel: commands in, owner-back events out.
 
+- ``responder(role)``: the requests of one role (its own subject,
+  ``kmod.<role>``); an operation that role does not own (``subjects.KMOD_OPS``:
+  the detector adds, deletes and reads counters, the solver detects, holds and
+  releases) is refused with ``-EPERM`` and counted, whatever the permissions
+  let through; an undecodable request is answered ``-EINVAL`` (the bus).
 - ``serve_command``: a :class:`KmodCommand` (pid-namespace ids and/or pod
   keys, resolved here) updates the watch set, goes to the kernel, and the
   kernel's status comes back as a :class:`KmodReply`. ADD and DETECT name,
@@ -46,6 +51,7 @@ from typing import Any
 from gpushare_common import events
 from gpushare_common.hold import HoldTiming
 from gpushare_common.logging import get_logger
+from gpushare_common.subjects import KMOD_OPS
 
 from . import handlers, protocol
 from .link import KernelLink, KernelUnavailable
@@ -180,6 +186,23 @@ class Bridge:
         return [entry.container_id if entry else "", owner.container_id if owner else ""]
 
     # --- NATS -> kernel -------------------------------------------------------------
+
+    def responder(self, role: str) -> Callable[[events.AnyEvent], Awaitable[events.Event]]:
+        """What answers the requests arriving on ``role``'s subject."""
+        async def respond(request: events.AnyEvent) -> events.Event:
+            op = request.op if isinstance(request, events.KmodCommand) else ""
+            if op and op not in KMOD_OPS[role]:
+                self.metrics.commands.labels(op, "wrong-role").inc()
+                return self._reply(op, handlers.EPERM, (), f"op {op!r} is not the {role}'s to request "
+                                   f"(the {role} may request {', '.join(KMOD_OPS[role])})")
+            return await self.serve_command(request)
+
+        return respond
+
+    def undecodable(self, reason: str) -> events.KmodReply:
+        """The answer to a request that does not decode (the caller learns why at once)."""
+        self.metrics.commands.labels("?", "undecodable").inc()
+        return self._reply("?", handlers.EINVAL, (), f"the request does not decode: {reason}")
 
     async def serve_command(self, request: events.AnyEvent) -> events.Event:
         if not isinstance(request, events.KmodCommand):

@@ -15,6 +15,7 @@ from .watchset import WatchEntry
 
 ENOTCONN = -errno.ENOTCONN
 ENOENT = -errno.ENOENT
+EPERM = -errno.EPERM
 EINVAL = -errno.EINVAL
 ESRCH = -errno.ESRCH
 

@@ -81,13 +81,14 @@ class Review:
     node: str = ""  # user.extra["authentication.kubernetes.io/node-name"]
     audiences: tuple[str, ...] = ()
     error: str = ""
+    pod: str = ""  # user.extra["authentication.kubernetes.io/pod-name"] (a token bound to a pod)
 
 
 @dataclass(frozen=True, slots=True)
 class Grant:
     role: str
     account: Account
-    node: str
+    node: str  # a node role's node; the observer's instance (its pod, which names its consumers)
     expires: int  # Unix seconds
 
 
@@ -119,6 +120,21 @@ def parse_request(raw: bytes, issuer: str, now: float) -> AuthRequest:
     request = _request_fields(claims)
     return AuthRequest(request.user_nkey, request.server_id.id, request.client_info.host,
                        request.connect_opts.name or request.client_info.name, request.connect_opts.auth_token)
+
+
+def presented_token(raw: bytes) -> str:
+    """The token a request carries, read without checking the request's signature (cheap: for
+    refusing a token that is not worth more; a grant still needs :func:`parse_request`)."""
+    try:
+        claims = jwt.unverified_claims(raw.decode("utf-8", "replace").strip())
+    except jwt.JwtError as err:
+        raise Refused("malformed-request", str(err)) from None
+    nats = claims.get("nats")
+    opts = nats.get("connect_opts") if isinstance(nats, dict) else None
+    token = opts.get("auth_token", "") if isinstance(opts, dict) else None
+    if not isinstance(token, str):
+        raise Refused("malformed-request", "the request's nats claim has no connect_opts")
+    return token
 
 
 def reply_target(raw: bytes) -> tuple[str, str] | None:
@@ -162,8 +178,14 @@ def decide(review: Review, token: str, table: RoleTable, audience: str, now: flo
     if expires is not None and expires <= now:
         raise Refused("token-expired", f"the token of {account} expired at {expires}")
     cap = int(now + max_ttl_s)
-    return Grant(role, account, review.node if table.needs_node(role) else "",
-                 cap if expires is None else min(expires, cap))
+    node = review.node if table.needs_node(role) else (_instance(review.pod) if role == "observer" else "")
+    return Grant(role, account, node, cap if expires is None else min(expires, cap))
+
+
+def _instance(pod: str) -> str:
+    """The observer's instance: its pod's name when the token is bound to one (a DNS subdomain
+    without dots is a subject token), else the one shared instance ``console``."""
+    return pod if pod and "." not in pod else ""
 
 
 def user_claims(grant: Grant, request: AuthRequest, layout: Layout, nats_account: str) -> dict[str, object]:

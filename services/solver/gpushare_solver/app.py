@@ -47,7 +47,7 @@ def ack_policy(settings: SolverSettings) -> AckPolicy:
     any failure around it (NATS, Kubernetes, containerd, the kmod-bridge) is retried, with a
     growing delay, until it passes: an owner-back is never dropped."""
     return AckPolicy(invalid=(HandlerError,), backoff=Backoff(settings.retry_first_s, settings.retry_max_s),
-                     ack_wait_s=settings.ack_wait_s)
+                     ack_wait_s=settings.ack_wait_s, check_s=settings.consumer_check_s)
 
 
 class Service(ServiceBase):

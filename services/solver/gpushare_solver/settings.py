@@ -26,6 +26,8 @@ class SolverSettings:
     """Keep trying to deliver a release this long (then the kernel's own timeout releases)."""
     ack_wait_s: float = 30.0
     """How long the stream waits for an event's acknowledgement before it redelivers it."""
+    consumer_check_s: float = 30.0
+    """How often the durable consumer is checked against its declaration (and healed when changed)."""
     retry_first_s: float = 0.05
     """The first delay before a failed event is handled again (doubling up to retry_max_s)."""
     retry_max_s: float = 5.0

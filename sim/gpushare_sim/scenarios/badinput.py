@@ -86,7 +86,8 @@ def subjects(s: Scenario) -> list[str]:
     for node in (n.name for n in s.cluster.nodes):
         found += [subj.event(node, k) for k in ("shadow", "share", "generic", "spot", "lowpower", "ownerback")]
         found += [subj.health(node, "gpushare/spot-gpu"), subj.health(node, "gpushare/share-gpu-4"),
-                  subj.capacity(node, "gpushare/vcpu"), subj.kmod_cmd(node), subj.eviction(node)]  # fmt: skip
+                  subj.capacity(node, "gpushare/vcpu"), subj.kmod_requests(node, "detector"),
+                  subj.kmod_requests(node, "solver"), subj.eviction(node)]  # fmt: skip
     return found
 
 

@@ -7,10 +7,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-from ..subjects import js_stream_info, kv_stream
 from .connection import Bus as _Connection
 from .connection import Handler, RawHandler, Responder, Subscription
-from .errors import BUGS, FAILURES, BusError, NotFound, Permanent, Transient
+from .errors import BUGS, BusError, NotFound, Permanent, Transient
 from .jetstream import AckPolicy, StreamMessage, consume, ensure_layout, last_seq, read_after, wait_for_stream
 from .kv import Store, escape_key, unescape_key
 from .watch import KeyChanges, watch_bucket
@@ -32,16 +31,13 @@ class Bus(_Connection):
         await consume(self, subject, durable, handler, policy, stop, batch)
 
     async def store(self, bucket: str, scope: str) -> Store:
-        """``bucket`` (a name of :data:`~gpushare_common.layout.BUCKETS`) seen through ``scope``."""
+        """``bucket`` (a name of :data:`~gpushare_common.layout.BUCKETS`) seen through ``scope``.
+
+        Bound without asking the server (no ``STREAM.INFO``, which node roles may not send): the
+        installer made every bucket with direct gets, and :meth:`wait_for_stream` came first."""
         name = self.layout.bucket(bucket)
-        try:
-            kv = await self.client.jetstream().key_value(name)
-        except FAILURES as err:
-            failure = self.explain(f"bucket {name}", js_stream_info(kv_stream(name)), err)
-            if isinstance(failure, NotFound):
-                raise Transient(failure.op, "the bucket does not exist yet (is the installer done?)") from err
-            raise failure from err
-        return Store(kv, name, scope, self.explain)
+        return Store.bound(self.client.jetstream(), name, scope, self.explain,
+                           self.layout.scan_consumer(self.service, scope))
 
     async def last_seq(self, domain: str = "") -> int:
         return await last_seq(self, domain)
@@ -53,9 +49,10 @@ class Bus(_Connection):
 
     def watch_bucket(self, bucket: str, keys: str, stop: asyncio.Event, heartbeat_s: float = 2.0,
                      domain: str = "") -> AsyncIterator[KeyChanges]:  # fmt: skip
-        """Every key of ``bucket`` matching ``keys``, then each change (:mod:`.watch`); ``domain``:
-        the bucket of that JetStream domain (a node's leaf server)."""
-        return watch_bucket(self, bucket, keys, stop, heartbeat_s, domain)
+        """Every key of ``bucket`` matching ``keys``, then each change (:mod:`.watch`), through the
+        observer's own consumer (``observer-<node>``: this connection's instance); ``domain``: the
+        bucket of that JetStream domain (a node's leaf server)."""
+        return watch_bucket(self, bucket, keys, stop, heartbeat_s, domain, self.layout.observer_consumer(self.node))
 
 
 __all__ = ["BUGS", "AckPolicy", "Bus", "BusError", "Handler", "NotFound", "Permanent", "RawHandler", "Responder",

@@ -62,6 +62,9 @@ class BusMetrics:
                                   ["reason"], registry=reg)
         self.published = Counter("gpushare_bus_published", "Messages published", registry=reg)
         self.reconnects = Counter("gpushare_bus_reconnects", "Reconnections to NATS", registry=reg)
+        self.restored = Counter("gpushare_bus_consumer_restored",
+                                "Durable consumers found changed behind their reader and made again", ["durable"],
+                                registry=reg)
 
 
 def _tls_context(settings: NatsSettings) -> ssl.SSLContext | None:
@@ -325,12 +328,29 @@ class Bus:
             raise Permanent(f"request {subject}", "the reply does not decode")
         return reply
 
-    async def serve(self, subject: str, responder: Responder, queue: str = "") -> Subscription:
-        """Answer typed requests on ``subject``; a responder error is logged and not answered."""
+    async def _respond(self, msg: Msg, reply: Event) -> None:
+        try:
+            await msg.respond(encode(reply))
+        except Exception as err:  # the connection went away: the caller times out as it would have
+            log.info("could not answer a request", service=self.service, subject=msg.subject, error=repr(err))
+
+    async def serve(self, subject: str, responder: Responder, queue: str = "",
+                    invalid: Callable[[str], Event] | None = None) -> Subscription:
+        """Answer typed requests on ``subject``; a responder error is logged and not answered. A
+        request that does not decode is answered with ``invalid(reason)`` when given (the caller
+        learns why at once instead of waiting out its timeout), else dropped and counted."""
 
         async def on_request(msg: Msg) -> None:
-            event = self.decode(msg)
-            if event is None or not msg.reply:
+            try:
+                event = decode(msg.data)
+            except EventDecodeError as err:
+                self.metrics.undecodable.inc()
+                log.warning("undecodable request", service=self.service, subject=msg.subject, reason=err.reason,
+                            answered=invalid is not None and bool(msg.reply))
+                if invalid is not None and msg.reply:
+                    await self._respond(msg, invalid(err.reason))
+                return
+            if not msg.reply:
                 return
             try:
                 reply = await responder(event)

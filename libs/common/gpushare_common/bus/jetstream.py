@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +30,7 @@ from ..layout import BUCKETS
 from ..logging import get_logger
 from ..retry import Backoff, Supervised, retry
 from .connection import Bus, Handler
+from .durable import Durable
 from .errors import BUGS, FAILURES, NotFound, Transient, classify, failing
 
 log = get_logger("bus")
@@ -39,6 +41,7 @@ class AckPolicy:
     invalid: tuple[type[BaseException], ...] = ()  # the message is wrong: terminate it
     backoff: Backoff | None = None  # nak delays by delivery count (default 0.05 s doubling to 5 s)
     ack_wait_s: float = 30.0
+    check_s: float = 30.0  # how often the durable's configuration is checked (and healed, .durable)
 
     def delay(self, deliveries: int) -> float:
         return (self.backoff or Backoff(0.05, 5.0)).delay_for(deliveries)
@@ -88,13 +91,18 @@ async def _ensure_bucket(bus: Bus, bucket: str) -> None:
 
 async def wait_for_stream(bus: Bus, stop: asyncio.Event | None = None) -> None:
     """Wait until the event stream exists (created by the installer, or here when the settings
-    ask services to create the layout themselves)."""
+    ask services to create the layout themselves). Asked with a direct get of a subject of the
+    service's own that nothing publishes (``Layout.presence``): the stream answers "no message";
+    no stream, no answer. (``STREAM.INFO`` is not for node roles: it lists every node's keys.)"""
     async def attempt() -> None:
         if bus.settings.ensure_layout:
             await ensure_layout(bus)
             return
+        presence = bus.layout.presence(bus.node or "nobody")
         try:
-            await bus.client.jetstream().stream_info(bus.settings.stream)
+            await bus.client.jetstream().get_msg(bus.settings.stream, subject=presence, direct=True)
+        except NotFoundError:
+            return  # the stream answered: it exists
         except FAILURES as err:
             failure = classify(f"stream {bus.settings.stream}", err)
             raise Transient(failure.op, f"{failure.reason} (is the installer done?)") from err
@@ -107,13 +115,22 @@ async def wait_for_stream(bus: Bus, stop: asyncio.Event | None = None) -> None:
 
 async def consume(bus: Bus, subject: str, durable: str, handler: Handler, policy: AckPolicy,
                   stop: asyncio.Event, batch: int = 16) -> None:  # fmt: skip
-    """Run a durable pull consumer of ``subject`` until ``stop``; survives server restarts."""
+    """Run a durable pull consumer of ``subject`` until ``stop``; survives server restarts. Its
+    configuration is checked when bound and every ``policy.check_s`` (:mod:`.durable`)."""
     sub: Any = None
+    consumer = Durable(bus, subject, durable, policy.ack_wait_s)
+    checked = time.monotonic()
     try:
         async for fetch in Supervised(f"consume {durable}", stop, Backoff(0.05, 2.0), service=bus.service):
             try:
+                if sub is not None and time.monotonic() - checked >= policy.check_s:
+                    checked = time.monotonic()
+                    if await consumer.check():
+                        await _unsubscribe(sub)
+                        sub = None
                 if sub is None:
-                    sub = await _bind(bus, subject, durable, policy)
+                    sub = await consumer.bind()
+                    checked = time.monotonic()
                 msgs = await sub.fetch(batch, timeout=0.5)
             except FAILURES as err:
                 failure = classify(f"fetch {durable}", err)
@@ -126,17 +143,12 @@ async def consume(bus: Bus, subject: str, durable: str, handler: Handler, policy
                 await _handle(bus, msg, handler, policy)
     finally:
         if sub is not None:
-            with contextlib.suppress(*FAILURES):  # stopping: a lost connection took it along
-                await sub.unsubscribe()
+            await _unsubscribe(sub)
 
 
-async def _bind(bus: Bus, subject: str, durable: str, policy: AckPolicy) -> Any:
-    js = bus.client.jetstream()
-    config = api.ConsumerConfig(name=durable, durable_name=durable, ack_policy=api.AckPolicy.EXPLICIT,
-                                max_deliver=-1, ack_wait=policy.ack_wait_s, deliver_policy=api.DeliverPolicy.ALL,
-                                filter_subject=subject)  # fmt: skip
-    await js.add_consumer(bus.settings.stream, config)
-    return await js.pull_subscribe_bind(durable=durable, stream=bus.settings.stream)
+async def _unsubscribe(sub: Any) -> None:
+    with contextlib.suppress(*FAILURES):  # stopping: a lost connection took it along
+        await sub.unsubscribe()
 
 
 async def _handle(bus: Bus, msg: Msg, handler: Handler, policy: AckPolicy) -> None:

@@ -18,9 +18,9 @@ from typing import Any, TypeVar
 
 import msgspec
 from nats.js import api
+from nats.js.errors import NotFoundError
 from nats.js.kv import KeyValue
 
-from ..events import new_id
 from ..subjects import below, js_direct_get, kv_key, kv_key_of, kv_stream
 from .errors import FAILURES, BusError, NotFound, Permanent, Transient, classify, failing
 
@@ -48,17 +48,29 @@ def _plain(op: str, subject: str, err: BaseException) -> BusError:
 
 
 class Store:
-    def __init__(self, kv: KeyValue, bucket: str, scope: str, explain: Explain = _plain) -> None:
+    def __init__(self, kv: KeyValue, bucket: str, scope: str, explain: Explain = _plain,
+                 consumer: str = "") -> None:
         self.kv = kv
         self.bucket = bucket
         self.scope = scope
         self._explain = explain
+        self.consumer = consumer or f"scan-{scope.replace('.', '-')}"  # named in the role's permissions
+        self._scanning = asyncio.Lock()  # one scan at a time: each made through the same consumer
+
+    @classmethod
+    def bound(cls, js: Any, bucket: str, scope: str, explain: Explain, consumer: str) -> Store:
+        """The bucket's store without asking the server (the installer made it with direct gets)."""
+        kv = KeyValue(name=bucket, stream=kv_stream(bucket), pre=kv_key(bucket, ""), js=js, direct=True)
+        return cls(kv, bucket, scope, explain, consumer)
 
     def _fail(self, op: str, key: str, err: BaseException) -> BusError:
         subject = kv_key(self.bucket, key)
         if op == "get":
             subject = js_direct_get(kv_stream(self.bucket), subject)
-        return self._explain(f"{op} {self.bucket}/{key}", subject, err)
+        failure = self._explain(f"{op} {self.bucket}/{key}", subject, err)
+        if isinstance(failure, Transient) and "NoResponders" in failure.reason:  # no such bucket (yet)
+            return Transient(failure.op, f"{failure.reason}: the bucket does not exist (is the installer done?)")
+        return failure
 
     def _key(self, key: str) -> str:
         return f"{self.scope}.{escape_key(key)}"
@@ -95,7 +107,8 @@ class Store:
     async def raw_items(self) -> dict[str, bytes]:
         """Every live key of the scope with its raw value (one pass over the bucket's stream)."""
         with failing(f"list {self.bucket}/{self.scope}"):
-            return await _scan(self.kv, self.bucket, self.scope)
+            async with self._scanning:
+                return await _scan(self.kv, self.bucket, self.scope, self.consumer)
 
     async def keys(self) -> list[str]:
         return sorted(await self.raw_items())
@@ -116,14 +129,17 @@ class Store:
         return good, bad
 
 
-async def _scan(kv: KeyValue, bucket: str, scope: str, timeout: float = 5.0) -> dict[str, bytes]:
+async def _scan(kv: KeyValue, bucket: str, scope: str, consumer: str, timeout: float = 5.0) -> dict[str, bytes]:
+    """Every live key of ``scope`` through ``consumer`` (made fresh: one left by a scan that died
+    would be updated, not restarted, and deliver nothing), deleted when done."""
     js, nc = kv._js, kv._js._nc  # the bucket's own JetStream context (same connection)
     stream = kv_stream(bucket)
     inbox = nc.new_inbox()
     queue: asyncio.Queue[Any] = asyncio.Queue()
     sub = await nc.subscribe(inbox, cb=queue.put)
     try:
-        config = api.ConsumerConfig(name=f"scan{new_id()[:16]}", filter_subject=below(kv_key(bucket, scope)),
+        await _delete_consumer(js, stream, consumer)
+        config = api.ConsumerConfig(name=consumer, filter_subject=below(kv_key(bucket, scope)),
                                     deliver_subject=inbox,
                                     deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT,
                                     ack_policy=api.AckPolicy.NONE, inactive_threshold=5.0, mem_storage=True,
@@ -145,3 +161,12 @@ async def _scan(kv: KeyValue, bucket: str, scope: str, timeout: float = 5.0) -> 
         return found
     finally:
         await sub.unsubscribe()
+        await _delete_consumer(js, stream, consumer)
+
+
+async def _delete_consumer(js: Any, stream: str, consumer: str) -> None:
+    """Delete ``consumer`` if it exists (a missing one is no error)."""
+    try:
+        await js._jsm.delete_consumer(stream, consumer)
+    except NotFoundError:
+        pass

@@ -4,8 +4,9 @@
   gpushare-events replay [--since 10m|ISO] [--until ...] [--from-seq N] [--json]
                          [--republish-to PREFIX] [filters]
 
-``replay`` reads a window of the ``GPUSHARE`` stream (an ordered, ephemeral
-consumer: nothing is acknowledged or changed) and prints one line per event,
+``replay`` reads a window of the ``GPUSHARE`` stream (an ordered, short-lived
+consumer under the observer's own name, ``observer-<instance>``, the one it may
+make: nothing is acknowledged or changed) and prints one line per event,
 or feeds the window back under a sandbox prefix (``--republish-to``) so a
 service started with that prefix can be debugged against real traffic. Each
 node's stream lives on its leaf server: with ``--node`` the stream read is that
@@ -19,7 +20,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime as dt
+import os
 import re
 import sys
 from collections.abc import Sequence
@@ -27,15 +30,18 @@ from dataclasses import dataclass, replace
 
 from nats.aio.msg import Msg
 from nats.js import api
+from nats.js.errors import NotFoundError
 
 from ..events import AnyEvent, EventDecodeError, decode, event_tag, pod_of
 from ..settings import NATS_PREFIX, NatsSettings, load
 from ..subjects import DEFAULT_PREFIX, SubjectError, Subjects
 from . import Bus, BusError
+from .errors import failing
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])\Z")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _SKIP = {"node", "id", "ts", "type"}
+INSTANCE = "GPUSHARE_CONSOLE_INSTANCE"  # set in the console's pod: its name, which the callout grants
 
 
 class UsageError(ValueError):
@@ -158,10 +164,15 @@ async def replay(
         if seq >= last or meta.num_pending == 0:
             done.set()
 
-    js = bus.client.jetstream(domain=domain or None)
-    # the stream named: no lookup by subject ($JS.API.STREAM.NAMES, which the observer may not ask)
-    sub = await js.subscribe(bus.subjects.all(), stream=bus.settings.stream, ordered_consumer=True,
-                             config=_consumer_config(since, from_seq), cb=on_message)
+    js, stream = bus.client.jetstream(domain=domain or None), bus.settings.stream
+    config = _consumer_config(since, from_seq)
+    config.name = bus.layout.observer_consumer(bus.node)  # the one name this observer may create
+    with failing(f"replay {stream}"):
+        with contextlib.suppress(NotFoundError):  # left by a replay that died: made fresh
+            await js._jsm.delete_consumer(stream, config.name)
+        # the stream named: no lookup by subject ($JS.API.STREAM.NAMES, which the observer may not ask)
+        sub = await js.subscribe(bus.subjects.all(), stream=stream, ordered_consumer=True, config=config,
+                                 cb=on_message)  # fmt: skip
     try:
         await asyncio.wait_for(done.wait(), timeout=30)
     except TimeoutError:
@@ -177,6 +188,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--url", help="NATS URL (default: GPUSHARE_NATS_URL)")
     parser.add_argument("--prefix", help=f"subject prefix (default: {DEFAULT_PREFIX})")
     parser.add_argument("--stream", help="JetStream stream (default: GPUSHARE)")
+    parser.add_argument("--instance", default="", help="the observer's instance, which names the consumer a "
+                        "replay reads through (default: $GPUSHARE_CONSOLE_INSTANCE, else console; in the "
+                        "console's pod, with its token, the pod's name)")
     sub = parser.add_subparsers(dest="command", required=True)
     for name in ("tail", "replay"):
         cmd = sub.add_parser(name)
@@ -207,7 +221,7 @@ async def run(args: argparse.Namespace, stop: asyncio.Event) -> int:
     until = parse_time(args.until) if getattr(args, "until", None) else None
     if getattr(args, "republish_to", ""):
         Subjects(args.republish_to)
-    bus = Bus(settings_from(args), "observer")
+    bus = Bus(settings_from(args), "observer", node=args.instance)
     try:
         await asyncio.wait_for(bus.connect(), timeout=10)
     except TimeoutError:
@@ -235,6 +249,7 @@ async def run(args: argparse.Namespace, stop: asyncio.Event) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.instance = args.instance or os.environ.get(INSTANCE, "")
     try:
         stop = asyncio.Event()
         return asyncio.run(run(args, stop))

@@ -2,11 +2,13 @@
 
 :func:`watch_bucket` yields :class:`KeyChanges`: first one with ``reset=True`` holding every
 live key that matches (the caller replaces what it had), then one per burst of changes (a
-deleted or purged key has ``value=None``). It asks the server for nothing but an ephemeral,
+deleted or purged key has ``value=None``). It asks the server for nothing but a short-lived,
 filtered push consumer (memory storage, no acks, idle heartbeats) delivered to the
-connection's own inbox, which the read-only ``observer`` role may create. When the consumer
-is lost (no message nor heartbeat for three heartbeats: a server restarted, a leader moved)
-or skips a message, it is made again and the next batch is a reset again.
+connection's own inbox, under the one name the read-only ``observer`` role may create and
+delete (``observer-<instance>``, the same in every node's domain: nobody else's consumer can
+be touched). When the consumer is lost (no message nor heartbeat for three heartbeats: a
+server or a leaf restarted, a leader moved) or skips a message, it is made again and the
+next batch is a reset again.
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from nats.js import api
+from nats.js.errors import NotFoundError
 
-from ..events import new_id
 from ..retry import Backoff, Supervised
 from ..subjects import js_consumer_create, kv_key, kv_key_of, kv_stream
 from .connection import Bus
@@ -41,14 +43,14 @@ class KeyChanges:
 
 
 async def watch_bucket(bus: Bus, bucket: str, keys: str, stop: asyncio.Event, heartbeat_s: float = 2.0,
-                       domain: str = "") -> AsyncIterator[KeyChanges]:  # fmt: skip
+                       domain: str = "", consumer: str = "observer-console") -> AsyncIterator[KeyChanges]:  # fmt: skip
     """Changes of the keys of ``bucket`` (a name of ``layout.BUCKETS``) matching ``keys`` (a NATS
     subject pattern: ``*.mapping.>``) until ``stop``, of the server connected to or of JetStream
     domain ``domain`` (a node's leaf server); see the module doc."""
     name = bus.layout.bucket(bucket)
     async for watch in Supervised(f"watch {name}", stop, Backoff(0.1, 5.0), service=bus.service, keys=keys):
         try:
-            async for batch in _one_watch(bus, name, keys, stop, heartbeat_s, domain):
+            async for batch in _one_watch(bus, name, keys, stop, heartbeat_s, domain, consumer):
                 watch.progress()
                 yield batch
         except BusError as err:  # lost (a server or a leaf restarted, a leader moved): watched again
@@ -56,13 +58,13 @@ async def watch_bucket(bus: Bus, bucket: str, keys: str, stop: asyncio.Event, he
 
 
 async def _one_watch(bus: Bus, bucket: str, keys: str, stop: asyncio.Event, heartbeat_s: float,
-                     domain: str) -> AsyncIterator[KeyChanges]:  # fmt: skip
+                     domain: str, consumer: str) -> AsyncIterator[KeyChanges]:  # fmt: skip
     nc = bus.client
     queue: asyncio.Queue[Any] = asyncio.Queue()
     with failing(f"watch {bucket}"):
         sub = await nc.subscribe(nc.new_inbox(), cb=queue.put)
     try:
-        pending = await _create(bus, bucket, kv_key(bucket, keys), sub.subject, heartbeat_s, domain)
+        pending = await _create(bus, bucket, kv_key(bucket, keys), sub.subject, heartbeat_s, domain, consumer)
         batch: list[KeyChange] = []
         reset, consumer_seq = True, 0
         while not stop.is_set():
@@ -84,13 +86,19 @@ async def _one_watch(bus: Bus, bucket: str, keys: str, stop: asyncio.Event, hear
             await sub.unsubscribe()
 
 
-async def _create(bus: Bus, bucket: str, subject: str, deliver: str, heartbeat_s: float, domain: str) -> int:
-    config = api.ConsumerConfig(name=f"watch{new_id()[:16]}", filter_subject=subject, deliver_subject=deliver,
+async def _create(bus: Bus, bucket: str, subject: str, deliver: str, heartbeat_s: float, domain: str,
+                  consumer: str) -> int:  # fmt: skip
+    """The watch's consumer, made fresh under the observer's own name (the one left by a lost
+    watch is deleted first: updated, it would not start again from every key)."""
+    config = api.ConsumerConfig(name=consumer, filter_subject=subject, deliver_subject=deliver,
                                 deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT, ack_policy=api.AckPolicy.NONE,
                                 idle_heartbeat=heartbeat_s, inactive_threshold=max(10.0, 5 * heartbeat_s),
                                 mem_storage=True, num_replicas=1)  # fmt: skip
-    with failing(f"watch {bucket}", bus.explaining(js_consumer_create(kv_stream(bucket), domain=domain))):
-        info = await bus.client.jetstream(domain=domain or None)._jsm.add_consumer(kv_stream(bucket), config)
+    jsm = bus.client.jetstream(domain=domain or None)._jsm
+    with failing(f"watch {bucket}", bus.explaining(js_consumer_create(kv_stream(bucket), consumer, subject, domain))):
+        with contextlib.suppress(NotFoundError):
+            await jsm.delete_consumer(kv_stream(bucket), consumer)
+        info = await jsm.add_consumer(kv_stream(bucket), config)
     return int(info.num_pending or 0)
 
 

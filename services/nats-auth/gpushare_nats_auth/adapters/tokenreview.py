@@ -9,6 +9,7 @@ from gpushare_common.adapters.kube import Kube, KubeError
 from ..handlers import Review
 
 NODE_NAME = "authentication.kubernetes.io/node-name"
+POD_NAME = "authentication.kubernetes.io/pod-name"
 
 
 class ReviewUnavailable(Exception):
@@ -19,15 +20,18 @@ def _mapping(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def _first(extra: dict[str, Any], key: str) -> str:
+    found = extra.get(key)
+    return found[0] if isinstance(found, list) and found and isinstance(found[0], str) else ""
+
+
 def review_of(status: dict[str, Any]) -> Review:
     """A TokenReview ``status`` as a :class:`Review` (malformed parts read as absent)."""
     user = _mapping(status.get("user"))
     extra = _mapping(user.get("extra"))
-    nodes = extra.get(NODE_NAME)
-    node = nodes[0] if isinstance(nodes, list) and nodes and isinstance(nodes[0], str) else ""
     audiences = status.get("audiences")
     return Review(authenticated=status.get("authenticated") is True, username=str(user.get("username") or ""),
-                  node=node, error=str(status.get("error") or ""),
+                  node=_first(extra, NODE_NAME), pod=_first(extra, POD_NAME), error=str(status.get("error") or ""),
                   audiences=tuple(a for a in audiences if isinstance(a, str)) if isinstance(audiences, list) else ())
 
 
