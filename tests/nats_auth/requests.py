@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import time
 from typing import Any
@@ -32,3 +34,13 @@ def request_claims(token: str = "a-token", user: str | None = None, **overrides:
 
 def signed_request(token: str = "a-token", signer: nkey.Signer = SERVER, **overrides: Any) -> bytes:
     return jwt.encode(request_claims(token, **overrides), signer).encode()
+
+
+def sa_token(tag: str, account: str = "gpushare-system:gpushare-detector", audience: str = "gpushare-nats",
+             expires: int | None = None) -> str:
+    """A token shaped as the API server issues them (its signature is the API's to check, not
+    the callout's): ``tag`` tells tokens apart."""
+    claims = {"aud": [audience], "sub": f"system:serviceaccount:{account}", "jti": tag,
+              "exp": int(time.time()) + 3600 if expires is None else expires}
+    parts = [{"alg": "RS256", "typ": "JWT"}, claims]
+    return ".".join([*(base64.urlsafe_b64encode(json.dumps(p).encode()).rstrip(b"=").decode() for p in parts), "c2ln"])

@@ -2,23 +2,33 @@
 with an answer (never left to time out), and the refusal is counted by its reason. A leaf
 server's own token gets its node's traffic only, whatever else the client claims. (The node
 services are users of their node's leaf and have no token for the cluster: their accounts are
-no role there.)
+no role there.) A flood of garbage connects does not keep a real client out: 4,000 clients
+connect with garbage tokens (raw CONNECTs from a process of their own, 800 in flight at a
+time); while they are in flight a node's leaf connects with its own token and must be granted
+within 2 s. The garbage is refused by the callout's cheap checks, without a TokenReview.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
+import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import nats
 import pytest
 from gpushare_sim.apiserver.tokens import sign
 from gpushare_sim.run.kubeapi import mint_node_token
 from kubernetes import client
 
 from tests.deploy.nats_deployments import NODE_A, NODE_B, ChartNats, chart_nats, refused_connect
+from tests.support import procs
+
+GARBAGE = 4000
+AT_ONCE = 800  # connects in flight at any moment
 
 
 @pytest.fixture(scope="module")
@@ -72,21 +82,25 @@ def node_b_token_after_node_b_is_gone(chart: ChartNats) -> str:
 Forge = Callable[[ChartNats], str]
 LEAF: Forge = lambda chart: chart.token("leaf", NODE_A)  # noqa: E731
 REFUSED: list[tuple[str, Forge, str]] = [
+    # refused by the callout's cheap checks, before any TokenReview (a flood of them costs nothing)
     ("another audience", lambda c: c.token("leaf", NODE_A, audience="https://kubernetes.default.svc"),
-     "token-rejected"),
+     "wrong-audience"),
     ("expired (past the API's leeway)", lambda c: resigned(c, LEAF(c), exp=int(time.time()) - 120),
-     "token-rejected"),
+     "token-expired"),
     ("expired (within the API's leeway)", lambda c: resigned(c, LEAF(c), exp=int(time.time()) - 5),
      "token-expired"),
     ("tampered to name node B", lambda c: tampered(LEAF(c), **{"kubernetes.io": {
         **claims_of(LEAF(c))["kubernetes.io"], "node": {"name": NODE_B, "uid": "x"}}}), "token-rejected"),
-    ("not a JWT", lambda c: "leaf-please", "token-rejected"),
+    ("not a JWT", lambda c: "leaf-please", "malformed-token"),
+    ("a JWT of nothing", lambda c: "eyJhbGciOiJSUzI1NiJ9.e30.c2ln", "wrong-audience"),
     ("an unknown service account", lambda c: c.token("leaf", NODE_A, account="intruder"), "unknown-account"),
     ("a node service's account: a user of its leaf only", lambda c: c.token("leaf", NODE_A, account="gpushare-solver"),
      "unknown-account"),
     ("a service's account name in another namespace", other_namespace, "unknown-account"),
     ("a node role's token bound to no node", lambda c: unbound(c, "gpushare-leaf"), "no-node"),
     ("a token of a Node that was replaced", node_b_token_after_node_b_is_gone, "token-rejected"),
+    ("signed by someone else (plausible claims: the API decides)", lambda c: tampered(LEAF(c), jti="x"),
+     "token-rejected"),
 ]  # fmt: skip
 
 
@@ -127,3 +141,34 @@ async def test_the_same_account_on_another_node_gets_that_node(chart: ChartNats)
         assert await probe.refused("pub", f"gpushare.v1.{NODE_A}.capacity.vcpu")
     finally:
         await probe.close()
+
+
+async def test_a_real_leaf_connects_within_2s_while_4000_garbage_connects_are_in_flight(
+        chart: ChartNats) -> None:
+    token, before = chart.token("leaf", NODE_A), chart.status()
+    flood = await asyncio.create_subprocess_exec(  # its own process: the attacker is not this test's loop
+        sys.executable, "-m", "tests.security.flood", chart.server.url, str(GARBAGE), str(AT_ONCE),
+        stdout=asyncio.subprocess.PIPE)
+    procs.allow(flood.pid)
+    try:
+        assert flood.stdout is not None
+        assert (await asyncio.wait_for(flood.stdout.readline(), 60)).startswith(b"under way")
+        started = time.monotonic()
+        nc = await nats.connect(chart.server.url, token=token, max_reconnect_attempts=0, connect_timeout=5,
+                                allow_reconnect=False)
+        took = time.monotonic() - started
+        await nc.close()
+        report = json.loads(await asyncio.wait_for(flood.stdout.readline(), 120))
+    finally:
+        if flood.returncode is None:
+            flood.kill()
+        await flood.wait()
+    assert took < 2.0, f"the leaf waited {took:.2f}s for its connection"
+    assert report["done_before"] < GARBAGE, "the flood was over before the leaf connected"
+    assert report["admitted"] == 0, "a garbage token got in"
+    status = chart.status()
+    assert status["grants"].get("leaf", 0) >= 1
+    cheap = sum(status["refusals"].get(reason, {}).get("-", 0) - before["refusals"].get(reason, {}).get("-", 0)
+                for reason in ("malformed-token", "no-token"))
+    assert cheap >= GARBAGE * 0.75, (status["refusals"], report)  # the rest timed out in the server's queue
+    assert status["verdicts_kept"] <= before["verdicts_kept"] + 1  # the API was asked about the leaf only

@@ -3,7 +3,8 @@ queue group (replicas share the requests), serve HTTP, drain.
 
 - Consumes: ``$SYS.REQ.USER.AUTH`` (core, queue group); TokenReviews (API server).
 - Publishes: the signed answers, to each request's reply subject.
-- Runs: ``workers`` answerers; HTTP.
+- Runs: ``workers`` answerers of the requests that need a TokenReview (at most ``queue_size``
+  wait; the excess is refused at once); HTTP. Every other request is answered as it arrives.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from gpushare_common.logging import get_logger
 from gpushare_common.service import ServiceBase
 
 from .adapters.tokenreview import TokenReviewer
-from .callout import Callout, CalloutMetrics
+from .callout import Callout, CalloutMetrics, Ticket
 from .handlers import AUTH_SUBJECT
 from .nkey import Signer
 from .settings import Settings
@@ -27,18 +28,21 @@ from .status import NatsAuthStatus
 
 SERVICE = "nats-auth"
 log = get_logger(SERVICE)
-Pending = asyncio.Queue[tuple[bytes, str]]
+Pending = asyncio.Queue[tuple[Ticket, str]]
+
+
+async def publish_answer(bus: Bus, reply: str, answer: bytes) -> None:
+    try:
+        await bus.publish_bytes(reply, answer)
+    except BusError as err:
+        log.warning("could not answer an authorization request", error=str(err))
 
 
 async def answer_requests(pending: Pending, callout: Callout, bus: Bus) -> None:
-    """One worker: answer queued requests until cancelled."""
+    """One worker: review the queued tickets' tokens and answer, until cancelled."""
     while True:
-        raw, reply = await pending.get()
-        answer = await callout.answer(raw)
-        try:
-            await bus.publish_bytes(reply, answer)
-        except BusError as err:
-            log.warning("could not answer an authorization request", error=str(err))
+        ticket, reply = await pending.get()
+        await publish_answer(bus, reply, await callout.review(ticket))
 
 
 class Service(ServiceBase):
@@ -55,12 +59,22 @@ class Service(ServiceBase):
         self.skeleton.on_exit(reviewer.close)
         self.callout = Callout(issuer, reviewer, auth.role_table(),
                                Layout(nats.prefix, nats.stream, nats.kv_prefix), auth, self.metrics)
-        self.pending: Pending = asyncio.Queue()
+        self.pending: Pending = asyncio.Queue(maxsize=auth.queue_size)
         self.bus = self.skeleton.bus(nats)
 
     async def _enqueue(self, raw: bytes, reply: str) -> None:
-        if reply:
-            self.pending.put_nowait((raw, reply))
+        """Answer now what needs no review; queue the rest, refusing what does not fit."""
+        if not reply:
+            return
+        found = self.callout.triage(raw)
+        await asyncio.sleep(0)  # a backlog of requests must not starve the reviews in flight
+        if isinstance(found, bytes):
+            await publish_answer(self.bus, reply, found)
+            return
+        try:
+            self.pending.put_nowait((found, reply))
+        except asyncio.QueueFull:
+            await publish_answer(self.bus, reply, self.callout.overloaded(found))
 
     async def start(self) -> None:
         svc, auth = self.skeleton, self.auth
@@ -75,4 +89,4 @@ class Service(ServiceBase):
 
     def status(self) -> Mapping[str, Any]:
         return {"issuer": self.issuer.public, "audience": self.auth.audience, "pending": self.pending.qsize(),
-                **self.metrics.status()}  # fmt: skip
+                "verdicts_kept": len(self.callout.verdicts), **self.metrics.status()}  # fmt: skip

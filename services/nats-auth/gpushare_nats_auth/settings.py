@@ -30,9 +30,15 @@ class AuthSettings:
     """Requests handled at once."""
     queue: str = "gpushare-nats-auth"
     """The queue group replicas share the requests in."""
+    queue_size: int = 256
+    """Connects that may wait for a TokenReview at once (one more is refused, ``overloaded``)."""
+    reviews_per_s: float = 50.0
+    """TokenReviews started per second, at most."""
+    cache_size: int = 4096
+    """API verdicts kept, each until its token expires (by the token's hash)."""
 
     def __post_init__(self) -> None:
-        for name in ("max_ttl_s", "review_timeout_s", "workers"):
+        for name in ("max_ttl_s", "review_timeout_s", "workers", "queue_size", "reviews_per_s", "cache_size"):
             if getattr(self, name) <= 0:
                 raise SettingsError(f"GPUSHARE_AUTH_{name.upper()}", str(getattr(self, name)), "a positive number")
         if not self.audience:

@@ -12,7 +12,9 @@ class NatsAuthStatus(ServiceStatus):
     """The issuer's public key (the server's configuration names it)."""
     audience: str
     pending: int
-    """Authorization requests waiting for a worker."""
+    """Authorization requests waiting for a TokenReview."""
+    verdicts_kept: int
+    """API verdicts kept (by the token's hash, each until its token expires)."""
     grants: dict[str, int]
     """Users let in, by role."""
     refusals: dict[str, dict[str, int]]
