@@ -1,5 +1,8 @@
 """ValidatingAdmissionPolicies evaluated the way the API server does, with a real CEL evaluator.
 
+Requests for pods by default; for any other resource (ResourceSlices, DeviceTaintRules) with
+its group, version, resource and kind.
+
 The policies, their bindings and their parameters are read from rendered manifests (the shipped
 YAML); each CEL expression runs in ``cel-python`` against an admission request (``request``,
 ``object``, ``oldObject``, ``params``, ``variables``). What the API server does around the
@@ -38,7 +41,8 @@ class UnsupportedPolicy(ValueError):
 
 @dataclass(frozen=True)
 class Request:
-    """An admission request for a pod, as the API server builds it."""
+    """An admission request, as the API server builds it: for a pod unless the resource is given
+    (``group``, ``version``, ``resource``, ``kind``; ``namespace`` "" for a cluster-scoped one)."""
 
     operation: str  # CREATE, UPDATE, DELETE
     namespace: str
@@ -49,6 +53,10 @@ class Request:
     subresource: str = ""
     groups: tuple[str, ...] = ()
     extra: dict[str, list[str]] = field(default_factory=dict)
+    group: str = ""
+    version: str = "v1"
+    resource: str = "pods"
+    kind: str = "Pod"
 
     def document(self) -> dict[str, Any]:
         user: dict[str, Any] = {"username": self.username}
@@ -56,9 +64,9 @@ class Request:
             user["groups"] = list(self.groups)
         if self.extra:
             user["extra"] = self.extra
-        resource = {"group": "", "version": "v1", "resource": "pods"}
+        resource = {"group": self.group, "version": self.version, "resource": self.resource}
         return {"operation": self.operation, "namespace": self.namespace, "name": self.name,
-                "kind": {"group": "", "version": "v1", "kind": "Pod"}, "resource": resource,
+                "kind": {"group": self.group, "version": self.version, "kind": self.kind}, "resource": resource,
                 "subResource": self.subresource, "userInfo": user, "dryRun": False}  # fmt: skip
 
 
@@ -108,11 +116,13 @@ def _selector_matches(selector: dict[str, Any], labels: dict[str, str]) -> bool:
 def _resource_matches(constraints: dict[str, Any], request: Request) -> bool:
     if set(constraints) - {"resourceRules", "namespaceSelector"}:
         raise UnsupportedPolicy(f"matchConstraints {sorted(constraints)}")
-    resource = "pods" + (f"/{request.subresource}" if request.subresource else "")
+    resource = request.resource + (f"/{request.subresource}" if request.subresource else "")
     rules = constraints["resourceRules"]
-    if not any("" in r["apiGroups"] and request.operation in r["operations"] and resource in r["resources"]
-               for r in rules):  # fmt: skip
+    if not any(request.group in r["apiGroups"] and request.operation in r["operations"] and resource in r["resources"]
+               and {"*", request.version} & set(r.get("apiVersions", ["*"])) for r in rules):  # fmt: skip
         return False
+    if not request.namespace:  # a cluster-scoped object: the namespace selector does not apply
+        return True
     namespace_labels = {"kubernetes.io/metadata.name": request.namespace}
     return _selector_matches(constraints.get("namespaceSelector", {}), namespace_labels)
 
