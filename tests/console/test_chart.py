@@ -40,3 +40,20 @@ def test_probes_are_routes_the_console_serves(console: dict[str, Any]) -> None:
 def test_rbac_grants_only_the_reads_the_console_makes(console: dict[str, Any]) -> None:
     (rule,) = console["ClusterRole"]["rules"]
     assert sorted(rule["resources"]) == ["nodes", "pods"] and sorted(rule["verbs"]) == ["get", "list", "watch"]
+
+
+def test_it_stays_in_the_cluster_and_asks_who_looks_only_when_told() -> None:
+    """ClusterIP by default (reached with kubectl port-forward); with auth=token the console may
+    ask the API who is behind a bearer token (TokenReview), and is told whom to let look."""
+    assert {d["kind"]: d for d in render({"console": {"enabled": True}})
+            if d["metadata"]["name"] == "gpushare-console"}["Service"]["spec"]["type"] == "ClusterIP"
+    docs = {d["kind"]: d for d in render({"console": {"enabled": True, "auth": "token",
+                                                      "viewers": ["alice", "group:gpu-admins"]}})
+            if d["metadata"]["name"] == "gpushare-console"}
+    (container,) = docs["Deployment"]["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    settings = ConsoleSettings(auth=env["GPUSHARE_CONSOLE_AUTH"],
+                               viewers=tuple(env["GPUSHARE_CONSOLE_VIEWERS"].split(",")))
+    assert settings.viewers == ("alice", "group:gpu-admins")
+    review = {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]}
+    assert review in docs["ClusterRole"]["rules"]

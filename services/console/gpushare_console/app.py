@@ -66,7 +66,8 @@ class Service(ServiceBase):
         self.skeleton.on_exit(self.kube.close)
 
     def routes(self, app: FastAPI) -> None:
-        add_routes(app, self.state, self.settings, self.metrics, self.stopping)
+        add_routes(app, self.state, self.settings, self.metrics, self.stopping,
+                   lambda token: self.kube.review_token(token, []))
 
     async def start(self) -> None:
         svc, stop = self.skeleton, self.skeleton.stop

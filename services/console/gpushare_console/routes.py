@@ -6,6 +6,8 @@
 server-sent event stream that says ``version`` at once and after every change (bursts
 coalesced over 50 ms; a comment every 15 s keeps proxies from closing it), on which the page
 reloads what it shows. Handlers are coroutines: they read the state in the loop that changes it.
+Every route but the static files asks :class:`~.guard.Viewers` (who may look), and the live
+stream :class:`~.guard.Streams` (how many may follow at once).
 """
 
 from __future__ import annotations
@@ -15,11 +17,12 @@ import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 
 from . import views
+from .guard import Review, Streams, Viewers
 from .metrics import ConsoleMetrics
 from .settings import ConsoleSettings
 from .state import ClusterState
@@ -48,8 +51,10 @@ async def updates(state: ClusterState, stopping: asyncio.Event, metrics: Console
 
 
 def add_routes(app: FastAPI, state: ClusterState, settings: ConsoleSettings, metrics: ConsoleMetrics,
-               stopping: asyncio.Event) -> None:  # fmt: skip
-    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+               stopping: asyncio.Event, review: Review) -> None:  # fmt: skip
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")  # the page's code: no data
+    viewers, streams = Viewers(settings, review), Streams(settings.max_streams)
+    app.router.dependencies.append(Depends(viewers))
 
     @app.get("/", response_model=None)
     async def index() -> FileResponse:
@@ -72,5 +77,6 @@ def add_routes(app: FastAPI, state: ClusterState, settings: ConsoleSettings, met
 
     @app.get("/api/updates", response_model=None)
     async def live() -> StreamingResponse:
-        return StreamingResponse(updates(state, stopping, metrics), media_type="text/event-stream",
+        streams.check()
+        return StreamingResponse(streams.follow(updates(state, stopping, metrics)), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

@@ -25,6 +25,15 @@ class ConsoleSettings:
     node_domains: bool = True
     """Follow each node's stream and buckets on its leaf server (its JetStream domain); false: one
     server holds every node's."""
+    auth: str = "none"
+    """Who may look (guard.py): ``none`` (whoever reaches it: the chart keeps it in the cluster) or
+    ``token`` (a bearer token the Kubernetes API authenticates)."""
+    viewers: tuple[str, ...] = ()
+    """With ``auth`` token: only these users (``name``) or groups (``group:name``); empty: anyone."""
+    review_cache_s: float = 30.0
+    """How long a token's verdict is kept (by the token's hash)."""
+    max_streams: int = 64
+    """Live update streams open at once (one more is refused: 503)."""
     domain: str = "gpushare"
     """The domain of gpushare's resources and annotations (``<domain>/share-gpu-4``, ...)."""
     vendor_resources: tuple[str, ...] = ("nvidia.com/gpu",)
@@ -37,9 +46,12 @@ class ConsoleSettings:
     """The size of one gpushare/vmem device, until the node's spare capacity says."""
 
     def __post_init__(self) -> None:
-        for name in ("keep", "poll_s", "heartbeat_s", "vcpu_millicores", "vmem_bytes"):
+        for name in ("keep", "poll_s", "heartbeat_s", "vcpu_millicores", "vmem_bytes", "review_cache_s",
+                     "max_streams"):
             if getattr(self, name) <= 0:
                 raise SettingsError(f"{PREFIX}{name.upper()}", str(getattr(self, name)), "a positive number")
+        if self.auth not in ("none", "token"):
+            raise SettingsError(f"{PREFIX}AUTH", self.auth, "none or token")
 
     def rules(self, system_namespace: str) -> PodRules:
         return PodRules(domain=self.domain, vendor_resources=self.vendor_resources,
