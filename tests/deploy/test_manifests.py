@@ -15,6 +15,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from tests.deploy.chart import render
+
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "k8s"
 KUBE_VERSION = "1.30"  # the oldest Kubernetes the manifests support (ValidatingAdmissionPolicy v1)
@@ -68,10 +70,10 @@ def test_service_accounts_and_images_exist_for_every_workload() -> None:
                 assert match.group(1) in dockerfiles, container["image"]
 
 
-def test_host_network_services_listen_on_the_node_address_only() -> None:
-    """On the host network a service's HTTP port (``/status`` included) is bound to the node's own
-    address (downward API ``status.hostIP``), not every address; the kubelet's probes reach the pod
-    IP, which for these pods is that address."""
+def test_host_network_services_listen_on_localhost_only() -> None:
+    """On the host network no NetworkPolicy applies: a service's HTTP port (``/status`` and
+    ``/metrics`` included) is bound to 127.0.0.1, not the node's address where every pod of the
+    node would reach it; the kubelet's probes (from the node's own namespace) name that host."""
     on_host = [d for d in workloads() if d["spec"]["template"]["spec"].get("hostNetwork")]
     assert {d["metadata"]["name"] for d in on_host} >= {"gpushare-kmod-bridge", "gpushare-nats-leaf"}
     host_ip = {"valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}}
@@ -82,11 +84,22 @@ def test_host_network_services_listen_on_the_node_address_only() -> None:
                 (config,) = [d for d in documents(K8S / "base" / "nats-leaf.yaml") if d["kind"] == "ConfigMap"]
                 assert "host: $NODE_IP" in config["data"]["leaf.conf"]
                 assert env["NODE_IP"] == {"name": "NODE_IP", **host_ip}
-            elif "GPUSHARE_HTTP_PORT" in env or "readinessProbe" in container:
-                assert env["GPUSHARE_HTTP_HOST"] == {"name": "GPUSHARE_HTTP_HOST", **host_ip}
+                for probe in ("livenessProbe", "readinessProbe"):
+                    if probe in container:
+                        assert "host" not in container[probe]["httpGet"], (doc["metadata"]["name"], probe)
+                continue
+            assert env["GPUSHARE_HTTP_HOST"] == {"name": "GPUSHARE_HTTP_HOST", "value": "127.0.0.1"}
             for probe in ("livenessProbe", "readinessProbe"):
-                if probe in container:
-                    assert "host" not in container[probe]["httpGet"], (doc["metadata"]["name"], probe)
+                assert container[probe]["httpGet"]["host"] == "127.0.0.1", (doc["metadata"]["name"], probe)
+
+
+def test_a_host_network_service_on_the_node_address_only_when_asked() -> None:
+    docs = render({"kmodBridge": {"httpListen": "nodeAddress"}})
+    (bridge,) = [d for d in docs if d["kind"] == "DaemonSet" and d["metadata"]["name"] == "gpushare-kmod-bridge"]
+    (container,) = bridge["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["GPUSHARE_HTTP_HOST"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.hostIP"}}
+    assert "host" not in container["livenessProbe"]["httpGet"]
 
 
 def test_node_install_is_idempotent(tmp_path: Path) -> None:

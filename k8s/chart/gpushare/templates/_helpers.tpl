@@ -155,6 +155,17 @@ readinessProbe:
   periodSeconds: 5
 {{- end -}}
 
+{{/* The probes of a host-network pod listening on 127.0.0.1: the kubelet probes it from the
+     node's own network namespace, where that address is the pod's. */}}
+{{- define "gpushare.localProbes" -}}
+livenessProbe:
+  httpGet: {host: 127.0.0.1, path: /healthz, port: http}
+  periodSeconds: 10
+readinessProbe:
+  httpGet: {host: 127.0.0.1, path: /readyz, port: http}
+  periodSeconds: 5
+{{- end -}}
+
 {{/* The vendor's resource names, comma-separated. */}}
 {{- define "gpushare.vendorResources" -}}
 {{- $names := list -}}
