@@ -3,6 +3,8 @@
 #   k8s/node-install.sh HOST_ROOT        (HOST_ROOT=/ when run on the node itself)
 # - copies gpushare-runtime (standard-library Python) to HOST_ROOT/opt/gpushare/runtime and
 #   writes the launcher HOST_ROOT/usr/local/bin/gpushare-runtime (needs python3 >= 3.11 on the node);
+#   with it grpcio and protobuf for the node's python version (SITE/<X.Y>, prepared in the
+#   installer image), which a create that copies from another pod imports to ask the kubelet;
 # - writes /etc/gpushare/runtime.json and the containerd drop-in /etc/containerd/conf.d/gpushare.toml
 #   (from /etc/gpushare-config when mounted, else the repository's defaults), with this node's
 #   name (GPUSHARE_NODE_NAME, else the host name) as "node_name";
@@ -30,14 +32,27 @@ fi
 
 step "runtime -> $host/opt/gpushare/runtime (interpreter $python)"
 dest="$host/opt/gpushare/runtime"
-mkdir -p "$dest/runtime" "$dest/common/gpushare_common"
+common="$src/libs/common/gpushare_common"
+mkdir -p "$dest/runtime" "$dest/common/gpushare_common/adapters/kubeletapi"
 cp -R "$src/runtime/gpushare_runtime" "$dest/runtime/"
-cp "$src/libs/common/gpushare_common/__init__.py" "$src/libs/common/gpushare_common/ids.py" \
-   "$src/libs/common/gpushare_common/isolation.py" "$dest/common/gpushare_common/"
+cp "$common/__init__.py" "$common/ids.py" "$common/isolation.py" "$common/vendors.py" "$common/dra.py" \
+   "$dest/common/gpushare_common/"
+# the kubelet's pod-resources client: a copy from another pod only on the kubelet's word
+cp "$common/adapters/__init__.py" "$common/adapters/podresources.py" "$dest/common/gpushare_common/adapters/"
+cp "$common/adapters/kubeletapi/__init__.py" "$common/adapters/kubeletapi/podresources_v1_pb2.py" \
+   "$common/adapters/kubeletapi/podresources_v1_pb2_grpc.py" "$dest/common/gpushare_common/adapters/kubeletapi/"
+# grpcio and protobuf built for the node's python (python3.X, or what python3 links to)
+version=$(basename "$(readlink -f "$host$python" 2>/dev/null || echo "$python")" | sed -n 's/^python\(3\.[0-9]*\)$/\1/p')
+site=${GPUSHARE_RUNTIME_SITE:-$src/site}/$version
+if [ -n "$version" ] && [ -d "$site" ]; then
+  rm -rf "$dest/site.new" && cp -R "$site" "$dest/site.new" && rm -rf "$dest/site" && mv "$dest/site.new" "$dest/site"
+else
+  step "warning: no grpcio/protobuf for python ${version:-?} in ${site%/*}: creates that copy devices from another pod will fail (the kubelet cannot be asked)"
+fi
 mkdir -p "$host/usr/local/bin"
 sed -e "s|@PYTHON@|$python|g" -e "s|@RUNTIME_DIR@|/opt/gpushare/runtime/runtime|g" \
-    -e "s|@COMMON_DIR@|/opt/gpushare/runtime/common|g" "$src/runtime/install/launcher.sh.in" \
-    > "$host/usr/local/bin/gpushare-runtime.new"
+    -e "s|@COMMON_DIR@|/opt/gpushare/runtime/common|g" -e "s|@SITE_DIRS@|\"/opt/gpushare/runtime/site\"|g" \
+    "$src/runtime/install/launcher.sh.in" > "$host/usr/local/bin/gpushare-runtime.new"
 chmod 0755 "$host/usr/local/bin/gpushare-runtime.new"
 mv -f "$host/usr/local/bin/gpushare-runtime.new" "$host/usr/local/bin/gpushare-runtime"
 

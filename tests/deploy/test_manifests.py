@@ -139,3 +139,22 @@ def test_node_install_refuses_a_node_name_that_is_not_one(tmp_path: Path) -> Non
 def test_node_install_without_python_says_what_to_do(tmp_path: Path) -> None:
     result = subprocess.run([str(K8S / "node-install.sh"), str(tmp_path)], capture_output=True, text=True)
     assert result.returncode == 1 and "install python3 >= 3.11" in result.stderr
+
+
+def test_node_install_brings_the_kubelet_client_for_the_nodes_python(tmp_path: Path) -> None:
+    """A create that copies from another pod asks the kubelet: the pod-resources client and the
+    node's python's grpcio/protobuf (prepared in the installer image) reach the node."""
+    host, site = tmp_path / "host", tmp_path / "site"
+    (host / "usr" / "bin").mkdir(parents=True)
+    (host / "usr" / "bin" / "python3.12").write_text("")
+    (host / "usr" / "bin" / "python3.12").chmod(0o755)
+    (host / "usr" / "bin" / "python3").symlink_to("python3.12")
+    (site / "3.12" / "grpc").mkdir(parents=True)
+    env = {"PATH": "/usr/bin:/bin", "GPUSHARE_CONFIG_DIR": str(tmp_path / "none"), "GPUSHARE_NODE_NAME": "gpu-7",
+           "GPUSHARE_RUNTIME_SITE": str(site)}
+    subprocess.run([str(K8S / "node-install.sh"), str(host)], capture_output=True, text=True, env=env, check=True)
+    runtime = host / "opt/gpushare/runtime"
+    assert (runtime / "site/grpc").is_dir()
+    assert (runtime / "common/gpushare_common/adapters/podresources.py").is_file()
+    assert (runtime / "common/gpushare_common/adapters/kubeletapi/podresources_v1_pb2.py").is_file()
+    assert 'sys.path += ["/opt/gpushare/runtime/site"]' in (host / "usr/local/bin/gpushare-runtime").read_text()
