@@ -28,11 +28,11 @@ from tests.solver.world import common_settings
 
 
 @contextlib.asynccontextmanager
-async def solver(nats: NatsSettings) -> AsyncIterator[app.Running]:
+async def solver(nats: NatsSettings) -> AsyncIterator[app.Service]:
     stop, pods = asyncio.Event(), FakePods()
     settings = SolverSettings(retry_first_s=0.05, retry_max_s=0.5, ack_wait_s=2.0, consumer_check_s=0.2)
-    async with app.started(common_settings(nats, Path("unused-kubeconfig"), NODE), settings, stop, pods=pods,
-                           tasks_api=FakeTasks(), allocations=pods) as running:
+    async with app.Service(common_settings(nats, Path("unused-kubeconfig"), NODE), settings, stop, pods=pods,
+                           tasks_api=FakeTasks(), allocations=pods).started() as running:
         yield running
         stop.set()
 
@@ -44,8 +44,8 @@ async def narrow(bus: Bus, durable: str) -> None:
     await bus.client.jetstream()._jsm.add_consumer(bus.settings.stream, config)
 
 
-def restored(running: app.Running, durable: str) -> float | None:
-    return running.skeleton.registry.get_sample_value("gpushare_bus_consumer_restored_total", {"durable": durable})
+def restored(running: app.Service, durable: str) -> float | None:
+    return running.registry.get_sample_value("gpushare_bus_consumer_restored_total", {"durable": durable})
 
 
 def inventory(*cards: str) -> CardInventory:

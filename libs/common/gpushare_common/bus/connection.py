@@ -331,7 +331,7 @@ class Bus:
     async def _respond(self, msg: Msg, reply: Event) -> None:
         try:
             await msg.respond(encode(reply))
-        except Exception as err:  # the connection went away: the caller times out as it would have
+        except FAILURES as err:  # the connection went away: the caller times out as it would have
             log.info("could not answer a request", service=self.service, subject=msg.subject, error=repr(err))
 
     async def serve(self, subject: str, responder: Responder, queue: str = "",
