@@ -62,7 +62,7 @@ class Kernel:
         self.sent.append((time.monotonic(), command))
         if self.failures:
             self.failures -= 1
-            raise Transient("request gpushare.v1.n1.kmod.cmd", "no responders")
+            raise Transient("request gpushare.v1.n1.kmod.solver", "no responders")
         return KmodReply(node=NODE, op=command.op, status=1, timeout_ms=300 if self.max_hold_ms else 0,
                          max_hold_ms=self.max_hold_ms)
 
