@@ -193,7 +193,9 @@ class Node:
         return self.bundle(name, ("team", name), command, annotations)
 
     def dra_share(self, name: str, prepared: Any, command: str) -> Path:
-        """A pod of a DRA claim: the claim's CDI devices through a signed container-devices-ids."""
+        """A pod of a DRA claim: the claim's CDI devices through a signed container-devices-ids (the
+        kubelet lists them as the container's claim)."""
+        self.kubelet.claim(f"team/{name}", "main", [c for device in prepared.devices for c in device.cdi_ids])
         return self.bundle(name, ("team", name), command, dra_check.devices_annotation(self.sign, prepared))
 
 

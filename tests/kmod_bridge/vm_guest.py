@@ -218,7 +218,8 @@ async def hold_parameters(bus: Bus, service: Service) -> None:
     loaded = service.link.timing
     await asyncio.to_thread(Path(f"{PARAMS}/max_hold_ms").write_text, "25000")
     followed = await wait_for(lambda: service.link.timing.max_hold_ms == 25000, 30)
-    reply = await bus.request(bus.subjects.kmod_cmd(NODE), events.KmodCommand(node=NODE, op="stats"), timeout=30)
+    reply = await bus.request(bus.subjects.kmod_cmd(NODE, "stats"), events.KmodCommand(node=NODE, op="stats"),
+                              timeout=30)
     assert isinstance(reply, events.KmodReply)
     await asyncio.to_thread(Path(f"{PARAMS}/max_hold_ms").write_text, "30000")
     result("params", timeout_ms=loaded.timeout_ms, max_hold_ms=loaded.max_hold_ms, followed=int(followed),

@@ -57,7 +57,7 @@ async def node(nats: NatsSettings, stand_in: KernelStandIn, owner: PidnsProcess,
                tasks: UndyingTasks) -> AsyncIterator[tuple[BridgeService, app.Service]]:
     pods = FakePods()
     pods.add(OWNER, NODE, ["alice-main"])
-    pods.add(BORROWER, NODE, ["b1-main"])
+    pods.add(BORROWER, NODE, ["b1-main"], {"gpushare/spot-gpu": ("spot-GPU-0",)})  # the kubelet's word too
     common = common_settings(nats, Path("unused-kubeconfig"), NODE)  # the pods come through the pod port
     bridge = BridgeService(common, bridge_settings(stand_in),
                            sources=[FixedSource(ContainerProcs("alice-main", (owner.pid,), OWNER, "c0"))])
@@ -66,7 +66,8 @@ async def node(nats: NatsSettings, stand_in: KernelStandIn, owner: PidnsProcess,
     try:
         await bridge.start()
         await asyncio.wait_for(bridge.link.registered.wait(), 5)
-        async with app.Service(common, settings, stop, pods=pods, tasks_api=tasks).started() as running:
+        solver = app.Service(common, settings, stop, pods=pods, tasks_api=tasks, allocations=pods)
+        async with solver.started() as running:
             yield bridge, running
             stop.set()
     finally:

@@ -16,15 +16,21 @@ import pytest
 from gpushare_common.adapters.kubeletapi import podresources_v1_pb2 as pr
 from gpushare_common.adapters.kubeletapi import podresources_v1_pb2_grpc as pr_grpc
 
-# (namespace, pod) -> container -> resource -> device ids
+# (namespace, pod) -> container -> resource -> device ids ("" -> the CDI devices of its claims)
 Table = dict[tuple[str, str], dict[str, dict[str, list[str]]]]
+CLAIMS = ""
+
+
+def _container(name: str, held: dict[str, list[str]]) -> pr.ContainerResources:
+    devices = [pr.ContainerDevices(resource_name=r, device_ids=i) for r, i in sorted(held.items()) if r != CLAIMS]
+    claims = [pr.DynamicResource(claim_name="claim", claim_namespace="", claim_resources=[
+        pr.ClaimResource(cdi_devices=[pr.CDIDevice(name=c) for c in held[CLAIMS]])])] if held.get(CLAIMS) else []
+    return pr.ContainerResources(name=name, devices=devices, dynamic_resources=claims)
 
 
 def _pod(key: tuple[str, str], containers: dict[str, dict[str, list[str]]]) -> pr.PodResources:
-    return pr.PodResources(namespace=key[0], name=key[1], containers=[
-        pr.ContainerResources(name=c, devices=[pr.ContainerDevices(resource_name=r, device_ids=i)
-                                               for r, i in sorted(res.items())])
-        for c, res in containers.items()])
+    return pr.PodResources(namespace=key[0], name=key[1],
+                           containers=[_container(c, held) for c, held in containers.items()])
 
 
 @dataclass
@@ -53,6 +59,10 @@ class Kubelet:
         """The kubelet admitted pod ``key`` (``ns/name``) and gave ``container`` these devices."""
         namespace, name = key.split("/")
         self.lister.table.setdefault((namespace, name), {}).setdefault(container, {})[resource] = list(devices)
+
+    def claim(self, key: str, container: str, cdi_devices: list[str]) -> None:
+        """The kubelet prepared a resource claim of pod ``key`` for ``container``: its CDI devices."""
+        self.allocate(key, container, CLAIMS, cdi_devices)
 
     def admit(self, key: str, container: str) -> None:
         """A pod whose container was allocated nothing."""
