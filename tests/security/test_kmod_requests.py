@@ -20,7 +20,7 @@ from tests.kmod_bridge.test_service import NODE, FixedSource, bridge, bridge_set
 
 
 @pytest.mark.parametrize(("op", "role"), [("release", "detector"), ("hold", "detector"), ("detect", "detector"),
-                                          ("add", "solver"), ("delete", "solver"), ("stats", "solver")])
+                                          ("add", "solver"), ("delete", "solver")])
 async def test_an_operation_on_another_roles_subject_is_refused(
         nats_settings: NatsSettings, kernel: KernelStandIn, pidns_process: PidnsProcess,  # noqa: F811
         op: str, role: str) -> None:

@@ -33,9 +33,9 @@ Channel = Literal["event", "health", "capacity", "kmod", "fence", "eviction"]
 # which role may ask the kmod-bridge for which operation (``config`` is a setting, never a request)
 KMOD_OPS: dict[str, tuple[str, ...]] = {
     "detector": ("add", "delete", "stats"),  # the reserved containers it watches, and their counters
-    "solver": ("detect", "undetect", "release", "hold"),  # an owner away, back, held, released
-}
-_KMOD_ROLE = {op: role for role, ops in KMOD_OPS.items() for op in ops}
+    "solver": ("detect", "undetect", "release", "hold", "stats"),  # an owner away, back, held, released;
+}  # both read counters (``stats``: the solver reads the module's hold parameters from its reply)
+_KMOD_ROLE = {op: role for role, ops in reversed(KMOD_OPS.items()) for op in ops}  # an op's first owner
 
 _TOKEN = re.compile(r"[A-Za-z0-9_-]+\Z")
 _PREFIX = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*\Z")
@@ -112,7 +112,8 @@ class Subjects:
         return f"{self.prefix}.{node_token(node)}.capacity.*"
 
     def kmod_cmd(self, node: str, op: str) -> str:
-        """Where a request for ``op`` goes: the subject of the role that owns it."""
+        """Where a request for ``op`` goes: the subject of the role that owns it (the first that
+        does; a service sends on its own role's, :meth:`kmod_requests`)."""
         return self.kmod_requests(node, kmod_role(op))
 
     def kmod_requests(self, node: str, role: str) -> str:

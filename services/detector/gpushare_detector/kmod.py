@@ -51,7 +51,8 @@ class KmodSync:
     async def request(self, op: ev.KmodOp, pods: tuple[str, ...]) -> ev.KmodReply | None:
         command = ev.KmodCommand(node=self.node, op=op, pods=pods, reason="detector")
         try:
-            reply = await self.bus.request(self.bus.subjects.kmod_cmd(self.node, op), command, self.timeout_s)
+            subject = self.bus.subjects.kmod_requests(self.node, "detector")  # its own role's subject
+            reply = await self.bus.request(subject, command, self.timeout_s)
         except BusError as err:
             self._failed(op, "no-reply", str(err))
             return None

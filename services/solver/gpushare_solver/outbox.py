@@ -17,7 +17,7 @@ class BusOutbox:
         await self.bus.publish_persistent(subject, event)
 
     async def kmod(self, command: KmodCommand) -> KmodReply:
-        subject = self.bus.subjects.kmod_cmd(self.node, command.op)
+        subject = self.bus.subjects.kmod_requests(self.node, "solver")
         reply = await self.bus.request(subject, command, self.timeout)
         if not isinstance(reply, KmodReply):
             raise Permanent(f"request {subject}", f"expected a kmod_reply, got {event_tag(reply)}")
