@@ -10,7 +10,9 @@ fi
 umask 077
 while IFS= read -r line; do
   case "$line" in
-    *_PASSWORD=*) printf '%s=%s\n' "${line%%=*}" "$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')" ;;
+    # "p" first: nats-server reads $VAR values as config tokens, and hex of digits only (or
+    # digits then "e" or "eb", a size) would be a number, not a password
+    *_PASSWORD=*) printf '%s=p%s\n' "${line%%=*}" "$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')" ;;
     *) printf '%s\n' "$line" ;;
   esac
 done < "$dir/.env.example" > "$file.new"

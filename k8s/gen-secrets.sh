@@ -17,7 +17,9 @@ touch "$file"
 added=0
 for user in AUTH INSTALLER ROUTE; do
   if ! grep -q "^${user}_PASSWORD=" "$file"; then
-    printf '%s_PASSWORD=%s\n' "$user" "$(random 24)" >> "$file"
+    # "p" first: nats-server reads $VAR values as config tokens, and hex of digits only (or
+    # digits then "e" or "eb", a size) would be a number, not a password
+    printf '%s_PASSWORD=p%s\n' "$user" "$(random 24)" >> "$file"
     added=$((added + 1))
   fi
 done

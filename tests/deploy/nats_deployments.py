@@ -160,7 +160,8 @@ class Deployment:
 class ComposeNats(Deployment):
     name = "compose"
     roles = frozenset(STATIC_ROLES)
-    PASSWORDS = {f"{r.replace('-', '_').upper()}_PASSWORD": secrets.token_hex(8) for r in STATIC_ROLES}
+    # as compose/gen-env.sh makes them: a letter first, or nats-server may read one as a number
+    PASSWORDS = {f"{r.replace('-', '_').upper()}_PASSWORD": f"p{secrets.token_hex(8)}" for r in STATIC_ROLES}
 
     def __init__(self, work: Path) -> None:
         services = yaml.safe_load((ROOT / "compose" / "docker-compose.yaml").read_text())["services"]
@@ -189,7 +190,7 @@ class ChartNats(Deployment):
         self.work, self.kube, self.extra_env = work, kube, callout_env or {}
         docs = render({"nats": {"replicas": 1}})
         self.docs = {(d["kind"], d["metadata"]["name"]): d for d in docs}
-        self.passwords = {"AUTH_PASSWORD": secrets.token_hex(8), "INSTALLER_PASSWORD": secrets.token_hex(8)}
+        self.passwords = {"AUTH_PASSWORD": f"p{secrets.token_hex(8)}", "INSTALLER_PASSWORD": f"p{secrets.token_hex(8)}"}
         self.issuer = work / "secret" / "issuer"
         self.issuer.parent.mkdir(parents=True)
         self.issuer.write_text(secrets.token_hex(32))

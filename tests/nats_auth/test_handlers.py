@@ -96,9 +96,11 @@ def test_an_observer_bound_to_its_pod_names_its_own_consumers() -> None:
     grant = handlers.decide(review, "t", TABLE, "gpushare-nats", NOW, 60)
     assert grant.node == "console-7d9f-x2"
     publish = Layout().permissions("observer", grant.node).publish
-    assert [p for p in publish if ".observer-" in p and "CREATE" in p] == [
-        f"$JS.API.CONSUMER.CREATE.KV_gpushare-{b}.observer-console-7d9f-x2.$KV.gpushare-{b}.>"
-        for b in ("solver", "health")]
+    follows = [(f"KV_gpushare-{b}", f"$KV.gpushare-{b}.>") for b in ("solver", "health")]
+    follows.append(("GPUSHARE", "gpushare.v1.>"))
+    assert [p for p in publish if "CONSUMER.CREATE" in p] == [
+        f"$JS{domain}.API.CONSUMER.CREATE.{stream}.observer-console-7d9f-x2.{keys}"
+        for domain in ("", ".*") for stream, keys in follows]
 
 
 def test_the_grant_answer_carries_the_scoped_user() -> None:
