@@ -172,7 +172,8 @@ async def run(args: argparse.Namespace) -> list[Row]:
                   f"{typed_core[-1]:,.0f}/s; js raw {raw_js[-1]:,.0f}/s typed {typed_js[-1]:,.0f}/s",
                   flush=True)
         settings = NatsSettings(url=server.url, prefix="benchrr.v1", stream="BENCHRR")
-        raw_rr, typed_rr = await request_latency(settings, Subjects(settings.prefix).kmod_cmd("n1"), args.requests)
+        subject = Subjects(settings.prefix).kmod_cmd("n1", "release")
+        raw_rr, typed_rr = await request_latency(settings, subject, args.requests)
     finally:
         server.cleanup()
     core_ratio = median(typed_core) / median(raw_core)

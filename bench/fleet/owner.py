@@ -115,6 +115,7 @@ class RealNode:
                                              strategic=False)  # fmt: skip
         await self.publish("lowpower", LowPowerEvent(node=NODE, owner=OWNER, using=False, devices=tuple(self.cards)))
         for card, container_id in zip(self.cards, containers, strict=True):
+            self.node.allocated[f"spot/{container_id}"] = {"c0": {"gpushare/spot-gpu": (f"spot-{card}",)}}
             await self.publish("spot", SpotEvent(node=NODE, pod=f"spot/{container_id}", container="c0",
                                                  state="using", devices=(f"spot-{card}",)))  # fmt: skip
         if not await self.until(lambda: self.borrowers() == len(self.cards), STEP_TIMEOUT_S):
@@ -169,6 +170,8 @@ class RealNode:
 
     async def clean(self, containers: list[str]) -> None:
         await asyncio.gather(*(remove_container(self.node, c) for c in containers))
+        for container_id in containers:
+            self.node.allocated.pop(f"spot/{container_id}", None)
 
 
 @contextlib.contextmanager
@@ -215,7 +218,8 @@ async def _started(cluster: NatsTarget, layout: Layout, logs: Path, cards: int, 
             await asyncio.to_thread(ensure_namespace, work / "kubeconfig", namespace)
         node = Node(cluster.url, work / "kubeconfig", ctrd, make_rootfs(work / "rootfs"), free_port(),
                     work / "pod-resources.sock")
-        async with serve_pod_resources(node.pod_resources):  # the kubelet's, for the reclaim's lookup
+        async with serve_pod_resources(node.pod_resources) as kubelet:  # confirms every eviction
+            node.allocated = kubelet.table
             with process([sys.executable, "-m", "gpushare_solver"], {**solver_env(node), **env},
                          log=logs / "solver.log") as solver, kernel_and_bridge(node, env, work) as hook:  # fmt: skip
                 await _ready(node, solver)

@@ -42,6 +42,18 @@ class ScenarioError(AssertionError):
     """The system did not do what the scenario expects; the message says what and where."""
 
 
+class PodFailed(ScenarioError):
+    """A pod waited for ended Failed; ``status`` is its status as the API has it."""
+
+    def __init__(self, pod: str, status: Obj) -> None:
+        self.pod, self.status = pod, status
+        super().__init__(f"pod {pod} failed: {status}")
+
+    @property
+    def reason(self) -> str:
+        return str(self.status.get("reason", ""))
+
+
 @dataclass
 class Scenario:
     name: str
@@ -125,7 +137,7 @@ class Scenario:
         async def probe() -> Obj | None:
             _, pod = await self._seen(name)
             if pod is not None and phase(pod) == "Failed":
-                raise ScenarioError(f"pod {self.namespace}/{name} failed: {pod.get('status')}")
+                raise PodFailed(f"{self.namespace}/{name}", pod.get("status") or {})
             return pod if pod is not None and phase(pod) == "Running" else None
 
         return await wait_until(probe, timeout, f"pod {self.namespace}/{name} Running", self.cluster)

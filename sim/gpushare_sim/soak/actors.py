@@ -19,7 +19,7 @@ from gpushare_common.adapters.kube import Conflict, KubeError, Retryable
 from gpushare_common.retry import Stopped, retry
 
 from gpushare_sim.node.spec import container_dir
-from gpushare_sim.scenarios.kit import GPU, Scenario, container, pod_body, wait_until
+from gpushare_sim.scenarios.kit import GPU, PodFailed, Scenario, container, pod_body, wait_until
 from gpushare_sim.scenarios.spot import LENDABLE, OWNER_LOOP, pinned
 from gpushare_sim.soak.checks import Checks, ask_kernel
 from gpushare_sim.soak.faults import Fault, Faults
@@ -97,6 +97,15 @@ async def one_borrower(soak: Soak, node: str, owner: str, card: str, report_dir:
     except TimeoutError:
         await delete(soak, borrower)
         raise
+    except PodFailed as failed:
+        if failed.reason != "UnexpectedAdmissionError":
+            raise
+        # the spot device it was scheduled to was withdrawn before the kubelet admitted it (a
+        # ShadowPod reserved the card, or a container still held it): Kubernetes fails such a pod,
+        # as it does any pod whose device went away between scheduling and admission; next one
+        soak.figures.count("borrowers-refused-at-admission (device withdrawn)")
+        await delete(soak, borrower)
+        return
     if isinstance(seen, events.EvictionRecord):  # its card was taken back before it ran (a ShadowPod
         soak.figures.count(f"borrowers-evicted-before-running ({seen.reason})")  # reserved it): next one
         await soak.s.wait_gone(borrower, 60)
