@@ -80,6 +80,9 @@ def test_containerd_drop_in_registers_the_handler(tmp_path: Path) -> None:
     runtimes = tomllib.loads(dumped)["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]
     handler = runtimes["gpushare"]
     assert handler["runtime_type"] == "io.containerd.runc.v2"
+    # containerd 1.x takes the imported file's CRI section whole: without runc, the default
+    # handler, the CRI plugin does not load at all
+    assert runtimes["runc"]["runtime_type"] == "io.containerd.runc.v2"
     assert handler["pod_annotations"] == handler["container_annotations"] == ["gpushare.k8s.io/*"]
     assert handler["options"]["BinaryName"].endswith("/gpushare-runtime")
 
