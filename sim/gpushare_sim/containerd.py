@@ -14,9 +14,11 @@ with each other::
 
 API:
 
-- ``Containerd(base_dir=None, *, containerd_bin="containerd", ctr_bin="ctr", env=None)``:
+- ``Containerd(base_dir=None, *, containerd_bin="containerd", ctr_bin="ctr", env=None, cri=None)``:
   ``env`` is containerd's environment (and so its shims' and runtimes'),
-  the current one when None.
+  the current one when None. ``cri``: containerd's CRI plugin on (off
+  otherwise), with the shipped drop-in (:mod:`gpushare_sim.containerd_cri`);
+  its state stays under this instance's root and state directories.
 - ``start(timeout=20.0)``: write the config, start containerd, wait until
   ``ctr version`` answers on the socket; :class:`ContainerdError` if it exits
   or does not answer in time (the error carries the log's tail).
@@ -42,6 +44,7 @@ instances never collide, and the shim removes it when its task is deleted.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -51,11 +54,11 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+from gpushare_sim.containerd_cri import CRI_PLUGIN, CriConfig, DropInError, render_drop_in
 from gpushare_sim.run.lifeline import owned
 
 REQUIRED_BINARIES = ("containerd", "ctr", "containerd-shim-runc-v2", "runc")
 _DISABLED_PLUGINS = (
-    "io.containerd.grpc.v1.cri",
     "io.containerd.internal.v1.opt",
     "io.containerd.snapshotter.v1.btrfs",
     "io.containerd.snapshotter.v1.zfs",
@@ -78,13 +81,15 @@ def missing_binaries() -> list[str]:
     return [name for name in REQUIRED_BINARIES if shutil.which(name) is None]
 
 
-def _config_text(root: Path, state: Path, socket: Path) -> str:
-    disabled = ", ".join(f'"{name}"' for name in _DISABLED_PLUGINS)
+def _config_text(root: Path, state: Path, socket: Path, drop_in: Path | None = None) -> str:
+    disabled = ", ".join(f'"{name}"' for name in (*((CRI_PLUGIN,) if drop_in is None else ()), *_DISABLED_PLUGINS))
+    imports = f'imports = ["{drop_in}"]\n' if drop_in is not None else ""
     return (
         "version = 2\n"
         f'root = "{root}"\n'
         f'state = "{state}"\n'
         f"disabled_plugins = [{disabled}]\n"
+        f"{imports}"
         "[grpc]\n"
         f'  address = "{socket}"\n'
         "[ttrpc]\n"
@@ -107,6 +112,7 @@ class Containerd:
         containerd_bin: str = "containerd",
         ctr_bin: str = "ctr",
         env: dict[str, str] | None = None,
+        cri: CriConfig | None = None,
     ) -> None:
         self._owns_base = base_dir is None
         # unix socket paths are limited to 108 bytes: keep the base short
@@ -117,6 +123,7 @@ class Containerd:
         self.config_path = self.base_dir / "config.toml"
         self.log_path = self.base_dir / "containerd.log"
         self.fifo_dir = self.base_dir / "fifo"
+        self.cri = cri
         self._containerd_bin = containerd_bin
         self._ctr_bin = ctr_bin
         self._env = env
@@ -180,7 +187,14 @@ class Containerd:
             raise ContainerdError("start", "already started")
         for path in (self.root, self.state, self.fifo_dir):
             path.mkdir(parents=True, exist_ok=True)
-        self.config_path.write_text(_config_text(self.root, self.state, self.address))
+        drop_in = None
+        if self.cri is not None:
+            drop_in = self.base_dir / "gpushare.toml"
+            try:
+                drop_in.write_text(render_drop_in(self.cri.drop_in.read_text(), self.cri, self.base_dir))
+            except (OSError, DropInError) as err:
+                raise ContainerdError(f"drop-in {self.cri.drop_in}", str(err)) from err
+        self.config_path.write_text(_config_text(self.root, self.state, self.address, drop_in))
         with open(self.log_path, "ab") as log:
             self._process = subprocess.Popen(
                 owned([self._containerd_bin, "--config", str(self.config_path)]),  # ends with the node
@@ -247,6 +261,7 @@ class Containerd:
                 self._remove_all(namespace)
         self._terminate()
         self._kill_leftover_shims()
+        self._kill_leftover_inits()
         self._unmount_below(self.base_dir)
         if self._owns_base:
             shutil.rmtree(self.base_dir, ignore_errors=True)
@@ -287,6 +302,17 @@ class Containerd:
                 cmdline = (entry / "cmdline").read_bytes()
                 if b"containerd-shim" in cmdline and marker in cmdline:
                     os.kill(int(entry.name), signal.SIGKILL)
+
+    def _kill_leftover_inits(self) -> None:
+        """A container left created (its ``runc init`` waiting to be started) outlives its shim:
+        kill the init that runc's state names, if it is still that process."""
+        for state in (self.base_dir / "runc").glob("*/*/state.json"):
+            with contextlib.suppress(OSError, ValueError, KeyError, IndexError):
+                doc = json.loads(state.read_text())
+                pid, started = int(doc["init_process_pid"]), int(doc["init_process_start"])
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                if int(fields[19]) == started:  # field 22, starttime: the same process
+                    os.kill(pid, signal.SIGKILL)
 
     @staticmethod
     def _unmount_below(base: Path) -> None:
