@@ -5,8 +5,10 @@
 Figures: Allocate round trip through the device manager to the fake vendor
 plugin; card health change -> device table (ListAndWatch propagation); pod
 start (admission + container running) and pod removal, as plain processes and,
-when root and containerd are there, as runc containers through containerd
-(with gpushare-runtime when installed); exporter scrape time with busy cards.
+when root and containerd are there, as containers in a private containerd (with
+gpushare-runtime when installed) started both ways: through its CRI plugin as a
+kubelet does (a pod sandbox, then the container) and with ``ctr run``; exporter
+scrape time with busy cards.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from gpushare_sim.node.testing import pod_manifest, running_node, short_sim_dir,
 GPU = "nvidia.com/gpu"
 Figure = dict[str, Any]
 FINE = 0.001  # poll interval while timing (s)
+RUNNER_LABELS = {"process": "process", "cri": "containerd CRI", "containerd": "containerd ctr run"}
 
 
 def pct(samples: list[float], p: float) -> float:
@@ -127,14 +130,16 @@ def _all_reporting(sim: NodeSim) -> Any:
 
 async def run(args: argparse.Namespace) -> list[Figure]:
     figures: list[Figure] = []
-    modes = ["none"] + (["auto"] if containerd_usable() and not args.no_containerd else [])
-    for mode in modes:
+    modes = [("none", "cri")]
+    if containerd_usable() and not args.no_containerd:
+        modes += [("auto", "cri"), ("auto", "ctr")]
+    for mode, api in modes:
         sim_dir = short_sim_dir()
-        settings = NodeSimSettings(name="bench", sim_dir=sim_dir, gpus=8, containerd=mode)
+        settings = NodeSimSettings(name="bench", sim_dir=sim_dir, gpus=8, containerd=mode, containerd_api=api)
         try:
             async with running_node(settings) as sim:
                 await wait_until(lambda s=sim: s.table.allocatable().get(GPU) == 8, 10, "cards")
-                label = sim.kubelet.runner.kind
+                label = RUNNER_LABELS.get(sim.kubelet.runner.kind, sim.kubelet.runner.kind)
                 if mode == "none":
                     figures += await bench_allocate(sim, args.allocations)
                     figures += await bench_health(sim, 50)

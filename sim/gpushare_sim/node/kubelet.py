@@ -200,31 +200,33 @@ class Kubelet:
             await self._start_one(worker, container, state)
 
     async def _start_one(self, worker: PodWorker, container: ContainerDef, state: ContainerState) -> None:
+        """Start one instance of the container (the next attempt after a restart: the same
+        config, the same allocation); the instance before it is removed once this one runs."""
         pod = worker.pod
-        container_id = secrets.token_hex(32)
         spec = container_spec(self.context, pod, container, worker.allocations[container.name],
-                              container_id)  # fmt: skip
+                              secrets.token_hex(32), state.restart_count)  # fmt: skip
         previous = worker.ids.get(container.name)
-        worker.ids[container.name] = container_id
-        state.previous_id = previous or state.previous_id
-        state.container_id = container_id
+        if previous is not None:
+            state.previous_id, state.previous_log = previous, state.log
         state.exit_code = state.finished_at = None
         state.message = ""
         involved = Involved.pod(pod, container.name)
         pulled = f'Container image "{container.image}" already present on machine'
         self.events.record(involved, NORMAL, "Pulled", pulled)
         try:
-            await self.runner.start(spec)
-            state.started_at = time.time()
+            started = await self.runner.start(spec)
+            worker.ids[container.name] = state.container_id = started.container_id
+            state.log, state.started_at = started.log, time.time()
             log.info("container started pod=%s container=%s id=%s", pod.key,
-                     container.name, container_id[:12])  # fmt: skip
+                     container.name, started.container_id[:12])  # fmt: skip
             self.events.record(involved, NORMAL, "Created", f"Created container: {container.name}")
             self.events.record(involved, NORMAL, "Started", f"Started container: {container.name}")
         except RunnerError as err:
             log.warning("container start failed pod=%s: %s", pod.key, err)
             self.events.record(involved, WARNING, "Failed", f"Error: {err.reason}")
-            state.started_at = state.finished_at = time.time()
-            state.exit_code = 128
+            worker.ids[container.name] = state.container_id = err.container_id
+            state.log, state.started_at = None, time.time()
+            state.finished_at, state.exit_code = state.started_at, 128
             state.message = str(err)
         if previous is not None:
             await self.runner.remove(previous)
@@ -308,6 +310,7 @@ class Kubelet:
             with contextlib.suppress(asyncio.CancelledError):
                 await worker.task
         await asyncio.gather(*(self.runner.remove(i) for i in worker.ids.values()))
+        await self.runner.remove_pod(uid)
         self.table.release_pod(uid)
         if self.claims is not None:
             await self.claims.release_pod(uid)

@@ -1,17 +1,20 @@
 """Container logs as the kubelet serves them (`/containerLogs/<ns>/<pod>/<container>`):
-the output each container instance wrote to its `log` file, the whole of it or
+the output each container instance wrote to its log file, the whole of it or
 its last lines, of the current instance or the one before the last restart,
-and with `follow` everything it writes until it exits."""
+and with `follow` everything it writes until it exits. A log in the CRI format
+(containerd's `<time> <stream> <F|P> <text>` records) is served as the text the
+container wrote, as the kubelet serves it."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpushare_sim.node.spec import container_dir
+from gpushare_sim.node.model import LogFile
 from gpushare_sim.node.status import ContainerState
 
 FOLLOW_POLL_S = 0.1  # how often a followed log is checked for new output
@@ -62,21 +65,51 @@ def parse(query: Mapping[str, str]) -> LogRequest:
 
 @dataclass(frozen=True, slots=True)
 class LogSource:
-    path: Path
+    file: LogFile
     running: Callable[[], bool]  # whether this instance may still write
 
+    @property
+    def path(self) -> Path:
+        return self.file.path
 
-def source(node_dir: Path, pod: str, state: ContainerState, previous: bool) -> LogSource:
+
+def source(pod: str, state: ContainerState, previous: bool) -> LogSource:
     """The log of `state`'s current instance, or of the previous one."""
     if previous:
-        if not state.previous_id:
+        if state.previous_log is None:
             raise LogError(400, f'previous terminated container "{state.name}" in pod "{pod}" not found')
-        return LogSource(container_dir(node_dir, state.previous_id) / "log", lambda: False)
-    if not state.container_id or state.started_at is None:
+        return LogSource(state.previous_log, lambda: False)
+    current = state.log
+    if current is None or state.started_at is None:
         raise LogError(400, f'container "{state.name}" in pod "{pod}" is waiting to start: ContainerCreating')
-    current = state.container_id
-    return LogSource(container_dir(node_dir, current) / "log",
-                     lambda: state.container_id == current and state.exit_code is None)  # fmt: skip
+    return LogSource(current, lambda: state.log is current and state.exit_code is None)
+
+
+def cri_record(line: bytes) -> bytes:
+    """The text of one CRI log record (`<time> <stream> <tag> <text>`, without its newline): the
+    text, with a newline when the tag says the line is full (F), without when partial (P). A line
+    not in that form is passed on as it is, as a full line."""
+    parts = line.split(b" ", 3)
+    if len(parts) < 3 or parts[1] not in (b"stdout", b"stderr"):
+        return line + b"\n"
+    text = parts[3] if len(parts) == 4 else b""
+    return text if parts[2].split(b":", 1)[0] == b"P" else text + b"\n"
+
+
+class CriDecoder:
+    """CRI log records in, the container's output out; a record cut by a read waits for its end."""
+
+    def __init__(self) -> None:
+        self._rest = b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        lines = (self._rest + chunk).split(b"\n")
+        self._rest = lines.pop()
+        return b"".join(cri_record(line) for line in lines)
+
+    def end(self) -> bytes:
+        rest, self._rest = self._rest, b""
+        return cri_record(rest) if rest else b""
 
 
 def tail_offset(path: Path, lines: int) -> int:
@@ -102,22 +135,37 @@ def tail_offset(path: Path, lines: int) -> int:
 
 
 async def stream(log: LogSource, request: LogRequest) -> AsyncIterator[bytes]:
-    """The log's bytes from the requested start; with `follow`, until the instance has exited
-    and everything it wrote has been sent."""
+    """The log's text from the requested start, at most `limit_bytes` of it; with `follow`,
+    until the instance has exited and everything it wrote has been sent."""
+    budget = request.limit_bytes
+    decoder = CriDecoder() if log.file.cri else None
+    async with contextlib.aclosing(_chunks(log, request)) as chunks:
+        async for chunk in chunks:
+            text = chunk if decoder is None else (decoder.feed(chunk) if chunk else decoder.end())
+            if budget is not None:
+                text, budget = text[:budget], budget - len(text[:budget])
+            if text:
+                yield text
+            if budget == 0:
+                return
+
+
+async def _chunks(log: LogSource, request: LogRequest) -> AsyncGenerator[bytes, None]:
+    """The file's bytes from the requested start, then b"" once at its end."""
     if not log.path.exists():
         return
     offset = 0 if request.tail_lines is None else await asyncio.to_thread(tail_offset, log.path, request.tail_lines)
-    budget, finished = request.limit_bytes, False
+    finished = False
     handle = await asyncio.to_thread(open, log.path, "rb")
     try:
         handle.seek(offset)
-        while budget is None or budget > 0:
-            chunk = handle.read(_BLOCK if budget is None else min(_BLOCK, budget))
+        while True:
+            chunk = handle.read(_BLOCK)
             if chunk:
-                budget = None if budget is None else budget - len(chunk)
                 yield chunk
                 continue
             if not request.follow or finished:
+                yield b""
                 return
             finished = not log.running()  # once it has exited: read what is left, then stop
             if not finished:

@@ -42,7 +42,10 @@ def parse_args(argv: list[str] | None = None) -> NodeSimSettings:
     p.add_argument("--port", type=int, default=0, help="HTTP port (/healthz, /status)")
     p.add_argument("--exporter-port", type=int, default=0, help="DCGM-style /metrics port")
     p.add_argument("--containerd", default="auto", help="auto | none | containerd socket")
-    p.add_argument("--namespace", default="k8s.io", help="containerd namespace")
+    p.add_argument("--namespace", default="k8s.io", help="containerd namespace (ctr; the CRI's is k8s.io)")
+    p.add_argument("--containerd-api", choices=("cri", "ctr"), default="cri",
+                   help="cri: containerd's CRI plugin, as a kubelet (default); ctr: ctr run with our own spec")
+    p.add_argument("--runtime-handler", default="gpushare", help="the CRI runtime handler of the pods")
     p.add_argument("--runtime", default="auto", help="auto | none | runc-compatible binary")
     p.add_argument("--kmod-socket", default="", help="kernel stand-in socket")
     p.add_argument("--cpu", default="16")
@@ -59,7 +62,8 @@ def parse_args(argv: list[str] | None = None) -> NodeSimSettings:
     return NodeSimSettings(
         name=a.name, sim_dir=a.dir.resolve(), kubeconfig=a.api, gpus=a.gpus,
         http_host=a.host, http_port=a.port, exporter_port=a.exporter_port,
-        containerd=a.containerd, containerd_namespace=a.namespace,
+        containerd=a.containerd, containerd_namespace=a.namespace, containerd_api=a.containerd_api,
+        runtime_handler=a.runtime_handler,
         runtime_binary=a.runtime, kmod_socket=a.kmod_socket, cpu=a.cpu,
         memory=a.memory, labels=labels, schedule=a.schedule, dra=a.dra,
     )  # fmt: skip
@@ -81,7 +85,7 @@ def http_app(sim: NodeSim, health: Health) -> FastAPI:
             state = sim.kubelet.container(namespace, pod, container)
             if state is None:
                 raise logs.LogError(404, f"container {container} of pod {namespace}/{pod} is not on this node")
-            source = logs.source(sim.settings.node_dir, pod, state, wanted.previous)
+            source = logs.source(pod, state, wanted.previous)
         except logs.LogError as err:
             return JSONResponse({"message": str(err)}, status_code=err.code)
         return StreamingResponse(logs.stream(source, wanted), media_type="text/plain")

@@ -50,16 +50,20 @@ class BindMount:
 
 
 @dataclass(frozen=True, slots=True)
-class ContainerSpec:
-    """Everything a runner needs to start one container."""
+class LogFile:
+    """Where one container instance's output is: as the program wrote it, or in the CRI log
+    format (``<time> <stream> <F|P> <text>`` lines, as containerd's CRI plugin writes it)."""
+
+    path: Path
+    cri: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    """A started container: the runtime's id for it (containerd's, through CRI) and its output."""
 
     container_id: str
-    args: list[str]
-    env: dict[str, str]
-    devices: list[DeviceNode]
-    mounts: list[BindMount]
-    annotations: dict[str, str]
-    workdir: Path
+    log: LogFile
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +109,31 @@ class PodDef:
             for resource, amount in container.resources.items():
                 total[resource] = total.get(resource, Decimal(0)) + amount
         return total
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerSpec:
+    """Everything a runner needs to start one container.
+
+    ``annotations``: what the OCI spec carries when the runner writes the spec itself (every pod
+    annotation, the Allocate annotations, the CRI identity keys); a CRI runner sends ``pod``'s
+    annotations with the sandbox and ``allocated_annotations`` with the container instead, and
+    containerd writes the spec's annotations from them as its runtime handler allows.
+    ``container_id``: the kubelet's name for this instance (its ``workdir``); a CRI runner's
+    container gets containerd's id (see :class:`Started`).
+    """
+
+    container_id: str
+    args: list[str]
+    env: dict[str, str]
+    devices: list[DeviceNode]
+    mounts: list[BindMount]
+    annotations: dict[str, str]
+    workdir: Path
+    pod: PodDef
+    name: str = ""  # the container's name in the pod
+    attempt: int = 0  # restarts before this instance
+    allocated_annotations: dict[str, str] = field(default_factory=dict)
 
 
 def _str_map(value: object, where: str) -> dict[str, str]:

@@ -22,6 +22,11 @@ class NodeSimSettings:
     # processes; "none": processes; anything else: a containerd socket path.
     containerd: str = "auto"
     containerd_namespace: str = "k8s.io"
+    # how the kubelet drives containerd: "cri", its CRI plugin as a kubelet does (a pod sandbox
+    # per pod, the runtime handler's annotation filters); "ctr", `ctr run` with an OCI spec of
+    # the node's own (every annotation through)
+    containerd_api: str = "cri"
+    runtime_handler: str = "gpushare"  # the CRI runtime handler (the RuntimeClass's handler)
     # runc-compatible binary for containers: "auto" (gpushare-runtime beside the
     # interpreter when installed), "none" (runc) or a path
     runtime_binary: str = "auto"

@@ -3,7 +3,9 @@ the container spec a runner starts (pure, apart from creating the report dir).
 
 Annotations: every pod annotation, then the Allocate annotations, then the CRI
 identity (``io.kubernetes.cri.sandbox-namespace``, ``-name``,
-``container-name``), as containerd's CRI plugin would write them.
+``container-name``), as containerd's CRI plugin would write them for a runner
+that writes the OCI spec itself (its handler letting every key through); a CRI
+runner hands the pod's and the Allocate's annotations to containerd apart.
 Environment: the container's own, the Allocate envs, and for the workload
 program ``GPULOAD_REPORT_DIR`` (a per-container directory the exporter reads)
 and ``GPULOAD_KMOD_SOCK`` (the kernel stand-in's socket) when configured.
@@ -63,6 +65,7 @@ def container_spec(
     container: ContainerDef,
     allocation: ContainerAllocation,
     container_id: str,
+    attempt: int = 0,
 ) -> ContainerSpec:
     reports = report_dir(ctx.node_dir, pod.namespace, pod.name, container.name)
     reports.mkdir(parents=True, exist_ok=True)
@@ -80,4 +83,8 @@ def container_spec(
         mounts=mounts,
         annotations=container_annotations(pod, container, allocation),
         workdir=container_dir(ctx.node_dir, container_id),
+        pod=pod,
+        name=container.name,
+        attempt=attempt,
+        allocated_annotations=dict(allocation.annotations),
     )

@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from gpushare_sim.node.model import PodDef
+from gpushare_sim.node.model import LogFile, PodDef
 
 CONTAINER_ID_SCHEME = "containerd://"
 
@@ -26,6 +26,8 @@ class ContainerState:
     finished_at: float | None = None
     restart_count: int = 0
     message: str = ""  # why the container could not start (the runtime's error)
+    log: LogFile | None = None  # the current instance's output
+    previous_log: LogFile | None = None  # the instance's before the last restart
 
     @property
     def running(self) -> bool:

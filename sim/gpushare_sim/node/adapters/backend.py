@@ -1,5 +1,7 @@
 """Choosing how containers run: a private containerd (via the launcher in
-``gpushare_sim.containerd``), a given containerd socket, or plain processes."""
+``gpushare_sim.containerd``) or a given containerd socket, driven through its
+CRI plugin as a kubelet does (the default) or with ``ctr run``; or plain
+processes where there is no root or no containerd."""
 
 from __future__ import annotations
 
@@ -15,7 +17,11 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 
 from gpushare_sim.containerd import Containerd, missing_binaries
+from gpushare_sim.containerd_cri import CriConfig
 from gpushare_sim.fakegpu.vendor import vendor_table
+from gpushare_sim.node.adapters.cri import CriClient, CriError
+from gpushare_sim.node.adapters.crirunner import CriRunner
+from gpushare_sim.node.adapters.images import ImageError, ImageSpec, import_image
 from gpushare_sim.node.adapters.rootfs import build_base, find_busybox
 from gpushare_sim.node.adapters.runners import CtrRunner, ProcessRunner, Runner
 from gpushare_sim.node.settings import NodeSimSettings
@@ -24,6 +30,11 @@ log = logging.getLogger("gpushare_sim.node.backend")
 
 GPULOAD = "gpuload"
 HOG = "hog"
+PAUSE = "pause"
+CRI_NAMESPACE = "k8s.io"  # where containerd's CRI plugin keeps its containers and images
+PAUSE_IMAGE = "gpushare.local/pause:1"
+NODE_IMAGE = "gpushare.local/sim-node:1"  # every pod's containers: busybox and the workload tools
+CRI_READY_S = 60.0
 RUNTIME_CONFIG_ENV = "GPUSHARE_RUNTIME_CONFIG"
 RUNTIME_NAME = "gpushare-runtime"
 
@@ -32,14 +43,19 @@ class BackendError(Exception):
     """The requested container backend cannot be used here."""
 
 
-def ensure_gpuload(tools_dir: Path) -> Path:
-    """The static workload program, built with ``make -C tools_dir`` when missing."""
-    binary = tools_dir / GPULOAD
+def ensure_tool(tools_dir: Path, name: str) -> Path:
+    """One of the static programs of ``tools_dir``, built with ``make -C tools_dir`` when missing."""
+    binary = tools_dir / name
     if not binary.exists() and (tools_dir / "Makefile").exists() and shutil.which("make"):
         subprocess.run(["make", "-s", "-C", str(tools_dir)], check=False, capture_output=True)
     if not binary.exists():
         raise BackendError(f"{binary} is missing: run `make -C {tools_dir}` (needs gcc)")
     return binary
+
+
+def ensure_gpuload(tools_dir: Path) -> Path:
+    """The static workload program."""
+    return ensure_tool(tools_dir, GPULOAD)
 
 
 def containerd_usable() -> bool:
@@ -106,21 +122,74 @@ async def build_runner(settings: NodeSimSettings, stack: AsyncExitStack) -> Runn
     base = settings.node_dir / "rootfs-base"
     extra = [t for t in (settings.tools_dir / HOG,) if t.exists()]  # hog: a borrower slow to die
     await asyncio.to_thread(build_base, base, find_busybox(), [gpuload, *extra])
-    namespace = settings.containerd_namespace
-    if mode == "auto":
-        runtime = runtime_binary(settings.runtime_binary)
-        env = None
-        if runtime is not None:
-            env = {**os.environ, RUNTIME_CONFIG_ENV: str(runtime_config(settings))}
-        ctrd = Containerd(env=env)  # a short /tmp base: socket paths are limited to 108 bytes
-        await asyncio.to_thread(ctrd.start)
-        stack.push_async_callback(asyncio.to_thread, ctrd.stop)
-        _link(settings.node_dir / "containerd.sock", ctrd.address)
-        command = ["ctr", "--address", str(ctrd.address), "-n", namespace]
-        flags = ["--runc-root", str(ctrd.base_dir / "runc"), "--fifo-dir", str(ctrd.fifo_dir)]
-        log.info("containers run in a private containerd node=%s runtime=%s", settings.name,
-                 runtime or "runc")  # fmt: skip
-        return CtrRunner(command, base, runtime, flags)
-    log.info("containers run in containerd socket=%s node=%s", mode, settings.name)
     runtime = runtime_binary(settings.runtime_binary)
-    return CtrRunner(["ctr", "--address", mode, "-n", namespace], base, runtime)
+    cri = settings.containerd_api == "cri"
+    if mode == "auto":
+        address = await _private_containerd(settings, runtime, cri, stack)
+    else:
+        address = Path(mode)
+        log.info("containers run in containerd socket=%s node=%s api=%s", mode, settings.name,
+                 settings.containerd_api)  # fmt: skip
+    if cri:
+        return await _cri_runner(settings, address, base, runtime, stack)
+    command = ["ctr", "--address", str(address), "-n", settings.containerd_namespace]
+    if mode != "auto":
+        return CtrRunner(command, base, runtime)
+    ctrd_dir = address.resolve().parent
+    flags = ["--runc-root", str(ctrd_dir / "runc"), "--fifo-dir", str(ctrd_dir / "fifo")]
+    return CtrRunner(command, base, runtime, flags)
+
+
+async def _private_containerd(settings: NodeSimSettings, runtime: Path | None, cri: bool,
+                              stack: AsyncExitStack) -> Path:  # fmt: skip
+    """A containerd of this node's own (its CRI plugin on when ``cri``); the node's stable name for its socket."""
+    env = None
+    if runtime is not None:
+        env = {**os.environ, RUNTIME_CONFIG_ENV: str(runtime_config(settings))}
+    handler_binary = runtime or Path(shutil.which("runc") or "runc")
+    ctrd = Containerd(env=env, cri=CriConfig(handler_binary, PAUSE_IMAGE) if cri else None)  # a short /tmp base
+    await asyncio.to_thread(ctrd.start)
+    stack.push_async_callback(asyncio.to_thread, ctrd.stop)
+    _link(settings.node_dir / "containerd.sock", ctrd.address)
+    log.info("containers run in a private containerd node=%s runtime=%s api=%s", settings.name,
+             runtime or "runc", settings.containerd_api)  # fmt: skip
+    return ctrd.address
+
+
+async def _cri_runner(settings: NodeSimSettings, address: Path, base: Path, runtime: Path | None,
+                      stack: AsyncExitStack) -> CriRunner:  # fmt: skip
+    """The CRI runner, once containerd's CRI plugin answers and has the node's two images."""
+    client = CriClient(str(address))
+    client.open()
+    where = {"address": str(address), "namespace": CRI_NAMESPACE, "runtime": str(runtime or "runc")}
+    runner = CriRunner(client, NODE_IMAGE, settings.runtime_handler, settings.node_dir / "pods", where)
+    stack.push_async_callback(runner.close)
+    version = await _cri_ready(client, address)
+    pause_root = settings.node_dir / "pause-root"
+    pause_root.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(await asyncio.to_thread(ensure_tool, settings.tools_dir, PAUSE), pause_root / PAUSE)
+    ctr = ["ctr", "--address", str(address), "-n", CRI_NAMESPACE]
+    for image in (ImageSpec(PAUSE_IMAGE, pause_root, (f"/{PAUSE}",)), ImageSpec(NODE_IMAGE, base)):
+        try:
+            await asyncio.to_thread(import_image, ctr, image, settings.node_dir)
+            present = await client.image_present(image.name)
+        except (ImageError, CriError) as err:
+            raise BackendError(f"node {settings.name}: {err}") from err
+        if not present:
+            raise BackendError(f"node {settings.name}: image {image.name} imported, but the CRI does not list it")
+    log.info("containers run through the CRI node=%s runtime=%s handler=%s", settings.name, version,
+             settings.runtime_handler)  # fmt: skip
+    return runner
+
+
+async def _cri_ready(client: CriClient, address: Path) -> str:
+    """The CRI's version, once the plugin is initialized (it answers "not initialized" until then)."""
+    deadline = asyncio.get_running_loop().time() + CRI_READY_S
+    while True:
+        try:
+            return await client.version()
+        except CriError as err:
+            if asyncio.get_running_loop().time() > deadline:
+                raise BackendError(f"containerd's CRI plugin on {address} did not answer in {CRI_READY_S} s: "
+                                   f"{err.reason} (is io.containerd.grpc.v1.cri enabled?)") from err
+        await asyncio.sleep(0.05)

@@ -1,4 +1,4 @@
-"""Container runners: one API, two ways to run a container.
+"""Container runners: one API, three ways to run a container.
 
 * :class:`CtrRunner` runs a real container through containerd (``ctr run
   --config``) with runc or a runc-compatible runtime such as
@@ -7,8 +7,12 @@
 * :class:`ProcessRunner` runs the command as a plain process (no root needed);
   container paths of devices and mounts are passed in ``GPULOAD_PATH_MAP`` so
   the workload program finds the host files.
+* :class:`~gpushare_sim.node.adapters.crirunner.CriRunner` drives containerd's
+  CRI plugin as the kubelet does (a pod sandbox, then containers in it).
 
-Both: ``start(spec)``, ``wait(id) -> exit code``, ``kill(id)``, ``remove(id)``.
+All: ``start(spec) -> Started`` (the runtime's container id and where its
+output goes), ``wait(id) -> exit code``, ``kill(id)``, ``remove(id)``, and
+``remove_pod(pod uid)`` once the kubelet has removed the pod's containers.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
 from gpushare_sim.node.adapters.rootfs import container_rootfs
-from gpushare_sim.node.model import ContainerSpec
+from gpushare_sim.node.model import ContainerSpec, LogFile, Started
 from gpushare_sim.run.lifeline import owned
 
 log = logging.getLogger("gpushare_sim.node.runners")
@@ -49,10 +53,16 @@ class Runner(Protocol):
 
     def describe(self) -> dict[str, str]: ...
 
-    async def start(self, spec: ContainerSpec) -> None: ...
+    async def start(self, spec: ContainerSpec) -> Started: ...
     async def wait(self, container_id: str) -> int: ...
     async def kill(self, container_id: str) -> None: ...
     async def remove(self, container_id: str) -> None: ...
+    async def remove_pod(self, pod_uid: str) -> None: ...
+
+
+def _started(spec: ContainerSpec) -> Started:
+    """A container this node names itself: the kubelet's id, its output in its directory's ``log``."""
+    return Started(spec.container_id, LogFile(spec.workdir / "log"))
 
 
 def _open_log(workdir: Path) -> BinaryIO:
@@ -95,7 +105,7 @@ class ProcessRunner:
         path = os.pathsep.join([*map(str, self._tool_dirs), os.environ.get("PATH", "")])
         return {**spec.env, "PATH": path, PATH_MAP_ENV: ";".join(f"{c}={h}" for c, h in pairs)}
 
-    async def start(self, spec: ContainerSpec) -> None:
+    async def start(self, spec: ContainerSpec) -> Started:
         spec.workdir.mkdir(parents=True, exist_ok=True)
         (spec.workdir / "annotations.json").write_text(json.dumps(spec.annotations, indent=1))
         env = self._env(spec)
@@ -111,6 +121,7 @@ class ProcessRunner:
             except OSError as err:
                 raise RunnerError(spec.container_id, f"cannot exec {spec.args[:1]}: {err}") from err
         self._procs[spec.container_id] = _Proc(process, spec)
+        return _started(spec)
 
     async def wait(self, container_id: str) -> int:
         return _exit_code(await self._proc(container_id).process.wait())
@@ -126,6 +137,9 @@ class ProcessRunner:
         proc = self._procs.pop(container_id, None)
         if proc is not None:
             await proc.process.wait()
+
+    async def remove_pod(self, pod_uid: str) -> None:
+        return None  # nothing of the pod's besides its containers
 
     def _proc(self, container_id: str) -> _Proc:
         try:
@@ -180,7 +194,7 @@ class CtrRunner:
             self._template = json.loads(out)
         return json.loads(json.dumps(self._template))
 
-    async def start(self, spec: ContainerSpec) -> None:
+    async def start(self, spec: ContainerSpec) -> Started:
         spec.workdir.mkdir(parents=True, exist_ok=True)
         rootfs = await asyncio.to_thread(container_rootfs, self._base, spec.workdir / "rootfs")
         oci = oci_spec(await self._spec_template(), spec, rootfs)
@@ -199,6 +213,7 @@ class CtrRunner:
             )  # fmt: skip
         self._procs[spec.container_id] = _Proc(process, spec)
         await self._await_started(spec, process, pid_file)
+        return _started(spec)
 
     async def _await_started(self, spec: ContainerSpec, process: asyncio.subprocess.Process, pid_file: Path) -> None:
         loop = asyncio.get_running_loop()
@@ -238,6 +253,9 @@ class CtrRunner:
         await self._ctr_run("container", "delete", container_id)
         if proc is not None:
             await asyncio.to_thread(shutil.rmtree, proc.spec.workdir / "rootfs", True)
+
+    async def remove_pod(self, pod_uid: str) -> None:
+        return None  # ctr runs no pod sandbox
 
 
 def oci_spec(template: dict[str, Any], spec: ContainerSpec, rootfs: Path) -> dict[str, Any]:
