@@ -58,6 +58,7 @@ class ClusterSettings:
     nodes: int = 1
     gpus: int = 4
     containerd: str = "auto"  # the node simulator's --containerd
+    containerd_api: str = "cri"  # the node simulator's --containerd-api: cri (as a kubelet) or ctr
     run_dir: Path | None = None  # None: a fresh directory under /tmp (socket paths are short there)
     keep_dir: bool = False  # leave the run directory (logs) behind after the stop
     services: ServiceSettings = field(default_factory=ServiceSettings)
@@ -172,8 +173,7 @@ class Cluster:
             await self._start_callout(self.auth)
         for index in range(1, self.settings.nodes + 1):
             node = await self._start_node(f"gpu-node-{index}", schedule=index == 1)
-            mode = "real containers (private containerd + runc + gpushare-runtime)" if node.containerd \
-                else "plain processes (no root or no containerd here)"
+            mode = _container_mode(node)
             say(f"node {node.name} up: {self.settings.gpus} fake cards, kernel stand-in, leaf server "
                 f"(domain {node.nats.domain}), containers as {mode}")
         waits: list[Awaitable[None]] = [self._start_shadow_controller()]
@@ -257,6 +257,7 @@ class Cluster:
         argv = [sys.executable, "-m", "gpushare_sim.node", "--name", name, "--api", str(self.kubeconfig),
                 "--dir", str(self.run_dir), "--gpus", str(self.settings.gpus), "--port", str(port),
                 "--exporter-port", str(free_port()), "--containerd", self.settings.containerd,
+                "--containerd-api", self.settings.containerd_api,
                 "--kmod-socket", str(hook), *(["--schedule"] if schedule else []),
                 *(["--dra"] if dra else [])]  # fmt: skip
         sim = self._child(f"node@{name}", argv, http=f"http://127.0.0.1:{port}")
@@ -372,6 +373,15 @@ class Cluster:
         self.children.clear()
         if not self.settings.keep_dir:
             _remove_tree(self.run_dir)  # blocking on purpose: the last step, also while a loop shuts down
+
+
+def _container_mode(node: Node) -> str:
+    kind = node.endpoints.get("containerd_kind", "process")
+    if kind == "cri":
+        return "real containers (private containerd's CRI plugin, gpushare runtime handler)"
+    if kind == "containerd":
+        return "real containers (private containerd, ctr run + runc or gpushare-runtime)"
+    return "plain processes (no root or no containerd here)"
 
 
 def _remove_tree(path: Path) -> None:

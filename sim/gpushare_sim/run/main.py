@@ -30,6 +30,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--nodes", type=int, default=1, help="simulated nodes (1 or 2)")
     p.add_argument("--gpus", type=int, default=4, help="fake cards per node")
     p.add_argument("--containerd", default="auto", help="auto (real containers when root) or none")
+    p.add_argument("--containerd-api", choices=("cri", "ctr"), default="cri",
+                   help="how the nodes run containers in containerd: its CRI plugin, as a kubelet (default), "
+                        "or ctr run with an OCI spec of their own")
     p.add_argument("--dir", type=Path, default=None, help="run directory (default: a new one in /tmp)")
     p.add_argument("--keep-logs", action="store_true", help="keep the run directory and its logs")
     p.add_argument("--nats-cluster", type=int, default=1, metavar="N",
@@ -48,6 +51,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 async def run(args: argparse.Namespace, timeline: Timeline) -> int:
     settings = ClusterSettings(nodes=args.nodes, gpus=args.gpus, containerd=args.containerd,
+                               containerd_api=args.containerd_api,
                                run_dir=args.dir, keep_dir=args.keep_logs or args.dir is not None,
                                nats_servers=args.nats_cluster, nats_auth=not args.no_nats_auth)  # fmt: skip
     names = list(SCENARIOS) if args.scenario == "all" else [] if args.scenario == "none" else [args.scenario]

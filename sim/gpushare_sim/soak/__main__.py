@@ -56,6 +56,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--slow-share", type=float, default=0.5, help="share of borrowers slow to die")
     p.add_argument("--borrower-mib", type=int, default=1024, help="memory of a slow borrower")
     p.add_argument("--keep-logs", action="store_true", help="keep the run directory (logs) afterwards")
+    p.add_argument("--containerd-api", choices=("cri", "ctr"), default="cri",
+                   help="containers through containerd's CRI plugin, as a kubelet (default), or ctr run")
     chosen, _ = p.parse_known_args(argv)
     if chosen.profile:
         p.set_defaults(**defaults(chosen.profile, chosen.borrowers))
@@ -72,6 +74,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 async def soak(args: argparse.Namespace, timeline: Timeline) -> int:
     rng = random.Random(args.seed)
     settings = ClusterSettings(nodes=args.nodes, nats_servers=args.nats_cluster, keep_dir=args.keep_logs,
+                               containerd_api=args.containerd_api,
                                evidence=f"soak-{args.seed}")  # an error or an interruption keeps the logs too
     async with Cluster(settings, timeline) as cluster, AsyncExitStack() as stack:
         kube, bus = await open_clients(cluster, stack)

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from gpushare_common import events
+from gpushare_common.adapters.containerd import ContainerdClient, ContainerdError
 from gpushare_common.adapters.kube import Conflict, KubeError, Retryable
 from gpushare_common.retry import Stopped, retry
 
-from gpushare_sim.node.spec import container_dir
 from gpushare_sim.scenarios.kit import GPU, PodFailed, Scenario, container, pod_body, wait_until
 from gpushare_sim.scenarios.spot import LENDABLE, OWNER_LOOP, pinned
 from gpushare_sim.soak.checks import Checks, ask_kernel
@@ -163,21 +163,27 @@ async def owner_back(soak: Soak, node: str, owner: str, borrower: str, report_di
 
 
 async def pid_namespace(soak: Soak, name: str) -> tuple[int, int]:
-    """The pid namespace of a pod's first container and its init process, (0, 0) when not found."""
+    """The pid namespace of a pod's first container and its init process (its task's pid, from
+    the node's containerd), (0, 0) when not found."""
     pod = await soak.s.pod(name)
     statuses = ((pod or {}).get("status") or {}).get("containerStatuses") or []
     runtime_id = str(statuses[0].get("containerID", "")) if statuses else ""
     node = next((n for n in soak.s.cluster.nodes if n.name == (pod or {}).get("spec", {}).get("nodeName")), None)
-    if node is None or "://" not in runtime_id:
+    if node is None or "://" not in runtime_id or not node.containerd:
         return 0, 0
-    return _pidns(container_dir(node.dir, runtime_id.split("://", 1)[1]) / "pid")
-
-
-def _pidns(pid_file: Path) -> tuple[int, int]:
+    address, namespace = node.endpoints["containerd_address"], node.endpoints["containerd_namespace"]
     try:
-        pid = int(pid_file.read_text())
-        return Path(f"/proc/{pid}/ns/pid").stat().st_ino, pid
-    except (OSError, ValueError):
+        async with ContainerdClient(address, namespace) as containerd:
+            pid = await containerd.pid(runtime_id.split("://", 1)[1])
+    except ContainerdError:
+        return 0, 0
+    return _pidns(pid)
+
+
+def _pidns(pid: int) -> tuple[int, int]:
+    try:
+        return (Path(f"/proc/{pid}/ns/pid").stat().st_ino, pid) if pid > 0 else (0, 0)
+    except OSError:
         return 0, 0
 
 
