@@ -33,7 +33,7 @@ TINY: list[tuple[str, list[str], str, bool]] = [
     ("kmod_bridge", ["--rounds", "10"], "notice->delivered p99 (sim, host)", False),
     ("runtime", ["--cycles", "3", "--siblings", "2"], "same-pod: overhead median", True),
     ("solver", ["--trials", "3", "--chain", "3"], "owner back -> release sent p99 (n=3)", True),
-    ("simnode", ["--pods", "2", "--allocations", "5"], "pod start (containerd) p50", True),
+    ("simnode", ["--pods", "2", "--allocations", "5"], "pod start (containerd CRI) p50", True),
     ("e2e", ["--trials", "2", "--quiet"], "owner-back ioctl -> owner's call returns p99", True),
 ]
 

@@ -1,6 +1,7 @@
-"""The node simulator with real containers (private containerd + runc): a pod
-asking for nvidia.com/gpu: 1 runs in a runc container that sees its fake card,
-carries the CRI identity and Allocate annotations, and is killed on deletion."""
+"""The node simulator with real containers through ``ctr run`` (private containerd + runc, an OCI
+spec of the node's own): a pod asking for nvidia.com/gpu: 1 runs in a runc container that sees its
+fake card, carries the CRI identity and Allocate annotations, and is killed on deletion. (The CRI
+path, the default: tests/sim/test_node_cri.py and the end-to-end scenarios.)"""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ async def node() -> AsyncIterator[tuple[NodeSim, RecordingApi]]:
     if shutil.which("gcc") is None and not (TOOLS / "gpuload").exists():
         pytest.skip("needs gcc to build sim/tools/gpuload")
     sim_dir = short_sim_dir()
-    settings = NodeSimSettings(name="c1", sim_dir=sim_dir, gpus=2, containerd="auto",
+    settings = NodeSimSettings(name="c1", sim_dir=sim_dir, gpus=2, containerd="auto", containerd_api="ctr",
                                tools_dir=TOOLS, kmod_socket=str(sim_dir / "kmod" / "k.sock"))  # fmt: skip
     api = RecordingApi()
     try:
