@@ -176,8 +176,8 @@ def _runtime_asks_the_kubelet() -> bool:
 async def test_a_sharepods_signed_annotation_copied_onto_another_pod_gives_it_nothing(node: Any) -> None:
     """team-a's SharePod got card copies from ShadowPod shadow-1 through a signed Allocate annotation;
     team-b copies that annotation onto a pod of its own on the same node (a pod annotation the
-    handler lets through). The kubelet allocated team-b's container no share of shadow-1, so the
-    runtime refuses to create it and it never sees the card."""
+    handler lets through, to the pod's sandbox as well as to its containers). The kubelet allocated
+    team-b's pod no share of shadow-1, so the runtime refuses it and its container never runs."""
     if not _runtime_asks_the_kubelet():
         pytest.skip("this runtime does not ask the kubelet's pod-resources before a copy from another pod")
     sim, api = node
@@ -191,8 +191,8 @@ async def test_a_sharepods_signed_annotation_copied_onto_another_pod_gives_it_no
                                     node="cri1", uid="c0ffee00-0000-4000-8000-000000000004", annotations=copied))
     await sim.kubelet.sync([shadow, replay])
     state = await wait_until(lambda: _failed(sim, replay), 60, "the replayed pod's container refused")
-    assert "was not allocated to container team-b/inference-1/main by the kubelet" in state.message
-    assert report(sim, replay, "main", "devs") is None  # it never ran
+    assert "gpushare-runtime" in state.message and state.exit_code == 128  # refused at create
+    assert report(sim, replay, "main", "devs") is None  # it never ran, so never saw the card
     await sim.kubelet.sync([shadow])
     await wait_until(lambda: replay.uid not in sim.kubelet.workers, 60, "replayed pod removed")
     await remove(sim, shadow)
