@@ -9,10 +9,12 @@ import tarfile
 import tomllib
 from pathlib import Path
 
+import grpc
 import pytest
 from gpushare_common.adapters.kubeletapi import cri_runtime_v1_pb2 as cri
 from gpushare_sim.containerd_cri import CRI_HANDLER, CRI_PLUGIN, SHIPPED_DROP_IN, CriConfig, DropInError, render_drop_in
 from gpushare_sim.node import logs
+from gpushare_sim.node.adapters.cri import CriClient, CriMissing, CriUnavailable
 from gpushare_sim.node.adapters.crirunner import container_config, sandbox_config
 from gpushare_sim.node.adapters.images import ImageError, ImageSpec, oci_archive
 from gpushare_sim.node.model import BindMount, ContainerSpec, DeviceNode, LogFile, parse_pod
@@ -124,3 +126,22 @@ def test_the_kubelets_configs_carry_the_pod_and_the_allocate_response(tmp_path: 
     assert config.annotations["gpushare.k8s.io/container-devices-ids.main"] == "v"
     assert "team.example/x" not in config.annotations  # pod annotations go with the sandbox only
     assert list(config.command) == ["gpuload", "--once"] and config.image.image == "gpushare.local/sim-node:1"
+
+
+async def test_a_socket_that_serves_no_cri_is_named_as_such(tmp_path: Path) -> None:
+    """containerd with its CRI plugin off or failed answers UNIMPLEMENTED: no use waiting for it."""
+    socket = tmp_path / "no-cri.sock"
+    server = grpc.aio.server()
+    server.add_insecure_port(f"unix://{socket}")
+    await server.start()
+    client = CriClient(str(socket))
+    client.open()
+    try:
+        with pytest.raises(CriMissing, match=r"serves no CRI runtime\.v1"):
+            await client.version()
+        await server.stop(None)
+        with pytest.raises(CriUnavailable):
+            await client.image_present("gpushare.local/pause:1")
+    finally:
+        await client.close()
+        await server.stop(None)

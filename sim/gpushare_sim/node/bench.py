@@ -147,7 +147,16 @@ async def run(args: argparse.Namespace) -> list[Figure]:
                 figures += await bench_pods(sim, label, args.pods)
         finally:
             shutil.rmtree(sim_dir, ignore_errors=True)
-    return figures
+    return figures + ratio(figures, "pod start ({}) p50", "containerd CRI", "containerd ctr run")
+
+
+def ratio(figures: list[Figure], metric: str, first: str, second: str) -> list[Figure]:
+    """``first`` / ``second`` of one metric measured in the same run (none when one is missing)."""
+    values = {f["metric"]: f["value"] for f in figures}
+    a, b = values.get(metric.format(first)), values.get(metric.format(second))
+    if a is None or not b:
+        return []
+    return [figure(metric.format(f"{first} / {second}"), round(a / b, 3), "x")]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,7 +19,7 @@ from pathlib import Path
 from gpushare_sim.containerd import Containerd, missing_binaries
 from gpushare_sim.containerd_cri import CriConfig
 from gpushare_sim.fakegpu.vendor import vendor_table
-from gpushare_sim.node.adapters.cri import CriClient, CriError
+from gpushare_sim.node.adapters.cri import CriClient, CriError, CriMissing
 from gpushare_sim.node.adapters.crirunner import CriRunner
 from gpushare_sim.node.adapters.images import ImageError, ImageSpec, import_image
 from gpushare_sim.node.adapters.rootfs import build_base, find_busybox
@@ -165,9 +165,7 @@ async def _cri_runner(settings: NodeSimSettings, address: Path, base: Path, runt
     runner = CriRunner(client, NODE_IMAGE, settings.runtime_handler, settings.node_dir / "pods", where)
     stack.push_async_callback(runner.close)
     version = await _cri_ready(client, address)
-    pause_root = settings.node_dir / "pause-root"
-    pause_root.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(await asyncio.to_thread(ensure_tool, settings.tools_dir, PAUSE), pause_root / PAUSE)
+    pause_root = await asyncio.to_thread(_pause_root, settings)
     ctr = ["ctr", "--address", str(address), "-n", CRI_NAMESPACE]
     for image in (ImageSpec(PAUSE_IMAGE, pause_root, (f"/{PAUSE}",)), ImageSpec(NODE_IMAGE, base)):
         try:
@@ -182,14 +180,25 @@ async def _cri_runner(settings: NodeSimSettings, address: Path, base: Path, runt
     return runner
 
 
+def _pause_root(settings: NodeSimSettings) -> Path:
+    """The pause image's file system: the sandbox's init and nothing else."""
+    root = settings.node_dir / "pause-root"
+    root.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(ensure_tool(settings.tools_dir, PAUSE), root / PAUSE)
+    return root
+
+
 async def _cri_ready(client: CriClient, address: Path) -> str:
     """The CRI's version, once the plugin is initialized (it answers "not initialized" until then)."""
     deadline = asyncio.get_running_loop().time() + CRI_READY_S
     while True:
         try:
             return await client.version()
+        except CriMissing as err:
+            raise BackendError(f"{err.reason}: enable containerd's io.containerd.grpc.v1.cri plugin (its log says "
+                               "why it did not load), or run the node with --containerd-api ctr") from err
         except CriError as err:
             if asyncio.get_running_loop().time() > deadline:
                 raise BackendError(f"containerd's CRI plugin on {address} did not answer in {CRI_READY_S} s: "
-                                   f"{err.reason} (is io.containerd.grpc.v1.cri enabled?)") from err
+                                   f"{err.reason}") from err
         await asyncio.sleep(0.05)

@@ -2,7 +2,8 @@
 unix socket, as the kubelet calls it: pod sandboxes, containers, their states, image presence.
 
 Requests and replies are the API's messages (built by :mod:`gpushare_sim.node.adapters.crirunner`);
-errors are :class:`CriError` (:class:`CriNotFound`, :class:`CriUnavailable`) naming the call;
+errors are :class:`CriError` (:class:`CriNotFound`, :class:`CriUnavailable`, :class:`CriMissing`)
+naming the call;
 no gRPC exception escapes.
 """
 
@@ -33,6 +34,10 @@ class CriNotFound(CriError):
 
 class CriUnavailable(CriError):
     """The runtime did not answer: socket missing, not initialized yet, or the call timed out."""
+
+
+class CriMissing(CriError):
+    """The socket serves no CRI runtime.v1 (containerd's CRI plugin is off or failed to load)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +151,8 @@ def _translate(err: grpc.aio.AioRpcError, what: str, address: str) -> CriError:
     code, detail = err.code(), err.details() or ""
     if code == grpc.StatusCode.NOT_FOUND:
         return CriNotFound(what, detail)
-    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNIMPLEMENTED) \
-            or "not initialized" in detail:
+    if code == grpc.StatusCode.UNIMPLEMENTED:
+        return CriMissing(what, f"{address} serves no CRI runtime.v1: {detail}")
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED) or "not initialized" in detail:
         return CriUnavailable(what, f"{address}: {code.name} {detail}")
     return CriError(what, f"{code.name} {detail}")
