@@ -55,6 +55,11 @@ class RuntimeLog:
         self.write("info", message)
 
     def error(self, message: str) -> None:
-        sys.stderr.write(f"gpushare-runtime: {message}\n")
-        sys.stderr.flush()
+        """The log first: containerd reads the error from it, and a caller's stderr may be a pipe
+        nobody reads any more (a write there then fails, and must not lose the log's line)."""
         self.write("error", message)
+        try:
+            sys.stderr.write(f"gpushare-runtime: {message}\n")
+            sys.stderr.flush()
+        except (OSError, ValueError):  # a closed or broken stderr: the log has it
+            pass

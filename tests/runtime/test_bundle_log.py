@@ -75,3 +75,17 @@ def test_log_appends_and_errors_go_to_stderr(tmp_path: Path, capsys: pytest.Capt
         "from runc", "one", "two"]
     assert capsys.readouterr().err == "gpushare-runtime: two\n"
     RuntimeLog(str(tmp_path / "no" / "dir.log"), "json").info("ignored")
+
+
+def test_an_error_reaches_the_log_when_stderr_is_broken(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    class Broken:
+        def write(self, text: str) -> int:
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self) -> None:
+            raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr("sys.stderr", Broken())
+    path = tmp_path / "log.json"
+    RuntimeLog(str(path), "json").error("cannot copy devices")
+    assert [json.loads(line)["msg"] for line in path.read_text().splitlines()] == ["cannot copy devices"]
