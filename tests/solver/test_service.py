@@ -174,3 +174,52 @@ async def test_a_plan_failing_again_at_start_is_kept_and_its_eviction_happens_on
         assert isinstance(records[0], EvictionRecord) and records[0].outcome == "evicted"
     finally:
         await bus.drain()
+
+
+async def test_evicted_pods_leave_evicting_when_gone_also_after_a_restart(
+    nats_settings: NatsSettings, bridge: FakeBridge,
+) -> None:
+    """/status names a pod under ``evicting`` only while its reclaim is pending: once the borrower
+    is deleted it is gone from there, and a restarted solver (reading its journal) agrees."""
+    pods, tasks = owner_and_borrower()
+    bus, records = await eviction_recorder(nats_settings)
+    try:
+        async with wired(nats_settings, pods, tasks) as running:
+            await lend_to_borrower(bus, running)
+            await publish_all(bus, [OwnerBackEvent(node=NODE, pidns=5, pid=1, kernel_ts_ns=1, pod=OWNER)])
+            await wait_for(lambda: len(records) == 1 and not running.solver.plans, what="the eviction done")
+            assert running.solver.status()["evicting"] == {}
+        async with wired(nats_settings, pods, tasks) as running:
+            assert running.solver.status()["evicting"] == {}
+    finally:
+        await bus.drain()
+
+
+def kills_timed(running: app.Service) -> float:
+    return running.skeleton.registry.get_sample_value("gpushare_solver_kill_seconds_count",
+                                                      {"reason": "owner-back"}) or 0.0
+
+
+async def test_a_kill_is_timed_only_when_it_killed_a_task(nats_settings: NatsSettings, bridge: FakeBridge) -> None:
+    """``gpushare_solver_kill_seconds`` observes a reclaim only when a task was there to kill: a
+    borrower whose task had already exited is evicted without a kill-time observation."""
+    pods, tasks = owner_and_borrower()
+    tasks.running.clear()  # the borrower's task exited on its own
+    bus, records = await eviction_recorder(nats_settings)
+    try:
+        async with wired(nats_settings, pods, tasks) as running:
+            await lend_to_borrower(bus, running)
+            await publish_all(bus, [OwnerBackEvent(node=NODE, pidns=5, pid=1, kernel_ts_ns=1, pod=OWNER)])
+            await wait_for(lambda: len(records) == 1 and not running.solver.plans, what="the eviction done")
+            assert tasks.calls >= 1 and kills_timed(running) == 0
+            pods.add("spot/b2", NODE, ["b2-c"], {SPOT: ("spot-GPU-0",)})
+            tasks.running.add("b2-c")
+            await publish_all(bus, [
+                LowPowerEvent(node=NODE, owner=OWNER, using=False, devices=("GPU-0",)),
+                SpotEvent(node=NODE, pod="spot/b2", container="c0", state="using", devices=("spot-GPU-0",)),
+                OwnerBackEvent(node=NODE, pidns=5, pid=2, kernel_ts_ns=2, pod=OWNER),
+            ])
+            await wait_for(lambda: len(records) == 2 and not running.solver.plans, what="the second eviction")
+            assert "b2-c" not in tasks.running and kills_timed(running) == 1
+    finally:
+        await bus.drain()

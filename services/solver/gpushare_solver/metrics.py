@@ -36,7 +36,8 @@ class SolverMetrics:
         self.events = Counter("gpushare_solver_events", "Events handled, by type and result",
                               ["event", "result"], registry=registry)
         self.kill_seconds = Histogram("gpushare_solver_kill_seconds",
-                                      "From the kill request to every task exited", ["reason"],
+                                      "From the kill request to every task exited; only kills that found a task",
+                                      ["reason"],
                                       buckets=_MS_BUCKETS, registry=registry)
         self.release_seconds = Histogram("gpushare_solver_release_seconds",
                                          "From the trigger event to the owner's release sent",

@@ -317,14 +317,15 @@ class Reclaimer:
         """A kill that failed is retried with the plan (the event is redelivered): the pods are
         never deleted, nor the owner released, while their tasks may still run."""
         try:
-            await killing
+            exits = await killing
         except ContainerdError as err:
             log.error("killing borrower tasks failed; retrying", node=self.node, owner=action.owner,
                       error=str(err))
             raise
         progress.kill_ms = (time.perf_counter() - start) * 1000
         progress.killed = True
-        self.metrics.kill_seconds.labels(action.reason).observe(progress.kill_ms / 1000)
+        if any(not e.gone for batch in exits for e in batch):  # timed only when a task was there to kill
+            self.metrics.kill_seconds.labels(action.reason).observe(progress.kill_ms / 1000)
 
     def _known_containers(self, pod: str, pop: bool = False) -> tuple[str, ...]:
         seen = self.known.pop(pod, None) if pop else self.known.get(pod)

@@ -114,8 +114,9 @@ class Solver:
         self.state.inventory = {r: tuple(c) for r, c in journal.inventory.items()}
         self.state.shadow_cards = {s: tuple(c) for s, c in journal.shadow_cards.items()}
         self.state.lend_after = journal.lend_after
-        self.state.evicting = dict(journal.evicting)
         self.plans = await self._stores["plan"].items(Plan)
+        self.state.evicting = dict(journal.evicting)
+        self._prune_evicting()
         log.info("state loaded", node=self.node, owners=len(self.state.cache.owners()),
                  pending_plans=len(self.plans))
 
@@ -333,8 +334,20 @@ class Solver:
     async def _forget(self, plan: Plan) -> None:
         self.plans.pop(plan.trigger_id, None)
         await self._stores["plan"].delete(plan.trigger_id)
+        if self._prune_evicting():
+            await self._save_journal()
         self.metrics.in_flight.set(len(self.plans))
         self.metrics.borrowers.set(len(self.state.borrowers()))
+
+    def _prune_evicting(self) -> bool:
+        """A pod stays ``evicting`` only while a pending plan names it: once its reclaim is done
+        (or its plan dropped) it is gone or refused. True when something was dropped."""
+        named = {pod for plan in self.plans.values() for action in plan.actions if isinstance(action, Reclaim)
+                 for pod in action.pods}
+        stale = [pod for pod in self.state.evicting if pod not in named]
+        for pod in stale:
+            del self.state.evicting[pod]
+        return bool(stale)
 
     async def evict(self, trigger_id: str, reason: str, pods: dict[str, str]) -> None:
         """Evict pods (key -> uid) outside any event of the stream (pressure): a plan of one reclaim."""
