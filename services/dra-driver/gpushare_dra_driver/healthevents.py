@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from gpushare_common import dra
+from gpushare_common.kubeevents import pod_event as pod_event_of
 from gpushare_common.logging import get_logger
 
 from .prepare import ClaimUnreadable
@@ -78,18 +77,10 @@ def pods_of(claim: Mapping[str, Any]) -> list[tuple[str, str]]:
             if isinstance(r, Mapping) and r.get("resource", "pods") == "pods" and r.get("name")]
 
 
-def pod_event(notice: HealthNotice, pod: str, uid: str, node: str, now: str, stamp: int) -> dict[str, Any]:
-    """A core/v1 Event on the pod (``stamp`` makes its name unique)."""
-    return {
-        "apiVersion": "v1", "kind": "Event",
-        "metadata": {"name": f"{pod}.{stamp:x}", "namespace": notice.namespace},
-        "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": notice.namespace, "name": pod,
-                           **({"uid": uid} if uid else {})},
-        "reason": notice.reason, "message": notice.message, "type": "Normal" if notice.healthy else "Warning",
-        "source": {"component": COMPONENT, "host": node},
-        "firstTimestamp": now, "lastTimestamp": now, "count": 1,
-        "reportingComponent": COMPONENT, "reportingInstance": node,
-    }
+def pod_event(notice: HealthNotice, pod: str, uid: str, node: str) -> dict[str, Any]:
+    """A core/v1 Event on the pod, from this node's driver."""
+    return pod_event_of(notice.namespace, pod, uid=uid, reason=notice.reason, message=notice.message,
+                        warning=not notice.healthy, component=COMPONENT, instance=node, host=node)
 
 
 class Board(Protocol):
@@ -126,9 +117,8 @@ class HealthTeller:
         except ClaimUnreadable as err:
             log.info("claim's pods not told of its device's health", node=self.node, error=str(err))
             return
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         for pod, uid in pods_of(claim):
-            if await self.events.record(notice.namespace, pod_event(notice, pod, uid, self.node, now, time.time_ns())):
+            if await self.events.record(notice.namespace, pod_event(notice, pod, uid, self.node)):
                 log.info("pod told of its device's health", node=self.node, pod=f"{notice.namespace}/{pod}",
                          device=notice.device, reason=notice.reason)
 

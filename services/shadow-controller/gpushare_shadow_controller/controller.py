@@ -8,11 +8,11 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from gpushare_common import ids
 from gpushare_common.adapters.kube import Kube, KubeError, NotFound, PodChange
+from gpushare_common.kubeevents import pod_event, rfc3339
 from gpushare_common.logging import get_logger
 from gpushare_common.mapping import QuotaKey
 from gpushare_common.pods import SYSTEM_NAMESPACE, PodRules
@@ -143,11 +143,11 @@ class Controller:
         """The SharePod's CapsEnforced condition, then an Event on it (only once the condition is
         written, so a failed write is retried whole by the next pass)."""
         namespace, name = ids.parse_pod_key(report.pod)
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        at = time.time()
         condition = {"type": ids.CONDITION_CAPS_ENFORCED, "status": "True" if report.enforced else "False",
                      "reason": report.reason, "message": report.message}
         if report.transition:
-            condition["lastTransitionTime"] = now
+            condition["lastTransitionTime"] = rfc3339(at)
         try:
             await self.kube.patch_pod_status(namespace, name, {"status": {"conditions": [condition]}},
                                              strategic=True)
@@ -164,7 +164,7 @@ class Controller:
         say("caps not enforced" if report.warning else "caps enforced again", pod=report.pod,
             shadow=report.shadow, reason=report.reason)
         try:
-            await self.kube.create_event(namespace, caps_event(report, namespace, name, now, self.settings.who()))
+            await self.kube.create_event(namespace, caps_event(report, namespace, name, at, self.settings.who()))
         except KubeError as err:
             self.metrics.errors.inc()
             log.warning("caps event not recorded", pod=report.pod, reason=report.event_reason, error=str(err))
@@ -226,18 +226,8 @@ class Controller:
                 "decisions": [asdict(d) for d in self.decisions], "caps": self.caps_status()}
 
 
-def caps_event(report: CapsReport, namespace: str, name: str, now: str, instance: str) -> dict[str, Any]:
+def caps_event(report: CapsReport, namespace: str, name: str, at: float, instance: str) -> dict[str, Any]:
     """A core/v1 Event on the SharePod, its ShadowPod as the related object."""
-    shadow_namespace, shadow_name = ids.parse_pod_key(report.shadow)
-    return {
-        "apiVersion": "v1", "kind": "Event",
-        "metadata": {"name": f"{name}.{time.time_ns():x}", "namespace": namespace},
-        "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": name,
-                           **({"uid": report.uid} if report.uid else {})},
-        "related": {"apiVersion": "v1", "kind": "Pod", "namespace": shadow_namespace, "name": shadow_name},
-        "reason": report.event_reason, "message": report.message,
-        "type": "Warning" if report.warning else "Normal",
-        "source": {"component": "gpushare-shadow-controller"},
-        "firstTimestamp": now, "lastTimestamp": now, "count": 1,
-        "reportingComponent": "gpushare-shadow-controller", "reportingInstance": instance,
-    }  # fmt: skip
+    return pod_event(namespace, name, uid=report.uid, reason=report.event_reason, message=report.message,
+                     warning=report.warning, component="gpushare-shadow-controller", instance=instance,
+                     related=ids.parse_pod_key(report.shadow), at=at)
