@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 from gpushare_shadow_controller.template import MPS_SCRIPT
+from gpushare_solver import disruption
+from gpushare_solver.spot import OWNER_BACK
 
 from tests.deploy.admission import Decision, Policies, Request, expressions, functions_used
 from tests.deploy.admission_requests import (
@@ -144,6 +146,90 @@ def test_solver_status_patch_on_another_node_is_refused(policies: Policies) -> N
 def test_other_users_are_not_bound_by_the_solver_policy(policies: Policies) -> None:
     request = update(admitted(tenant_pod(), node="node-b"), set_annotation("team.example.com/owner", "bob"), TENANT)
     assert policies.admit(request).allowed
+
+
+# --- the solver's evictions told: the DisruptionTarget condition and Events, of its own node --------
+
+
+def set_disruption(reason: str, status: str = "True") -> Callable[[dict[str, Any]], None]:
+    def change(pod: dict[str, Any]) -> None:
+        conditions = [c for c in pod["status"].get("conditions", []) if c["type"] != "DisruptionTarget"]
+        told = disruption.explain(OWNER_BACK, "dev/alice", ("GPU-0",), "node-a")
+        pod["status"]["conditions"] = [*conditions, {**disruption.condition(told), "reason": reason,
+                                                     "status": status}]
+    return change
+
+
+@pytest.mark.parametrize("reason", disruption.REASONS)
+def test_solver_sets_the_disruption_target_of_a_pod_it_evicts(policies: Policies, reason: str) -> None:
+    request = update(admitted(tenant_pod()), set_disruption(reason), SOLVER, "status", solver_token("node-a"))
+    assert policies.admit(request).allowed
+
+
+def test_solver_replaces_a_disruption_target_set_before(policies: Policies) -> None:
+    """The taint manager (or the kubelet) may have set one already: the solver's replaces it."""
+    pod = admitted(tenant_pod())
+    pod["status"]["conditions"].append({"type": "DisruptionTarget", "status": "True",
+                                        "reason": "DeletionByTaintManager"})
+    request = update(pod, set_disruption("OwnerReturned"), SOLVER, "status", solver_token("node-a"))
+    assert policies.admit(request).allowed
+
+
+@pytest.mark.parametrize(("what", "change", "node"), [
+    ("a reason not of gpushare", set_disruption("PreemptionByScheduler"), "node-a"),
+    ("status False", set_disruption("OwnerReturned", "False"), "node-a"),
+    ("a pod on another node", set_disruption("OwnerReturned"), "node-b"),
+    ("the condition removed", lambda p: p["status"]["conditions"].pop(), "node-a"),
+])  # fmt: skip
+def test_solver_sets_no_other_disruption_target(policies: Policies, what: str,
+                                                change: Callable[[dict[str, Any]], None], node: str) -> None:
+    pod = admitted(tenant_pod(), node=node)
+    pod["status"]["conditions"].append({"type": "DisruptionTarget", "status": "True", "reason": "CardGone"})
+    request = update(pod, change, SOLVER, "status", solver_token("node-a"))
+    assert denied_by(policies.admit(request), "gpushare-solver-own-node"), what
+
+
+def event_request(body: dict[str, Any], token_node: str = "node-a", user: str = SOLVER) -> Request:
+    namespace = body["metadata"]["namespace"]
+    return Request("CREATE", namespace, body["metadata"]["name"], user, object=body,
+                   extra=solver_token(token_node), resource="events", kind="Event")
+
+
+@pytest.mark.parametrize(("reason", "warning"), [*((r, False) for r in disruption.REASONS),
+                                                 *((r, True) for r in disruption.WARNINGS)])
+def test_solver_records_the_events_of_an_eviction(policies: Policies, reason: str, warning: bool) -> None:
+    body = disruption.event("team-a/inference-1", "uid-1", reason, "gpushare evicted this pod", "node-a", warning)
+    assert policies.admit(event_request(body)).allowed
+
+
+def _changed(body: dict[str, Any], path: tuple[str, ...], value: Any) -> dict[str, Any]:
+    body = {**body, **{k: dict(v) if isinstance(v, dict) else v for k, v in body.items()}}
+    target = body
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    return body
+
+
+@pytest.mark.parametrize(("what", "path", "value", "message"), [
+    ("a Normal refusal", ("type",), "Normal", "only the Events of an eviction"),
+    ("a reason not of an eviction", ("reason",), "Killing", "only the Events of an eviction"),
+    ("another node", ("reportingInstance",), "node-b", "own node"),
+    ("another node as source", ("source", "host"), "node-b", "own node"),
+    ("on a node", ("involvedObject", "kind"), "Node", "on pods only"),
+    ("as another component", ("reportingComponent",), "kubelet", "on pods only"),
+])  # fmt: skip
+def test_solver_records_no_other_event(policies: Policies, what: str, path: tuple[str, ...], value: Any,
+                                       message: str) -> None:
+    body = disruption.event("team-a/inference-1", "uid-1", "EvictionRefused", "refused", "node-a", warning=True)
+    decision = policies.admit(event_request(_changed(body, path, value)))
+    assert denied_by(decision, "gpushare-solver-events"), what
+    assert message in decision.message, (what, decision.message)
+
+
+def test_other_users_events_are_not_bound_by_the_solver_policy(policies: Policies) -> None:
+    body = disruption.event("team-a/inference-1", "", "Killing", "Stopping container main", "node-b")
+    assert policies.admit(event_request(body, user=TENANT)).allowed
 
 
 # --- the shadow-controller: its template, in the system namespace -----------------------------------
@@ -316,7 +402,7 @@ def test_every_policy_is_bound_and_denies() -> None:
     docs = shipped_docs()
     policies = {d["metadata"]["name"] for d in docs if d["kind"] == "ValidatingAdmissionPolicy"}
     bindings = [d["spec"] for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding"]
-    assert policies == {b["policyName"] for b in bindings} and len(policies) == 6
+    assert policies == {b["policyName"] for b in bindings} and len(policies) == 7
     assert all(b["validationActions"] == ["Deny"] for b in bindings)
     assert all(d["spec"]["failurePolicy"] == "Fail" for d in docs if d["kind"] == "ValidatingAdmissionPolicy")
 

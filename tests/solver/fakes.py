@@ -21,6 +21,9 @@ class FakePods:
     deleted: list[str] = field(default_factory=list)
     patches: list[tuple[str, Obj]] = field(default_factory=list)
     allocated: dict[str, dict[str, dict[str, tuple[str, ...]]]] = field(default_factory=dict)
+    events: list[Obj] = field(default_factory=list)
+    calls: list[str] = field(default_factory=list)  # "<call> <pod>", in order
+    gone: dict[str, Obj] = field(default_factory=dict)  # deleted pods as they were last
 
     async def list(self) -> dict[str, dict[str, dict[str, tuple[str, ...]]]]:
         return copy.deepcopy(self.allocated)
@@ -51,6 +54,8 @@ class FakePods:
         self._get(namespace, name)
         self.deleted.append(f"{namespace}/{name}")
         self.allocated.pop(f"{namespace}/{name}", None)
+        self.calls.append(f"delete {namespace}/{name}")
+        self.gone[f"{namespace}/{name}"] = self.pods[f"{namespace}/{name}"]
         return self.pods.pop(f"{namespace}/{name}")
 
     async def patch_pod(self, namespace: str, name: str, patch: Obj, strategic: bool = False) -> Obj:
@@ -58,7 +63,19 @@ class FakePods:
         return self._get(namespace, name)
 
     async def patch_pod_status(self, namespace: str, name: str, patch: Obj, strategic: bool = True) -> Obj:
-        return await self.patch_pod(namespace, name, patch)
+        """Conditions merged by type, as a strategic merge patch of a pod's status does."""
+        pod = await self.patch_pod(namespace, name, patch)
+        self.calls.append(f"status {namespace}/{name}")
+        status = pod.setdefault("status", {})
+        for condition in patch.get("status", {}).get("conditions", []):
+            status["conditions"] = [*(c for c in status.get("conditions", []) if c["type"] != condition["type"]),
+                                    condition]
+        return pod
+
+    async def create_event(self, namespace: str, body: Obj) -> None:
+        involved = body["involvedObject"]
+        self.calls.append(f"event {involved['namespace']}/{involved['name']}")
+        self.events.append(body)
 
     async def list_pods(self, namespace: str | None = None, field_selector: str = "",
                         label_selector: str = "") -> tuple[list[Obj], str]:

@@ -9,9 +9,11 @@ import json
 import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
+import kubernetes
 import pytest
-from gpushare_common.adapters.kube import Kube
+from gpushare_common.adapters.kube import Kube, Obj
 from gpushare_common.events import (
     AnyEvent,
     DeviceHealth,
@@ -29,6 +31,7 @@ from gpushare_solver import app
 from gpushare_solver.settings import SolverSettings
 
 from tests.solver.conftest import NODE, FakeBridge, wait_for
+from tests.solver.jobpolicy import IGNORE_DISRUPTIONS, matched_action
 from tests.solver.world import World, client_bus, common_settings, solver_settings
 from tests.support.kubeapi import KubeApi
 from tests.support.kubelet import Kubelet
@@ -87,13 +90,39 @@ def http_json(port: int, path: str) -> object:
     return json.loads(body) if path != "/metrics" else body.decode()
 
 
+class LastSeen:
+    """The Kubernetes adapter, reading each pod from the API just before the solver deletes it."""
+
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+        self.before_delete: dict[str, Obj] = {}
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.kube, name)
+
+    async def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None,
+                         uid: str = "") -> Obj | None:
+        self.before_delete[f"{namespace}/{name}"] = await self.kube.get_pod(namespace, name)
+        return await self.kube.delete_pod(namespace, name, grace_seconds, uid)
+
+
+async def solver_events(kube_api: KubeApi, namespace: str) -> list[Any]:
+    core = kubernetes.client.CoreV1Api(kube_api.new_client())
+    listed = await asyncio.to_thread(core.list_namespaced_event, namespace)
+    return [e for e in listed.items if e.source.component == "gpushare-solver"]
+
+
 async def test_owner_back_kills_evicts_releases(
     nats_settings: NatsSettings, kube_api: KubeApi, kube: Kube, containerd: Containerd, rootfs: Path,
     kubelet: Kubelet,
     bridge: FakeBridge,
 ) -> None:
+    """... and tells each borrower why in Kubernetes' terms: its DisruptionTarget condition is
+    on the pod in the API when it is deleted, so a Job's podFailurePolicy rule on it matches,
+    and an Event on it names the owner, the card and the node."""
+    pods = LastSeen(kube)
     async with client_bus(nats_settings) as bus, \
-            solver(nats_settings, kube_api.kubeconfig, solver_settings(containerd, kubelet), kube) as running:
+            solver(nats_settings, kube_api.kubeconfig, solver_settings(containerd, kubelet), pods) as running:  # type: ignore[arg-type]
         world = World(containerd, rootfs, kube, bus, NODE, kubelet)
         seen = Recorder()
         await bus.subscribe(bus.subjects.eviction(NODE), seen)
@@ -126,6 +155,14 @@ async def test_owner_back_kills_evicts_releases(
         await wait_for(lambda: not running.solver.plans, what="no plan in flight")
         metrics = await asyncio.to_thread(http_json, running.port, "/metrics")
         assert 'gpushare_solver_evictions_total{outcome="evicted",reason="owner-back"} 2.0' in str(metrics)
+        for pod in BORROWERS:
+            conditions = pods.before_delete[pod]["status"]["conditions"]
+            (condition,) = [c for c in conditions if c["type"] == "DisruptionTarget"]
+            assert (condition["status"], condition["reason"]) == ("True", "OwnerReturned")
+            assert matched_action(IGNORE_DISRUPTIONS, pods.before_delete[pod]) == "Ignore"
+        events = await solver_events(kube_api, "spot")
+        told = {(e.involved_object.name, e.type, e.reason, e.source.host) for e in events}
+        assert told == {("b1", "Normal", "OwnerReturned", NODE), ("b2", "Normal", "OwnerReturned", NODE)}
 
 
 class StuckDelete:

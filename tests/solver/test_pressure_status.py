@@ -39,7 +39,8 @@ async def test_status_follows_samples_and_lists_evictions_in_order() -> None:
     oversold(pods, "batch/new", 0, "2026-01-01T00:00:05Z")
     oversold(pods, "batch/high", 10, "2026-01-01T00:00:09Z")
 
-    async def evict(trigger: str, victims: dict[str, str]) -> None:
+    async def evict(trigger: str, victims: dict[str, str], over: tuple[str, ...]) -> None:
+        assert over == ("memory",)
         evicted.append((trigger, victims))
 
     watch = PressureWatch(NODE, PressurePolicy(cooldown_s=30), pods, evict, lambda: clock[0])
@@ -66,12 +67,12 @@ async def test_pods_that_do_not_decode_or_are_going_are_no_candidates() -> None:
     pods.pods["batch/leaving"]["metadata"]["deletionTimestamp"] = "2026-01-01T00:01:00Z"
     oversold(pods, "batch/ok", 0, "2026-01-01T00:00:00Z")
 
-    async def evict(trigger: str, victims: dict[str, str]) -> None:
+    async def evict(trigger: str, victims: dict[str, str], over: tuple[str, ...]) -> None:
         evicted.append(victims)
 
     await PressureWatch(NODE, PressurePolicy(), pods, evict).on_event(sample(15.0))
     assert evicted == [{"batch/ok": "uid-ok"}]
 
 
-async def _never(trigger: str, victims: dict[str, str]) -> None:
+async def _never(trigger: str, victims: dict[str, str], over: tuple[str, ...]) -> None:
     raise AssertionError(f"nothing should be evicted, got {victims} for {trigger}")

@@ -35,6 +35,7 @@ class Reclaim(Action, frozen=True, kw_only=True, tag="reclaim"):
     # spot devices taken back: any pod the kubelet gave one of them is a borrower too, even one
     # whose SpotEvent has not reached the solver yet (looked up in pod-resources, killed first)
     lent: tuple[str, ...] = ()
+    over: tuple[str, ...] = ()  # pressure: the resources over their threshold (memory, cpu)
 
 
 class SetHealth(Action, frozen=True, kw_only=True, tag="health"):
@@ -92,6 +93,7 @@ class ReclaimProgress(msgspec.Struct, kw_only=True):
     started: float = 0.0
     dead_at: float = 0.0  # wall clock when the last task killed had exited
     released_at: float = 0.0  # wall clock when the release was sent
+    warned: list[str] = []  # pods whose refusal was recorded as a Warning Event
 
 
 class Plan(msgspec.Struct, kw_only=True):

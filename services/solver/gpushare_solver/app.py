@@ -83,7 +83,7 @@ class Service(ServiceBase):
                              PodRules(system_namespace=common.kube.system_namespace), allocations)
         policy = PressurePolicy(settings.memory_threshold, settings.cpu_threshold, settings.pressure_cooldown_s)
         self.pressure = PressureWatch(node, policy, self.solver.pods,
-                                      lambda trigger, pods: self.solver.evict(trigger, PRESSURE, pods),
+                                      lambda trigger, pods, over: self.solver.evict(trigger, PRESSURE, pods, over),
                                       rules=self.solver.rules)  # fmt: skip
 
     async def start(self) -> None:

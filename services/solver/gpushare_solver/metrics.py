@@ -33,6 +33,10 @@ class SolverMetrics:
                                      "Cards not lent because the kubelet says a container the solver does not "
                                      "know holds them (held), or could not say (kubelet-unreadable)",
                                      ["why"], registry=registry)
+        self.told = Counter("gpushare_solver_evictions_told",
+                            "Evicted pods told why in Kubernetes' terms: their DisruptionTarget condition "
+                            "(what=condition) and Events (what=event), written or failed",
+                            ["what", "outcome"], registry=registry)
         self.events = Counter("gpushare_solver_events", "Events handled, by type and result",
                               ["event", "result"], registry=registry)
         self.kill_seconds = Histogram("gpushare_solver_kill_seconds",

@@ -23,7 +23,7 @@ from .pressure import (
 )
 
 log = get_logger("solver.pressure")
-Evict = Callable[[str, dict[str, str]], Awaitable[None]]  # trigger, pod -> uid
+Evict = Callable[[str, dict[str, str], tuple[str, ...]], Awaitable[None]]  # trigger, pod -> uid, over
 
 
 class PressureWatch:
@@ -58,9 +58,10 @@ class PressureWatch:
         if victims:
             self.last_eviction = self.clock()
             self.evicted = (self.evicted + victims)[-50:]
+            over = tuple(sorted(usage.over(self.policy)))
             log.info("node under pressure; evicting oversold pods", node=self.node,
-                     pods=",".join(victims), over=",".join(sorted(usage.over(self.policy))))
-            await self.evict(f"pressure-{event.id}", {v: uids.get(v, "") for v in victims})
+                     pods=",".join(victims), over=",".join(over))
+            await self.evict(f"pressure-{event.id}", {v: uids.get(v, "") for v in victims}, over)
 
     def status(self) -> dict[str, Any]:
         """The last sample as the watch judged it (for /status): use, what is over, the cooldown."""

@@ -46,6 +46,8 @@ class PodApi(Protocol):
     async def list_pods(self, namespace: str | None = None, field_selector: str = "",
                         label_selector: str = "") -> tuple[list[Obj], str]: ...
 
+    async def create_event(self, namespace: str, body: Obj) -> None: ...
+
 
 class TaskApi(Protocol):
     async def kill_all(self, container_ids: list[str], timeout_s: float,

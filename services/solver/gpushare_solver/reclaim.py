@@ -25,8 +25,11 @@ solver resumes at the step it stopped):
    wait for the killed tasks is that long too (the module's parameter, read from the kernel
    through the kmod-bridge: :class:`~gpushare_common.hold.HoldTiming`). A kill that fails
    releases nothing: the plan is retried, and the kernel lets the owner go at its deadline;
-4. delete the pods with grace period 0 (uid precondition);
-5. publish one :class:`EvictionRecord` per pod with an id derived from the
+4. tell each pod why, in Kubernetes' terms (:mod:`.disruption`): its ``DisruptionTarget``
+   condition, then an Event (a refused pod gets a Warning Event); after the release, so the
+   owner never waits for it;
+5. delete the pods with grace period 0 (uid precondition);
+6. publish one :class:`EvictionRecord` per pod with an id derived from the
    trigger and the pod, so a replay is dropped by JetStream's de-duplication.
 """
 
@@ -40,7 +43,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gpushare_common.adapters.kube import NotFound
+from gpushare_common.adapters.kube import KubeError, NotFound
 from gpushare_common.adapters.podresources import PodResourcesError
 from gpushare_common.bus import BusError, Transient
 from gpushare_common.events import DeviceHealth, EvictionRecord, KmodCommand, KmodReply
@@ -51,6 +54,7 @@ from gpushare_common.mapping import IDLE_SPACE
 from gpushare_common.pods import PodError, PodRules, read_pod
 from gpushare_common.retry import Backoff, Stopped, retry
 
+from . import disruption
 from .actions import Reclaim, ReclaimProgress
 from .confirm import NOT_ON_KUBELET, Kubelet
 from .metrics import SolverMetrics
@@ -115,6 +119,7 @@ class Reclaimer:
         self.known: dict[str, Seen] = {}  # borrower pod -> as the API showed it earlier
         self.pids: dict[str, int] = {}  # container id -> init pid seen earlier (checked before use)
         self.timing = HoldTiming()  # the kernel's hold parameters, as the kmod-bridge last reported them
+        self._failures_told: set[tuple[str, str]] = set()  # (pod, step) whose failure has its Warning Event
 
     async def run(self, action: Reclaim, progress: ReclaimProgress, trigger_id: str,
                   received: float, save: Save) -> None:
@@ -124,11 +129,14 @@ class Reclaimer:
             await self._release(action, progress, received)
             await save()
         pods = [p for p in _pods(action, progress) if p not in progress.refused]
-        outcomes = await asyncio.gather(*(self._delete(pod, progress) for pod in pods))
+        await asyncio.gather(self._warn_refused(action, progress),
+                             *(self._explain(action, progress, pod) for pod in pods))
+        outcomes = await asyncio.gather(*(self._delete(pod, action, progress) for pod in pods))
         for pod, (outcome, delete_ms, error) in zip(pods, outcomes, strict=True):
             await self._record(action, progress, trigger_id, received, pod, (outcome, delete_ms, error))
             self.victims().pop(pod, None)
             self.evicted.add(pod, progress.uids.get(pod, ""))
+            self._failures_told.difference_update({(pod, "kill"), (pod, "delete")})
         if action.reason == OWNER_BACK:
             self.metrics.owner_back_done(received, progress.dead_at, progress.released_at,
                                          time.time() if pods else 0.0)
@@ -321,6 +329,8 @@ class Reclaimer:
         except ContainerdError as err:
             log.error("killing borrower tasks failed; retrying", node=self.node, owner=action.owner,
                       error=str(err))
+            pods = [p for p in _pods(action, progress) if p not in progress.refused]
+            await asyncio.gather(*(self._warn_failed(pod, "kill", str(err), action) for pod in pods))
             raise
         progress.kill_ms = (time.perf_counter() - start) * 1000
         progress.killed = True
@@ -366,7 +376,7 @@ class Reclaimer:
             log.warning("kernel refused release", node=self.node, owner=action.owner,
                         status=reply.status, message=reply.message)
 
-    async def _delete(self, pod: str, progress: ReclaimProgress) -> tuple[str, float, str]:
+    async def _delete(self, pod: str, action: Reclaim, progress: ReclaimProgress) -> tuple[str, float, str]:
         if pod in progress.uids and not progress.uids[pod]:
             return ("evicted" if progress.containers.get(pod) else "already-gone"), 0.0, ""
         namespace, name = parse_pod_key(pod)
@@ -376,7 +386,62 @@ class Reclaimer:
             await self.pods.delete_pod(namespace, name, grace_seconds=0, uid=progress.uids.get(pod, ""))
         except NotFound:
             outcome = "evicted" if progress.containers.get(pod) else "already-gone"
+        except KubeError as err:
+            await self._warn_failed(pod, "delete", str(err), action)
+            raise
         return outcome, (time.perf_counter() - start) * 1000, ""
+
+    # --- telling the pods, in Kubernetes' terms (after the release: the owner never waits) ----------
+
+    async def _explain(self, action: Reclaim, progress: ReclaimProgress, pod: str) -> None:
+        """Set the pod's ``DisruptionTarget`` condition, then record the Event: before the delete,
+        so the pod's last state says why it went. A pod already gone is told nothing."""
+        uid = progress.uids.get(pod, "")
+        if not uid:
+            return
+        victim = self.victims().get(pod) or progress.found.get(pod)
+        owner = action.owner or (victim.owner if victim and victim.owner != IDLE_SPACE else "")
+        cards = disruption.cards_of(victim.devices, victim.cards) if victim else ()
+        told = disruption.explain(action.reason, owner, cards, self.node, action.over)
+        namespace, name = parse_pod_key(pod)
+        patch = {"status": {"conditions": [disruption.condition(told)]}}
+        try:
+            await self.pods.patch_pod_status(namespace, name, patch, strategic=True)
+        except NotFound:
+            return
+        except KubeError as err:  # the eviction goes on: the Event still says why
+            self.metrics.told.labels("condition", "failed").inc()
+            log.warning("DisruptionTarget condition not set", node=self.node, pod=pod, reason=told.reason,
+                        error=str(err))
+        else:
+            self.metrics.told.labels("condition", "written").inc()
+        await self._tell(pod, uid, told.reason, told.message)
+
+    async def _warn_refused(self, action: Reclaim, progress: ReclaimProgress) -> None:
+        for pod, why in sorted(progress.refused.items()):
+            if pod not in progress.warned:
+                progress.warned.append(pod)
+                message = disruption.refused_message(why, action.reason, action.owner, self.node)
+                await self._tell(pod, "", disruption.EVICTION_REFUSED, message, warning=True)
+
+    async def _warn_failed(self, pod: str, step: str, error: str, action: Reclaim) -> None:
+        """One Warning Event per pod and failing step (not one per retry)."""
+        if (pod, step) in self._failures_told:
+            return
+        self._failures_told.add((pod, step))
+        message = disruption.failed_message(step, error, action.reason, action.owner, self.node)
+        await self._tell(pod, "", disruption.EVICTION_FAILED, message, warning=True)
+
+    async def _tell(self, pod: str, uid: str, reason: str, message: str, warning: bool = False) -> None:
+        """An Event on the pod; one not recorded is logged and counted, never a step that fails."""
+        namespace, _ = parse_pod_key(pod)
+        try:
+            await self.pods.create_event(namespace, disruption.event(pod, uid, reason, message, self.node, warning))
+        except KubeError as err:
+            self.metrics.told.labels("event", "failed").inc()
+            log.warning("eviction Event not recorded", node=self.node, pod=pod, reason=reason, error=str(err))
+            return
+        self.metrics.told.labels("event", "written").inc()
 
     async def _record(self, action: Reclaim, progress: ReclaimProgress, trigger_id: str,
                       received: float, pod: str, result: tuple[str, float, str]) -> None:

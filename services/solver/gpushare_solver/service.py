@@ -349,12 +349,13 @@ class Solver:
             del self.state.evicting[pod]
         return bool(stale)
 
-    async def evict(self, trigger_id: str, reason: str, pods: dict[str, str]) -> None:
-        """Evict pods (key -> uid) outside any event of the stream (pressure): a plan of one reclaim."""
+    async def evict(self, trigger_id: str, reason: str, pods: dict[str, str], over: tuple[str, ...] = ()) -> None:
+        """Evict pods (key -> uid) outside any event of the stream (pressure, ``over`` the resources
+        short): a plan of one reclaim."""
         async with self._lock:
             for pod, uid in pods.items():
                 self.state.take_out(pod, uid=uid)
-            await self._run(trigger_id, reason, [Reclaim(reason=reason, pods=tuple(pods))], time.time())
+            await self._run(trigger_id, reason, [Reclaim(reason=reason, pods=tuple(pods), over=over)], time.time())
             self._cards_changed()
 
     # --- /status --------------------------------------------------------------

@@ -42,15 +42,16 @@ def shadow_cleared(event: ShadowEvent, state: SolverState) -> list[Action]:
     """The ShadowPod is gone: its users are evicted, its cards lent — unless a container still
     holds one of its virtual devices (the ShadowPod's cards stay withheld until none does)."""
     state.terminating.discard(event.shadow_pod)
-    held = state.still_held(event.shadow_pod)
-    freed = [] if held else cards.lend_free(state.shadow_cards.pop(event.shadow_pod, ()), state,
-                                            f"released by {event.shadow_pod}")
+    held = state.shadow_cards.get(event.shadow_pod, ())  # named in its users' eviction Events
+    withheld = state.still_held(event.shadow_pod)
+    freed = [] if withheld else cards.lend_free(state.shadow_cards.pop(event.shadow_pod, ()), state,
+                                                f"released by {event.shadow_pod}")
     entry = state.cache.get(event.shadow_pod)
     if entry is None:
         return freed
     users = sorted(state.cache.users_of(event.shadow_pod))
     for user in users:
-        state.take_out(user, event.shadow_pod)
+        state.take_out(user, event.shadow_pod, cards=held)
     state.cache.delete(event.shadow_pod)
     resource = entry.resource or event.resource
     actions: list[Action] = []

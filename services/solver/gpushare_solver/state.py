@@ -29,6 +29,7 @@ class Victim(msgspec.Struct, frozen=True, kw_only=True):
     devices: tuple[str, ...] = ()  # the devices it used (of ``owner``)
     owner: str = ""
     since: float = 0.0
+    cards: tuple[str, ...] = ()  # the real cards behind ``devices``, when they are not spot devices
 
 
 class Evicted:
@@ -95,14 +96,18 @@ class SolverState:
     withheld: set[str] = field(default_factory=set)  # cards lend_free did not lend for the kubelet's word
     clock: Callable[[], float] = time.time
 
-    def take_out(self, pod: str, owner: str = "", uid: str = "", devices: Iterable[str] = ()) -> None:
+    def take_out(self, pod: str, owner: str = "", uid: str = "", devices: Iterable[str] = (),
+                 cards: Iterable[str] = ()) -> None:
         """Free every device ``pod`` uses and record it as a victim, with what the cache knew of
-        it (its uid and devices; ``uid``/``devices`` name a pod the cache never had)."""
+        it (its uid and devices; ``uid``/``devices`` name a pod the cache never had; ``cards``
+        the real cards of a ShadowPod already forgotten)."""
         uses = self.cache.uses_of(pod)
         known = next((u.sharing_uid for u in uses if u.sharing_uid), "")
         owners = {self.cache.owner_of(u.id) or "" for u in uses}
+        owner = owner or next(iter(sorted(owners)), "")
         self.evicting[pod] = Victim(uid=known or uid, devices=tuple(u.id for u in uses) or tuple(devices),
-                                    owner=owner or next(iter(sorted(owners)), ""), since=self.clock())
+                                    owner=owner, since=self.clock(),
+                                    cards=tuple(cards) or self.shadow_cards.get(owner, ()))
         self.cache.unuse_everywhere(pod)
 
     def kind_of(self, owner: str | None) -> str:
