@@ -152,6 +152,23 @@ def test_describe_pod_and_node_with_events(kubectl: Kubectl, core: client.CoreV1
         ("Warning", "Evicted", "pod/p", "owner came back")]
 
 
+def test_requests_default_to_limits_as_the_api_server_does(kubectl: Kubectl, core: client.CoreV1Api) -> None:
+    """A container with limits only gets them as its requests (resource by resource; a request
+    given stays), so ``kubectl describe`` and the scheduler see what they would on a cluster."""
+    body = pod_manifest("lim", node="node-1")
+    body["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "500m", "memory": "1Gi", "gpushare/share-gpu": "1"},
+                                                  "requests": {"cpu": "100m"}}
+    body["spec"]["initContainers"] = [{"name": "init", "image": "busybox", "resources": {"limits": {"memory": "64Mi"}}}]
+    core.create_namespaced_pod("default", body)
+    pod = core.read_namespaced_pod("lim", "default")
+    assert pod.spec.containers[0].resources.requests == {"cpu": "100m", "memory": "1Gi", "gpushare/share-gpu": "1"}
+    assert pod.spec.init_containers[0].resources.requests == {"memory": "64Mi"}
+    assert pod.status.qos_class == "Burstable"
+    kubectl.ok("label", "pod", "lim", "team=a")  # an update of a pod sent without the defaults
+    described = kubectl.ok("describe", "pod", "lim")
+    assert "Requests:" in described and "memory:              1Gi" in described
+
+
 def test_watch_prints_changes(kubectl: Kubectl, core: client.CoreV1Api) -> None:
     process = subprocess.Popen(kubectl.argv("get", "pods", "-w"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True)  # fmt: skip

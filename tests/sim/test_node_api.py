@@ -19,6 +19,7 @@ from gpushare_sim.node.settings import NodeSimSettings
 from gpushare_sim.node.testing import pod_manifest, running_node, short_sim_dir, wait_until
 from gpushare_sim.scheduler import Scheduler
 
+from tests.sim.kubectl import Kubectl
 from tests.sim.test_node_kubelet import GPU, TOOLS
 from tests.support.kubeapi import KubeApi as Emulator
 from tests.support.kubeapi import kube_api  # noqa: F401  (the fixture)
@@ -131,3 +132,32 @@ async def _is(value: Any, expected: str) -> bool:
 
 async def _gone(cluster: Cluster, name: str) -> bool:
     return await cluster.get("pod", name) is None
+
+
+async def test_a_node_keeps_its_lease_and_reports_its_heartbeat(cluster: Cluster, kubectl: Kubectl) -> None:
+    """What ``kubectl describe node`` reads of a kubelet: the node's Lease in kube-node-lease, held
+    by the node and owned by its Node object, renewed (not overwritten blindly); and the Ready
+    condition's heartbeat."""
+    leases = kubernetes.client.CoordinationV1Api(cluster.core.api_client)
+    n1 = cluster.nodes[0]
+    await n1.renew_lease()
+    first = await asyncio.to_thread(leases.read_namespaced_lease, "n1", "kube-node-lease")
+    node = await cluster.get("node", "n1")
+    assert node is not None
+    assert (first.spec.holder_identity, first.spec.lease_duration_seconds) == ("n1", 40)
+    assert [(r.kind, r.name, r.uid) for r in first.metadata.owner_references] == [
+        ("Node", "n1", node["metadata"]["uid"])]
+    await n1.renew_lease()
+    renewed = await asyncio.to_thread(leases.read_namespaced_lease, "n1", "kube-node-lease")
+    assert renewed.spec.renew_time > first.spec.renew_time
+    assert renewed.metadata.resource_version != first.metadata.resource_version
+
+    async def heartbeat() -> str:
+        current = await cluster.get("node", "n1")
+        ready = [c for c in (current or {}).get("status", {}).get("conditions", []) if c["type"] == "Ready"]
+        return str(ready[0].get("lastHeartbeatTime", "")) if ready else ""
+
+    await wait_until(heartbeat, what="the Ready condition's heartbeat")
+    described = await asyncio.to_thread(kubectl.ok, "describe", "node", "n1")
+    assert "HolderIdentity:  n1" in described and "RenewTime:" in described
+    assert "<unset>" not in described.split("RenewTime:")[1].splitlines()[0]

@@ -110,6 +110,9 @@ def test_node_process_with_api_and_scheduler_runs_and_removes_a_pod(kube_api: An
         core.create_namespaced_pod("default", body, _preload_content=False)
         pod = poll(lambda: _pod(core, "w"), lambda p: _phase(p) == "Running", "pod w running")
         assert pod["spec"]["nodeName"] == "m2"
+        leases = kubernetes.client.CoordinationV1Api(kube_api.client)
+        lease = poll(lambda: _lease(leases, "m2"), lambda found: found is not None, "node m2's lease")
+        assert lease.spec.holder_identity == "m2" and lease.spec.renew_time is not None
         core.delete_namespaced_pod("w", "default", _preload_content=False)
         poll(lambda: _pod(core, "w"), lambda p: p is None, "pod w removed")
         proc.send_signal(signal.SIGTERM)
@@ -125,6 +128,15 @@ def _pod(core: Any, name: str) -> dict[str, Any] | None:
     try:
         return dict(json.loads(core.read_namespaced_pod(name, "default",
                                                         _preload_content=False).data))  # fmt: skip
+    except kubernetes.client.exceptions.ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+
+
+def _lease(leases: Any, name: str) -> Any:
+    try:
+        return leases.read_namespaced_lease(name, "kube-node-lease")
     except kubernetes.client.exceptions.ApiException as err:
         if err.status == 404:
             return None

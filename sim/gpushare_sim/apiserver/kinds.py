@@ -43,6 +43,19 @@ _IMMUTABLE_MESSAGE = (
 )
 
 
+def _default_requests(spec: Obj) -> None:
+    """A container's requests default to its limits, resource by resource, as the API server
+    defaults them (containers and init containers)."""
+    for group in ("containers", "initContainers"):
+        for container in spec.get(group) or []:
+            resources = container.get("resources") if isinstance(container, dict) else None
+            if not isinstance(resources, dict) or not isinstance(resources.get("limits"), dict):
+                continue
+            requests = resources.get("requests")
+            if resources["limits"]:
+                resources["requests"] = {**resources["limits"], **(requests if isinstance(requests, dict) else {})}
+
+
 def _pod_create(pod: Obj) -> None:
     spec = pod.get("spec")
     name = pod["metadata"].get("name", "")
@@ -55,6 +68,7 @@ def _pod_create(pod: Obj) -> None:
     assert isinstance(spec, dict)
     for key, value in _POD_DEFAULTS.items():
         spec.setdefault(key, value)
+    _default_requests(spec)
     pod["status"] = {"phase": "Pending", "qosClass": _qos_class(spec)}
 
 
@@ -75,6 +89,8 @@ def _without_mutable(spec: Any) -> Any:
 
 
 def _pod_update(old: Obj, new: Obj) -> None:
+    if isinstance(new.get("spec"), dict):
+        _default_requests(new["spec"])
     if _without_mutable(old.get("spec")) != _without_mutable(new.get("spec")):
         raise invalid("Pod", old["metadata"]["name"], [("spec", _IMMUTABLE_MESSAGE)])
     for key, value in _POD_DEFAULTS.items():

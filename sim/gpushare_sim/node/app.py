@@ -10,6 +10,7 @@ import functools
 import json
 import logging
 import platform
+import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
@@ -25,7 +26,7 @@ from gpushare_sim.fakegpu.plugin import VendorPlugin
 from gpushare_sim.node.adapters.backend import signing_key
 from gpushare_sim.node.adapters.deviceplugins import DevicePluginManager
 from gpushare_sim.node.adapters.dra import DraPlugins
-from gpushare_sim.node.adapters.kube import KubeError
+from gpushare_sim.node.adapters.kube import KubeError, NotFound
 from gpushare_sim.node.adapters.podresources import PodResourcesServer
 from gpushare_sim.node.adapters.runners import Runner
 from gpushare_sim.node.claims import ClaimPreparer
@@ -35,10 +36,15 @@ from gpushare_sim.node.kubelet import Kubelet, PodApi
 from gpushare_sim.node.model import PodDef, PodError, parse_pod
 from gpushare_sim.node.settings import DRA_NODE_LABEL, SIM_NODE_LABEL, NodeSimSettings
 from gpushare_sim.node.spec import SpecContext
+from gpushare_sim.node.status import now_rfc3339
 
 log = logging.getLogger("gpushare_sim.node.app")
 
 NODE_STATUS_RESEND_S = 10.0
+# the node's Lease, as a kubelet keeps it: renewed every 10 s, valid 40 s (the kubelet's defaults)
+NODE_LEASE_NAMESPACE = "kube-node-lease"
+NODE_LEASE_RENEW_S = 10.0
+NODE_LEASE_DURATION_S = 40
 
 
 class NodeApi(PodApi, Protocol):
@@ -49,20 +55,29 @@ class NodeApi(PodApi, Protocol):
     async def list_node_pods(self, node: str) -> list[dict[str, Any]]: ...
     def watch_node_pods(self, node: str, stop: asyncio.Event) -> AsyncIterator[list[dict[str, Any]]]: ...
     async def get_resource_claim(self, namespace: str, name: str) -> dict[str, Any]: ...
+    async def get_node(self, name: str) -> dict[str, Any]: ...
+    async def get_lease(self, namespace: str, name: str) -> dict[str, Any]: ...
+    async def create_lease(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]: ...
+    async def replace_lease(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]: ...
 
 
 def node_status(
-    settings: NodeSimSettings, table: DeviceTable, gone: frozenset[str] = frozenset(), kubelet_port: int = 0
+    settings: NodeSimSettings, table: DeviceTable, gone: frozenset[str] = frozenset(), kubelet_port: int = 0,
+    heartbeat: str = "", ready_since: str = "",
 ) -> dict[str, Any]:
     """The Node's status; resources in ``gone`` (no plugin any more) are reported as 0. The
-    kubelet port (this node's HTTP server) is where the API server fetches container logs."""
+    kubelet port (this node's HTTP server) is where the API server fetches container logs. The
+    Ready condition carries the heartbeat (the time of this report) and when it became True."""
     base = {"cpu": settings.cpu, "memory": settings.memory, "pods": "110", **dict.fromkeys(gone, "0")}
     capacity = {**base, **{r: str(n) for r, n in table.capacity().items()}}
     allocatable = {**base, **{r: str(n) for r, n in table.allocatable().items()}}
     return {
         "capacity": capacity,
         "allocatable": allocatable,
-        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                        "message": "kubelet is posting ready status",
+                        **({"lastHeartbeatTime": heartbeat} if heartbeat else {}),
+                        **({"lastTransitionTime": ready_since or heartbeat} if heartbeat else {})}],
         "addresses": [
             {"type": "InternalIP", "address": settings.host_ip},
             {"type": "Hostname", "address": settings.name},
@@ -70,6 +85,19 @@ def node_status(
         "nodeInfo": node_info(settings.name),
         **({"daemonEndpoints": {"kubeletEndpoint": {"Port": kubelet_port}}} if kubelet_port else {}),
     }
+
+
+def node_lease(name: str, node_uid: str, renewed: float, resource_version: str = "") -> dict[str, Any]:
+    """The node's Lease in ``kube-node-lease`` as a kubelet writes it: held by the node, owned by
+    the Node object (deleted with it), its renew time in microseconds."""
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(renewed)) + f".{int(renewed % 1 * 1e6):06d}Z"
+    meta: dict[str, Any] = {"name": name, "namespace": NODE_LEASE_NAMESPACE}
+    if node_uid:
+        meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": name, "uid": node_uid}]
+    if resource_version:
+        meta["resourceVersion"] = resource_version
+    return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta,
+            "spec": {"holderIdentity": name, "leaseDurationSeconds": NODE_LEASE_DURATION_S, "renewTime": stamp}}
 
 
 @functools.cache
@@ -173,17 +201,43 @@ class NodeSim:
     async def node_status_loop(self) -> None:
         assert self.api is not None
         reported: set[str] = set()
+        ready_since = now_rfc3339()
         while True:
             self.changed.clear()
             gone = frozenset(reported - set(self.table.resources))
             reported |= set(self.table.resources)
             try:
-                status = node_status(self.settings, self.table, gone, self.kubelet_port)
+                status = node_status(self.settings, self.table, gone, self.kubelet_port, now_rfc3339(), ready_since)
                 await self.api.patch_node_status(self.settings.name, status)
             except KubeError as err:
                 log.warning("node status update failed node=%s: %s", self.settings.name, err)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.changed.wait(), NODE_STATUS_RESEND_S)
+
+    async def renew_lease(self) -> None:
+        """Create the node's Lease, or renew it (its resourceVersion: no blind overwrite)."""
+        assert self.api is not None
+        name = self.settings.name
+        try:
+            current = await self.api.get_lease(NODE_LEASE_NAMESPACE, name)
+        except NotFound:
+            node = await self.api.get_node(name)
+            await self.api.create_lease(NODE_LEASE_NAMESPACE, node_lease(name, node["metadata"].get("uid", ""),
+                                                                         time.time()))
+            return
+        meta = current.get("metadata") or {}
+        uid = next((r.get("uid", "") for r in meta.get("ownerReferences") or [] if r.get("kind") == "Node"), "")
+        await self.api.replace_lease(NODE_LEASE_NAMESPACE, name,
+                                     node_lease(name, uid, time.time(), meta.get("resourceVersion", "")))
+
+    async def node_lease_loop(self) -> None:
+        """The kubelet's heartbeat: the node's Lease renewed every ``NODE_LEASE_RENEW_S``."""
+        while True:
+            try:
+                await self.renew_lease()
+            except KubeError as err:
+                log.warning("node lease not renewed node=%s: %s", self.settings.name, err)
+            await asyncio.sleep(NODE_LEASE_RENEW_S)
 
     async def retry_unprepare(self) -> None:
         if self.kubelet.claims is not None:

@@ -133,6 +133,7 @@ async def run(settings: NodeSimSettings, stop: asyncio.Event) -> int:
         if api is not None:
             tasks.spawn("pod-sync", sim.sync_loop(stop))
             tasks.spawn("node-status", sim.node_status_loop())
+            tasks.spawn("node-lease", sim.node_lease_loop())
             if settings.schedule:
                 scheduler_events = EventRecorder(api, "default-scheduler")
                 scheduler_events.start()
