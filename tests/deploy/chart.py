@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -48,6 +49,22 @@ def _helm(args: list[str], values: dict[str, Any], value_files: list[Path]) -> s
     if result.returncode != 0:
         raise RenderError(f"helm template with {values}: {result.stderr.strip()}")
     return result.stdout
+
+
+def notes(values: dict[str, Any] | None = None) -> str:
+    """The chart's NOTES.txt as ``helm install`` prints it for ``values`` (a client-side dry run:
+    no cluster is asked)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml") as overrides:
+        json.dump(values or {}, overrides)
+        overrides.flush()
+        command = [str(tools.binary("helm")), "install", RELEASE, str(CHART), "--namespace", NAMESPACE,
+                   "--dry-run=client", "--values", overrides.name]
+        result = subprocess.run(command, capture_output=True, text=True, check=False,
+                                env={"PATH": os.environ.get("PATH", ""), "KUBECONFIG": os.devnull,
+                                     "HOME": tempfile.gettempdir()})  # fmt: skip
+    if result.returncode != 0:
+        raise RenderError(f"helm install --dry-run with {values}: {result.stderr.strip()}")
+    return result.stdout.split("\nNOTES:\n", 1)[1]
 
 
 def render(values: dict[str, Any] | None = None, base: bool = False) -> list[dict[str, Any]]:

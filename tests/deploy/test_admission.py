@@ -416,7 +416,8 @@ def test_shipped_policies_are_the_files_in_base() -> None:
 
 @pytest.fixture(scope="module")
 def mps_docs() -> list[dict[str, Any]]:
-    return render({"shadow": {"mps": {"kinds": ["share-dev"]}}}, base=True)
+    return render({"shadow": {"mps": {"kinds": ["share-dev"]}}, "vendor": {"cardMemoryMiB": {"nvidia.com/gpu": 81920}}},
+                  base=True)
 
 
 def mps_pod(docs: list[dict[str, Any]], change: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:

@@ -229,6 +229,39 @@ def test_device_plugins_switch_and_dra_switch(rendered: dict[str, list[dict[str,
     assert not [d for d in rendered["defaults"] if d["apiVersion"].startswith("resource.k8s.io/")]
 
 
+@pytest.mark.parametrize("value_set", ["defaults", "kmod on", "console on", "device plugins off, dra on"])
+def test_notes_say_what_the_chart_renders(rendered: dict[str, list[dict[str, Any]]], value_set: str) -> None:
+    """NOTES.txt names exactly the parts that render, the DRA node label the driver's DaemonSet
+    selects, and the console's Service as it renders."""
+    docs, text = rendered[value_set], chart.notes(VALUE_SETS[value_set])
+    names = {(d["kind"], d["metadata"]["name"]) for d in docs}
+    installed = text.split("Installed: ", 1)[1].split("\n", 1)[0]
+    assert ("device plugins" in installed) == (("DaemonSet", "gpushare-deviceplugin") in names)
+    assert ("DRA driver" in installed) == (("DaemonSet", "gpushare-dra-driver") in names)
+    assert ("console" in installed) == (("Deployment", "gpushare-console") in names)
+    kmod = find(docs, "DaemonSet", "gpushare-kmod-bridge")["spec"]["template"]["spec"]
+    assert ("kernel module" in installed) == ("initContainers" in kmod)
+    assert ("kernelModule.enabled=false" in text) == ("initContainers" not in kmod)
+    if ("DaemonSet", "gpushare-dra-driver") in names:
+        affinity = find(docs, "DaemonSet", "gpushare-dra-driver")["spec"]["template"]["spec"]["affinity"]
+        (term,) = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        (label,) = term["matchExpressions"]
+        assert f"kubectl label node <node> {label['key']}=true" in text
+    if ("Deployment", "gpushare-console") in names:
+        port = find(docs, "Service", "gpushare-console")["spec"]["ports"][0]["port"]
+        assert f"port-forward service/gpushare-console {port}:{port}" in text
+    assert "does not exist yet" not in text
+
+
+def test_mps_caps_without_the_cards_memory_are_refused() -> None:
+    """An MPS share's memory limit is card memory * k / N: without the card's memory helm
+    template fails, saying which value to set."""
+    with pytest.raises(RenderError, match=r"vendor\.cardMemoryMiB has no entry for nvidia\.com/gpu"):
+        render({"shadow": {"mps": {"kinds": ["share"]}}})
+    docs = render({"shadow": {"mps": {"kinds": ["share"]}}, "vendor": {"cardMemoryMiB": {"nvidia.com/gpu": 81920}}})
+    assert service_env(docs, "gpushare-deviceplugin")["GPUSHARE_DP_CARD_MEMORY_MIB"] == "nvidia.com/gpu=81920"
+
+
 def test_images_come_from_the_registry(rendered: dict[str, list[dict[str, Any]]]) -> None:
     docs = rendered["registry and pull secret"]
     images = {c["image"] for d in docs if d["kind"] in ("DaemonSet", "Deployment") for c in containers(d)}

@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 import yaml
 from gpushare_common.settings import variables
+from gpushare_nats_auth.natsconf import static_users
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_DIR = ROOT / "compose"
@@ -40,6 +41,7 @@ K8S_KMOD_PATCH = ROOT / "k8s" / "components" / "kmod" / "kmod-bridge.yaml"
 IMAGE = re.compile(r"(gpushare/[\w-]+):([\w.-]+)")
 SERVICES = ("detector", "solver", "deviceplugin", "kmod-bridge", "shadow-controller")
 ALL_SERVICES = (*SERVICES, "nats-auth", "console", "dra-driver")
+COMPOSE_SERVICES = (*SERVICES, "console")  # in every profile of compose
 PROFILES = ("sim", "node")
 SIM_DOCKERFILE = "compose/sim.Dockerfile"
 VERSION = "0.1.0"
@@ -210,6 +212,15 @@ def _interpolation_errors(text: str) -> list[str]:
     return [f"${{{v}}} is not defined in compose/.env.example" for v in sorted(used - defined)]
 
 
+def _unused_variable_errors(text: str) -> list[str]:
+    """Variables of compose/.env.example that nothing reads: neither compose's interpolations nor
+    the NATS users' block nats-server reads them in (its passwords)."""
+    defined = [line.split("=", 1)[0] for line in ENV_EXAMPLE.read_text().splitlines()
+               if "=" in line and not line.startswith("#")]  # fmt: skip
+    used = set(re.findall(r"\$\{([A-Za-z_]\w*)", text)) | set(re.findall(r"\$([A-Z_]+)", static_users("node")))
+    return [f"{v} in compose/.env.example is used by nothing" for v in defined if v not in used]
+
+
 def compose_errors(text: str) -> list[str]:
     doc = yaml.safe_load(text)
     services: dict[str, Any] = doc["services"]
@@ -220,15 +231,15 @@ def compose_errors(text: str) -> list[str]:
         errors += _image_errors(name, spec, images) + _volume_errors(name, spec, doc)
         errors += _dependency_errors(name, spec, services)
         service = _service_of(spec)
-        if service in SERVICES:
+        if service in COMPOSE_SERVICES:
             errors += _gpushare_errors(name, service, spec)
             for profile in set(spec.get("profiles") or PROFILES) & profiles.keys():
                 profiles[profile].add(service)
         elif (spec.get("build") or {}).get("dockerfile") == SIM_DOCKERFILE:
             errors += _sim_errors(name, spec)
     for profile, present in profiles.items():
-        errors += [f"profile {profile} lacks {s}" for s in SERVICES if s not in present]
-    return errors
+        errors += [f"profile {profile} lacks {s}" for s in COMPOSE_SERVICES if s not in present]
+    return errors + _unused_variable_errors(text)
 
 
 # --- k8s -------------------------------------------------------------------------------------
@@ -364,6 +375,10 @@ def test_sim_image_puts_the_workload_program_where_the_node_simulator_looks() ->
     ("profiles: [node]\n    pid: host  # d", "profiles: [nodes]\n    pid: host  # d", "unknown profile nodes"),
     ("/run/gpushare-sim/gpu-node-1/pod-resources/", "/run/gpushare/gpu-node-1/pod-resources/",
      "GPUSHARE_DETECTOR_POD_RESOURCES_SOCKET=/run/gpushare/gpu-node-1/pod-resources/kubelet.sock is not inside"),
+    ("${EXPORTER_URL:-}", "''", "EXPORTER_URL in compose/.env.example is used by nothing"),
+    ("GPUSHARE_CONSOLE_NODE_DOMAINS:", "GPUSHARE_CONSOLE_DOMAINS:",
+     "GPUSHARE_CONSOLE_DOMAINS is not a setting of console"),
+    ("127.0.0.1:8080/healthz", "127.0.0.1:8081/healthz", "does not ask /healthz on port 8080"),
 ])  # fmt: skip
 def test_broken_compose_copy_fails(old: str, new: str, expected: str) -> None:
     text = COMPOSE.read_text()
@@ -372,10 +387,12 @@ def test_broken_compose_copy_fails(old: str, new: str, expected: str) -> None:
     assert any(expected in e for e in errors), errors
 
 
-def test_compose_profile_without_a_service_fails() -> None:
+@pytest.mark.parametrize(("service", "lacks"), [("sim-kmod-bridge", "profile sim lacks kmod-bridge"),
+                                              ("console", "profile node lacks console")])
+def test_compose_profile_without_a_service_fails(service: str, lacks: str) -> None:
     doc = yaml.safe_load(COMPOSE.read_text())
-    del doc["services"]["sim-kmod-bridge"]
-    assert "profile sim lacks kmod-bridge" in compose_errors(yaml.safe_dump(doc))
+    del doc["services"][service]
+    assert lacks in compose_errors(yaml.safe_dump(doc))
 
 
 @pytest.mark.parametrize(("manifest", "old", "new", "expected"), [
