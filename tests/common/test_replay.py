@@ -5,15 +5,24 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import io
+import json
+import os
+import re
 import subprocess
 import sys
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from gpushare_common import events
 from gpushare_common.bus import Bus
+from gpushare_common.bus.install import install
 from gpushare_common.bus.replay import Filter, Printer, UsageError, describe, parse_time, replay
-from gpushare_common.settings import NatsSettings
+from gpushare_common.settings import NatsSettings, load
+from gpushare_nats_auth.natsconf import static_users
 from prometheus_client import CollectorRegistry
+
+from tests.support.nats import NatsServer, free_port
 
 
 async def _publish_sample(bus: Bus) -> list[events.Event]:
@@ -87,3 +96,84 @@ def test_cli_reports_bad_arguments_clearly() -> None:
                             env={"GPUSHARE_NATS_URL": "nats://127.0.0.1:1"})
     assert result.returncode == 2
     assert "error: bad time 'x'" in result.stderr
+
+
+# --- the command line, as an operator runs it: the observer's identity on a server with users -------
+
+PASSWORDS = {"detector": "pw-d", "observer": "pw-o", "installer": "pw-i"}
+
+
+@pytest.fixture
+def users_server(tmp_path: Path) -> Iterator[NatsServer]:
+    """nats-server with one static user per role of node n1 (the users block compose's nats-config
+    writes, from the same permissions the callout grants), passwords filled in."""
+    block = re.sub(r"\$([A-Z_]+)_PASSWORD", lambda m: json.dumps(PASSWORDS.get(m.group(1).lower(), "unused")),
+                   static_users("n1"))
+    config = tmp_path / "nats.conf"
+    config.write_text(block)
+    server = NatsServer(config=str(config)).start()
+    yield server
+    server.cleanup()
+
+
+def as_role(server: NatsServer, role: str, password: str = "") -> dict[str, str]:
+    return {"GPUSHARE_NATS_URL": server.url, "GPUSHARE_NATS_USER": role,
+            "GPUSHARE_NATS_PASSWORD": password or PASSWORDS[role]}
+
+
+def events_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gpushare_common.bus.replay", *args], capture_output=True,
+                          text=True, timeout=60, env={"PATH": os.environ.get("PATH", ""), **env})
+
+
+async def test_cli_replays_with_the_observers_identity(users_server: NatsServer) -> None:
+    """The observer may not look streams up by subject ($JS.API.STREAM.NAMES): replay names its
+    stream and reads it as the observer may."""
+    settings = load(NatsSettings, "GPUSHARE_NATS_", as_role(users_server, "installer"))
+    await install(settings, 30.0, "n1")
+    bus = Bus(load(NatsSettings, "GPUSHARE_NATS_", as_role(users_server, "detector")), "detector", node="n1")
+    await bus.connect()
+    try:
+        await bus.publish_persistent(bus.subjects.event("n1", "spot"), events.SpotEvent(
+            node="n1", pod="spot/a", container="c", state="using", devices=("spot-G0",)))
+    finally:
+        await bus.drain()
+    result = events_cli("replay", "--since", "5m", env=as_role(users_server, "observer"))
+    assert result.returncode == 0, result.stderr
+    assert "n1 spot" in result.stdout and "pod=spot/a" in result.stdout
+    assert result.stderr.strip().splitlines() == ["1 events"]
+
+
+def test_cli_says_in_one_line_that_the_credentials_were_refused(users_server: NatsServer) -> None:
+    for env in (as_role(users_server, "observer", password="wrong"), {"GPUSHARE_NATS_URL": users_server.url}):
+        result = events_cli("replay", env=env)
+        assert result.returncode == 2
+        (line,) = result.stderr.strip().splitlines()
+        assert line.startswith(f"error: NATS at {users_server.url} refused the connection with ")
+        assert "Authorization Violation" in line and "observer" in line
+
+
+def test_cli_says_in_one_line_that_nats_is_unreachable() -> None:
+    unreachable = {"GPUSHARE_NATS_URL": f"nats://127.0.0.1:{free_port()}"}
+    result = events_cli("--connect-timeout", "1", "tail", env=unreachable)
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: cannot reach NATS at nats://127.0.0.1:") and "within 1 s" in line
+
+
+def test_cli_says_in_one_line_that_the_stream_does_not_exist(users_server: NatsServer) -> None:
+    """Nothing installed on the server connected to (a node's stream lives on its leaf)."""
+    result = events_cli("replay", env=as_role(users_server, "observer"))
+    assert result.returncode == 1
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"error: no stream GPUSHARE on the server at {users_server.url}") and "--node" in line
+
+
+def test_cli_says_in_one_line_what_the_observer_may_not_do(users_server: NatsServer) -> None:
+    """Another stream than gpushare's: the observer's permissions stay as they are, and the
+    refusal is said, not waited out as a timeout."""
+    result = events_cli("--stream", "OTHER", "replay", env=as_role(users_server, "observer"))
+    assert result.returncode == 1
+    (line,) = result.stderr.strip().splitlines()
+    assert line.lower().startswith("error: stream info other: nats refused $js.api.stream.info.other to the "
+                                   "connection with user observer")  # the server writes the subject lowered

@@ -100,6 +100,10 @@ def _read_token(path: str, presented: Callable[[str], None] = lambda _: None) ->
     return token
 
 
+# what nats-server answers a connection whose credentials it does not take
+_REFUSED = ("authorization violation", "authentication expired", "authentication revoked")
+
+
 def connect_options(settings: NatsSettings, inbox: str,
                     presented: Callable[[str], None] = lambda _: None) -> dict[str, Any]:  # fmt: skip
     options: dict[str, Any] = {
@@ -145,6 +149,8 @@ class Bus:
         self._nc: Client | None = None
         self._closing = False
         self._denied: dict[str, float] = {}  # subject -> when the server refused it
+        self.refused = ""  # why the server last refused this connection's credentials
+        self.credentials_refused = asyncio.Event()  # set at each refusal (a connect keeps trying)
         self._renewal = Renewal(service)
 
     @property
@@ -179,11 +185,19 @@ class Bus:
 
     async def _on_error(self, err: Exception) -> None:
         text = str(err)
+        if any(word in text.lower() for word in _REFUSED):
+            self.refused = text.removeprefix("nats: ").strip("'")
+            self.credentials_refused.set()
         if "permissions violation" in text.lower() and '"' in text:
             self._denied[text.split('"')[1].lower()] = time.monotonic()  # the server lowers it
             log.error("permission denied by the server", service=self.service, error=text)
             return
         log.warning("nats error", service=self.service, error=repr(err))
+
+    def denied(self, within_s: float = 30.0) -> list[str]:
+        """The subjects the server refused this connection lately (its permissions)."""
+        now = time.monotonic()
+        return sorted(s for s, at in self._denied.items() if now - at < within_s)
 
     def explaining(self, subject: str) -> Callable[[str, BaseException], BusError]:
         """:meth:`explain` for ``subject``, as :func:`~.errors.failing` takes it."""

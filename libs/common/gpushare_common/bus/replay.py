@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import contextlib
 import datetime as dt
+import logging
 import os
 import re
 import sys
@@ -33,6 +34,7 @@ from nats.js import api
 from nats.js.errors import NotFoundError
 
 from ..events import AnyEvent, EventDecodeError, decode, event_tag, pod_of
+from ..retry import Stopped
 from ..settings import NATS_PREFIX, NatsSettings, load
 from ..subjects import DEFAULT_PREFIX, SubjectError, Subjects
 from . import Bus, BusError
@@ -191,6 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--instance", default="", help="the observer's instance, which names the consumer a "
                         "replay reads through (default: $GPUSHARE_CONSOLE_INSTANCE, else console; in the "
                         "console's pod, with its token, the pod's name)")
+    parser.add_argument("--connect-timeout", type=float, default=10.0, metavar="S",
+                        help="give up reaching NATS after S seconds (default: 10)")
     sub = parser.add_subparsers(dest="command", required=True)
     for name in ("tail", "replay"):
         cmd = sub.add_parser(name)
@@ -222,11 +226,10 @@ async def run(args: argparse.Namespace, stop: asyncio.Event) -> int:
     if getattr(args, "republish_to", ""):
         Subjects(args.republish_to)
     bus = Bus(settings_from(args), "observer", node=args.instance)
-    try:
-        await asyncio.wait_for(bus.connect(), timeout=10)
-    except TimeoutError:
-        print(f"error: cannot reach NATS at {bus.settings.url}; set --url or GPUSHARE_NATS_URL",
-              file=sys.stderr)
+    failure = await _connect(bus, args.connect_timeout)
+    if failure:
+        print(f"error: {failure}", file=sys.stderr)
+        await bus.drain()
         return 2
     wanted = Filter(args.node, args.kind, args.pod)
     printer = Printer(args.json)
@@ -239,17 +242,68 @@ async def run(args: argparse.Namespace, stop: asyncio.Event) -> int:
             count = await replay(bus, wanted, printer, since, until, args.from_seq, args.republish_to, domain)
             print(f"{count} events", file=sys.stderr)
     except BusError as err:
-        print(f"error: {err} (each node's events are on its leaf server: give --node, or connect to it)",
-              file=sys.stderr)  # fmt: skip
+        print(f"error: {explain(bus, err, getattr(args, 'domain', None) or '')}", file=sys.stderr)
         return 1
     finally:
         await bus.drain()
     return 0
 
 
+def credentials(settings: NatsSettings) -> str:
+    """Which credentials a connection presents, without their secret."""
+    if settings.creds_file:
+        return f"credentials file {settings.creds_file}"
+    if settings.user:
+        return f"user {settings.user}"
+    if settings.token_file:
+        return f"token file {settings.token_file}"
+    if settings.token:
+        return "a token"
+    return "no credentials"
+
+
+_OBSERVER = ("use the observer's: GPUSHARE_NATS_TOKEN_FILE with the console's service-account token in a "
+             "cluster, GPUSHARE_NATS_USER=observer and OBSERVER_PASSWORD from compose/.env on compose")
+
+
+async def _connect(bus: Bus, within_s: float = 10.0) -> str:
+    """Connect; "" when connected, else one line saying why not: unreachable, or the server
+    refused the credentials (a connect would retry both for ever)."""
+    stop = asyncio.Event()
+    connecting = asyncio.ensure_future(bus.connect(stop))
+    refused = asyncio.ensure_future(bus.credentials_refused.wait())
+    await asyncio.wait({connecting, refused}, timeout=within_s, return_when=asyncio.FIRST_COMPLETED)
+    refused.cancel()
+    if connecting.done() and connecting.exception() is None:
+        return ""
+    stop.set()
+    connecting.cancel()
+    with contextlib.suppress(asyncio.CancelledError, BusError, Stopped):
+        await connecting
+    url = bus.settings.url
+    if bus.refused:
+        return f"NATS at {url} refused the connection with {credentials(bus.settings)} ({bus.refused}): {_OBSERVER}"
+    return f"cannot reach NATS at {url} within {within_s:g} s; set --url or GPUSHARE_NATS_URL"
+
+
+def explain(bus: Bus, err: BusError, domain: str) -> str:
+    """One line for a failure after the connect: no such stream, a permission refused, or else."""
+    where = f"JetStream domain {domain}" if domain else f"the server at {bus.settings.url}"
+    text = err.reason.lower()
+    if "stream not found" in text:
+        return (f"no stream {bus.settings.stream} on {where} (each node's events are on its leaf server: "
+                "give --node, or --stream if it is named otherwise)")
+    refused = bus.denied()
+    if refused:
+        return (f"{err.op}: NATS refused {', '.join(refused)} to the connection with {credentials(bus.settings)}; "
+                f"{_OBSERVER}")
+    return f"{err} (each node's events are on its leaf server: give --node, or connect to it)"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.instance = args.instance or os.environ.get(INSTANCE, "")
+    logging.basicConfig(level=logging.CRITICAL)  # its errors are said in one line each, below
     try:
         stop = asyncio.Event()
         return asyncio.run(run(args, stop))
