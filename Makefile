@@ -10,13 +10,17 @@ PY        := $(VENV)/bin/python
 STAMP     := $(VENV)/.synced
 APT_PKGS  := nats-server runc containerd openssl qemu-system-x86 linux-image-amd64 linux-headers-amd64 busybox-static cpio kmod gcc make libc6-dev libelf-dev chromium
 SCENARIO  ?= all
+# every image the chart and compose deploy: make images REGISTRY=registry.example.com/ TAG=0.1.0
+SERVICE_IMAGES := detector solver deviceplugin kmod-bridge shadow-controller nats-auth console dra-driver
+REGISTRY  ?=
+TAG       ?= 0.1.0
 PYTEST_ARGS ?=
 
 export UV_PYTHON := $(PYTHON311)
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 export UV_LINK_MODE := copy
 
-.PHONY: help run test lint bench deps venv protos system clean tools kmod soak manifests
+.PHONY: help run test lint bench deps venv protos system clean tools kmod soak manifests images push-images
 
 help:
 	@echo "make run   - start the local cluster, every service and the scenarios (SCENARIO=name, ARGS=--keep)"
@@ -26,6 +30,8 @@ help:
 	@echo "make soak  - a chaos soak of the local cluster (MINUTES=5, ARGS=\"--seed S --nodes K --nats-cluster 3\")"
 	@echo "             PROFILE=calm|nats-member|nats-outage|apiserver [BORROWERS=slow]: the README's runs"
 	@echo "make manifests - render k8s/base and the kmod component from the Helm chart k8s/chart/gpushare"
+	@echo "make images [REGISTRY=host/ TAG=0.1.0] - build every image the chart and compose deploy (docker)"
+	@echo "make push-images [REGISTRY=host/ TAG=0.1.0] - build them, then push them to REGISTRY"
 
 $(UV):
 	@test -n "$(PYTHON311)" || { echo "error: Python 3.11 is required (python3.11 not found on PATH)"; exit 1; }
@@ -105,3 +111,15 @@ endif
 
 clean:
 	rm -rf $(VENV) $(BOOT) .mypy_cache .ruff_cache .pytest_cache
+
+# Dockerfile=image name, for every image
+IMAGE_FILES := $(foreach s,$(SERVICE_IMAGES),services/$(s)/Dockerfile=$(s)) \
+	k8s/node-installer.Dockerfile=node-installer kmod/Dockerfile=kmod-installer
+image_file = $(word 1,$(subst =, ,$(1)))
+image_name = $(REGISTRY)gpushare/$(word 2,$(subst =, ,$(1))):$(TAG)
+
+images:
+	$(foreach i,$(IMAGE_FILES),docker build -f $(call image_file,$(i)) -t $(call image_name,$(i)) . && ) true
+
+push-images: images
+	$(foreach i,$(IMAGE_FILES),docker push $(call image_name,$(i)) && ) true

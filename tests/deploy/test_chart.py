@@ -5,6 +5,7 @@ with a real kubectl kustomize) is the chart's rendering."""
 from __future__ import annotations
 
 import base64
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -260,6 +261,24 @@ def test_mps_caps_without_the_cards_memory_are_refused() -> None:
         render({"shadow": {"mps": {"kinds": ["share"]}}})
     docs = render({"shadow": {"mps": {"kinds": ["share"]}}, "vendor": {"cardMemoryMiB": {"nvidia.com/gpu": 81920}}})
     assert service_env(docs, "gpushare-deviceplugin")["GPUSHARE_DP_CARD_MEMORY_MIB"] == "nvidia.com/gpu=81920"
+
+
+def test_make_images_builds_and_pushes_every_image_the_chart_deploys() -> None:
+    """``make images`` / ``make push-images`` with a registry and tag: every image the chart renders
+    with every part on (DRA, console, kernel module), named as the chart names it there, built from
+    the Dockerfile whose build line makes it."""
+    values = {"images": {"registry": "registry.example.com/", "tag": "9.9"}, "dra": {"enabled": True},
+              "console": {"enabled": True}, "kernelModule": {"enabled": True}}
+    deployed = {c["image"] for d in render(values) if d["kind"] in ("DaemonSet", "Deployment", "StatefulSet")
+                for c in containers(d) if "/gpushare/" in c["image"]}  # fmt: skip
+    dry = subprocess.run(["make", "-n", "push-images", "REGISTRY=registry.example.com/", "TAG=9.9"], cwd=ROOT,
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    built = dict((image, path) for path, image in re.findall(r"docker build -f (\S+) -t (\S+) \.", dry))
+    pushed = set(re.findall(r"docker push (\S+)", dry))
+    assert deployed == set(built) == pushed
+    for image, path in built.items():
+        name = image.removeprefix("registry.example.com/").split(":")[0]
+        assert f"docker build -f {path} -t {name}:" in (ROOT / path).read_text(), (path, name)
 
 
 def test_images_come_from_the_registry(rendered: dict[str, list[dict[str, Any]]]) -> None:
