@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.report import RESULTS, Row, table
+from bench.report import RESULTS, Row, stamp, table
 
 HERE = Path(__file__).parent
 
@@ -47,6 +47,7 @@ def main() -> int:
     rows = [Row(**{k: v for k, v in r.items() if k in fields})
             for r in doc["rows"] if float(r.get("at", 0)) >= started]
     print("\n" + table(rows))
+    print(stamp(started))
     print(f"\nwritten to {RESULTS.relative_to(HERE.parent)}"
           + (f"; failed parts: {', '.join(failed)}" if failed else ""))
     return 1 if failed else 0

@@ -6,6 +6,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -50,6 +51,22 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+def commit() -> str:
+    """The commit measured (``git describe --always --dirty``), "" outside a git checkout."""
+    try:
+        done = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=RESULTS.parent, capture_output=True,
+                              text=True, timeout=10, check=True)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return done.stdout.strip()
+
+
+def stamp(at: float | None = None) -> str:
+    """When and on which commit figures were measured: what each printed figure carries."""
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(time.time() if at is None else at))
+    return f"measured {when}, commit {commit() or 'unknown'}, on {platform.node()} (load {os.getloadavg()[0]:.1f})"
+
+
 def save(rows: list[Row], path: Path | None = None) -> None:
     """Merge rows into the JSON file (keyed by part and metric), keeping other parts' figures;
     ``GPUSHARE_BENCH_RESULTS`` names another file."""
@@ -59,10 +76,11 @@ def save(rows: list[Row], path: Path | None = None) -> None:
             {(x.part, x.metric) for x in rows}]
     doc = {"machine": platform.node(), "python": platform.python_version(),
            "updated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-           "rows": keep + [{**asdict(r), "at": time.time()} for r in rows]}
+           "rows": keep + [{**asdict(r), "at": time.time(), "commit": commit()} for r in rows]}
     path.write_text(json.dumps(doc, indent=2) + "\n")
 
 
 def emit(rows: list[Row]) -> None:
     print(table(rows), flush=True)
+    print(stamp(), flush=True)
     save(rows)

@@ -77,7 +77,7 @@ from bench.fleet.model import FETCH_TIMEOUT_S, Profile
 from bench.fleet.owner import RealNode, real_node
 from bench.fleet.phases import alternate, failover, series, window
 from bench.fleet.servers import NatsCluster
-from bench.report import RESULTS, Row, save, table
+from bench.report import RESULTS, Row, save, stamp, table
 from bench.solver.node import NODE
 
 JOIN_WAIT_S = 45.0  # the longest a step waits for its nodes' durable consumers
@@ -214,6 +214,7 @@ def main(argv: list[str] | None = None) -> None:
             raise
     shutil.rmtree(work, ignore_errors=True)
     print(table(found), flush=True)
+    print(stamp(), flush=True)
     save(found, args.results)
 
 

@@ -17,7 +17,7 @@ import time
 
 import nats
 
-from bench.report import Row, percentile, save, table
+from bench.report import Row, percentile, save, stamp, table
 from tests.deploy.nats_deployments import NODE_A, Deployment, chart_nats, compose_nats
 
 PART = "nats_auth"
@@ -55,6 +55,7 @@ def main() -> int:
             chart, "observer", args.rounds)), "<= 500 ms", 500.0)
     save(found)
     print(table(found))
+    print(stamp())
     return 0 if all(r.ok is not False for r in found) else 1
 
 

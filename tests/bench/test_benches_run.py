@@ -51,3 +51,5 @@ def test_the_benchmark_runs_and_prints_its_figures(part: str, args: list[str], m
     metrics = {r["metric"] for r in rows}
     assert any(metric in m for m in metrics), f"no {metric!r} among {sorted(metrics)}"
     assert all(r["value"] == r["value"] for r in rows), "a figure is NaN (no samples)"  # NaN != NaN
+    assert all(r["commit"] for r in rows), "a figure without the commit it measured"
+    assert "measured " in run.stdout and ", commit " in run.stdout  # printed under the table
