@@ -183,6 +183,16 @@ def narrate_trial(s: Scenario, trial: Trial) -> None:
           f"the solver killed the borrower's tasks in {trial.kill_ms:.1f} ms")  # fmt: skip
 
 
+async def told_why(s: Scenario, pod: str, reason: str) -> None:
+    """The evicted pod's Events say why, as ``kubectl describe pod`` shows them (the solver records
+    the Event before it deletes the pod)."""
+    found = [e for e in await s.kube.list_events(s.namespace, f"involvedObject.name={pod}")
+             if e.get("reason") == reason and (e.get("source") or {}).get("component") == "gpushare-solver"]
+    if not found:
+        raise ScenarioError(f"the evicted pod {pod} has no {reason} Event from gpushare-solver")
+    s.say(f"{pod}'s Event: {found[0]['type']} {reason}: {found[0]['message']}")
+
+
 @scenario("spot")
 async def spot(s: Scenario) -> str:
     node = s.cluster.nodes[0].name
@@ -192,5 +202,6 @@ async def spot(s: Scenario) -> str:
     s.say("the owner's workload touches its card now")
     trial = await owner_back(s, report_dir, "borrower")
     narrate_trial(s, trial)
+    await told_why(s, "borrower", "OwnerReturned")
     return (f"borrower evicted in {trial.borrower_killed * 1000:.0f} ms, owner's call returned after "
             f"{trial.owner_returned * 1000:.0f} ms")  # fmt: skip

@@ -149,6 +149,11 @@ class Kube:
         await self._rest(f"create event in {namespace}", "POST", f"/api/v1/namespaces/{_q(namespace)}/events",
                          body)
 
+    async def list_events(self, namespace: str, field_selector: str = "") -> list[Obj]:
+        """The core/v1 Events of ``namespace`` (e.g. ``involvedObject.name=<pod>``)."""
+        path = f"/api/v1/namespaces/{_q(namespace)}/events"
+        return (await self._list_objects(path, field_selector))[0]
+
     # --- leases -----------------------------------------------------------------
 
     async def get_lease(self, namespace: str, name: str) -> Obj:
