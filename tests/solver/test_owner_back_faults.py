@@ -149,6 +149,8 @@ async def test_owner_back_survives_one_transient_failure(
             await lend_one_card(world)
             await wait_for(lambda: running.solver.state.borrowers() == {"spot-GPU-0": BORROWER},
                            what="the borrower")  # fmt: skip
+            # its containers read ahead (a get_pod of its own): the fault lands on the owner-back's path
+            await wait_for(lambda: BORROWER in running.solver.reclaimer.known, what="the borrower's containers")
             fault.armed = True
             start = await bus.last_seq()
             back = OwnerBackEvent(node=NODE, pidns=4026532001, pid=7, kernel_ts_ns=1, pod=OWNER, resolved=True)
@@ -159,9 +161,15 @@ async def test_owner_back_survives_one_transient_failure(
             await wait_for(lambda: not running.solver.plans and injected(), timeout=30,
                            what=f"the owner-back handled through the {point} fault")  # fmt: skip
             await wait_for(lambda: released(bridge), timeout=15, what="the owner released")
-            records = [m.event() for m in await bus.read_after(bus.subjects.eviction(NODE), start)]
-            assert [(r.pod, r.reason, r.outcome) for r in records if isinstance(r, EvictionRecord)] == \
-                [(BORROWER, "owner-back", "evicted")]  # fmt: skip
+            recorded: list[tuple[str, str, str]] = []
+
+            async def eviction_recorded() -> bool:  # the fault may fire before the owner-back is taken
+                records = [m.event() for m in await bus.read_after(bus.subjects.eviction(NODE), start)]
+                recorded[:] = [(r.pod, r.reason, r.outcome) for r in records if isinstance(r, EvictionRecord)]
+                return bool(recorded) and not running.solver.plans
+
+            await wait_for(eviction_recorded, timeout=15, what="the eviction recorded")
+            assert recorded == [(BORROWER, "owner-back", "evicted")]
             assert world.task_status("b1-main") == "STOPPED" and not await world.pod_exists(BORROWER)
             assert running.solver.metrics.events.labels("ownerback", "rejected")._value.get() == 0
             assert bus.metrics.terminated.labels("HandlerError")._value.get() == 0
