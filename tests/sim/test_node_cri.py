@@ -191,7 +191,9 @@ async def test_a_sharepods_signed_annotation_copied_onto_another_pod_gives_it_no
                                     node="cri1", uid="c0ffee00-0000-4000-8000-000000000004", annotations=copied))
     await sim.kubelet.sync([shadow, replay])
     state = await wait_until(lambda: _failed(sim, replay), 60, "the replayed pod's container refused")
-    assert "gpushare-runtime" in state.message and state.exit_code == 128  # refused at create
+    # refused at create, with the runtime's own reason (its log line, which containerd reports)
+    assert "gpushare.k8s.io/container-devices-from" in state.message and "kubelet" in state.message, state.message
+    assert state.exit_code == 128
     assert report(sim, replay, "main", "devs") is None  # it never ran, so never saw the card
     await sim.kubelet.sync([shadow])
     await wait_until(lambda: replay.uid not in sim.kubelet.workers, 60, "replayed pod removed")
