@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from gpushare_common.http import ServiceStatus
+from gpushare_common.ports import port_of, ports_file, read_ports
 from gpushare_common.retry import wait_any
 from gpushare_common.service import ServiceBase, Skeleton
 from gpushare_common.settings import HttpSettings, NatsSettings
@@ -150,3 +154,11 @@ async def test_started_serves_and_starts_for_a_test_then_closes() -> None:
         assert same is service and service.phase == "started" and service.health.ready
         assert json.loads((await fetch(service.port, "/status"))[2])["service"] == "sample"
     assert service.phase == "closed"
+
+
+async def test_the_bound_port_is_reported_in_the_ports_file_until_exit(tmp_path: Path) -> None:
+    async with Skeleton("test", replace(LOOPBACK, ports_dir=str(tmp_path))) as svc:
+        port = await svc.serve(dict)
+        assert read_ports(tmp_path, os.getpid()) == {"http": [f"http://127.0.0.1:{port}"]}
+        assert port_of(read_ports(tmp_path, os.getpid())["http"][0]) == port  # type: ignore[index]
+    assert read_ports(tmp_path, os.getpid()) is None and list(tmp_path.iterdir()) == []

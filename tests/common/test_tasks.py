@@ -6,8 +6,10 @@ import asyncio
 from dataclasses import dataclass
 
 import pytest
-from gpushare_common.settings import SettingsError, topic
-from gpushare_common.tasks import ServiceMain, Tasks, service_main, wait_first
+from gpushare_common.ports import listen
+from gpushare_common.service import Skeleton
+from gpushare_common.settings import HttpSettings, SettingsError, topic
+from gpushare_common.tasks import ServiceMain, Tasks, run_service, service_main, wait_first
 
 
 async def test_a_crashing_critical_task_stops_the_service() -> None:
@@ -67,3 +69,21 @@ def test_service_main_runs_the_service_until_it_returns(monkeypatch: pytest.Monk
 
     monkeypatch.setenv("GPUSHARE_X_PORT", "7")
     assert service_main("x", Settings, build, argv=[]) == 0 and seen == [Settings(XSettings(7))]
+
+
+def test_a_port_that_cannot_be_bound_ends_the_service_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    holder = listen("127.0.0.1", 0)
+    port = holder.getsockname()[1]
+
+    async def main(stop: asyncio.Event) -> int:
+        async with Skeleton("x", HttpSettings(host="127.0.0.1", port=port)) as svc:
+            await svc.serve(dict)
+        return 0
+
+    try:
+        assert run_service("x", main) == 1
+    finally:
+        holder.close()
+    err = capsys.readouterr().err
+    assert err.startswith(f"gpushare-x: cannot listen on 127.0.0.1:{port}: Address already in use")
+    assert err.count("\n") == 1 and "Traceback" not in err

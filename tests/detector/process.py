@@ -15,14 +15,19 @@ from typing import Any
 
 from gpushare_common.settings import NatsSettings
 
-from tests.support.nats import free_port
+from tests.support.service import http_env, http_port
 
 
 @dataclass
 class DetectorProcess:
     proc: subprocess.Popen[bytes]
-    port: int
+    ports_dir: Path
     log: Path
+
+    @property
+    def port(self) -> int:
+        """The HTTP port the detector bound (waits until it serves)."""
+        return http_port(self.ports_dir, self.proc)
 
     def get(self, path: str) -> tuple[int, Any]:
         try:
@@ -65,10 +70,9 @@ class DetectorProcess:
 
 def start_detector(nats: NatsSettings, kubeconfig: Path, socket: Path, workdir: Path, node: str = "node-1",
                    environ: dict[str, str] | None = None, **extra: str) -> DetectorProcess:
-    port = free_port()
     env = {
-        **os.environ,
-        "GPUSHARE_NODE_NAME": node, "GPUSHARE_HTTP_HOST": "127.0.0.1", "GPUSHARE_HTTP_PORT": str(port),
+        **os.environ, **http_env(workdir),
+        "GPUSHARE_NODE_NAME": node,
         "GPUSHARE_KUBE_KUBECONFIG": str(kubeconfig), "GPUSHARE_NATS_URL": nats.url,
         "GPUSHARE_NATS_ENSURE_LAYOUT": "true",
         "GPUSHARE_NATS_PREFIX": nats.prefix, "GPUSHARE_NATS_STREAM": nats.stream,
@@ -81,4 +85,4 @@ def start_detector(nats: NatsSettings, kubeconfig: Path, socket: Path, workdir: 
     with log.open("wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "gpushare_detector"], env=env, stdout=out,
                                 stderr=subprocess.STDOUT)
-    return DetectorProcess(proc, port, log)
+    return DetectorProcess(proc, workdir, log)

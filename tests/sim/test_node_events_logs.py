@@ -5,7 +5,6 @@ output and serves it to the API emulator, which proxies `pods/<name>/log` to it.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -26,12 +25,6 @@ NODE = "logs-node"
 LIMIT = 30.0
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def until(probe: Callable[[], T | None], what: str, timeout: float = LIMIT) -> T:
     """Wait for `probe()` to return something truthy (checked every 50 ms), or fail naming `what`."""
     deadline = time.monotonic() + timeout
@@ -48,8 +41,8 @@ def until(probe: Callable[[], T | None], what: str, timeout: float = LIMIT) -> T
 def node(kube_api: KubeApi) -> Iterator[subprocess.Popen[bytes]]:
     """A node simulator (plain-process containers, with the scheduler) registered with the emulator."""
     args = [sys.executable, "-m", "gpushare_sim.node", "--name", NODE, "--api", str(kube_api.kubeconfig),
-            "--dir", str(short_sim_dir()), "--gpus", "0", "--port", str(_free_port()),
-            "--exporter-port", str(_free_port()), "--containerd", "none", "--schedule"]  # fmt: skip
+            "--dir", str(short_sim_dir()), "--gpus", "0", "--port", "0",
+            "--exporter-port", "0", "--containerd", "none", "--schedule"]  # fmt: skip
     process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     core = client.CoreV1Api(kube_api.client)
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,14 +17,9 @@ from typing import Any
 import kubernetes
 import pytest
 from gpushare_sim.node.testing import pod_manifest, short_sim_dir
+from gpushare_sim.run.procs import wait_ports
 
 from tests.support.kubeapi import kube_api  # noqa: F401  (the fixture)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def fetch(url: str, method: str = "GET") -> Any:
@@ -50,13 +44,13 @@ def wait_for(url: str, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> 
 @pytest.fixture
 def node_process() -> Iterator[tuple[str, str, subprocess.Popen[bytes], Path]]:
     sim_dir = short_sim_dir()
-    port, metrics = free_port(), free_port()
     args = [sys.executable, "-m", "gpushare_sim.node", "--name", "m1", "--dir", str(sim_dir),
-            "--gpus", "2", "--port", str(port), "--exporter-port", str(metrics),
+            "--gpus", "2", "--port", "0", "--exporter-port", "0", "--ports-dir", str(sim_dir),
             "--containerd", "none"]  # fmt: skip
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        yield f"http://127.0.0.1:{port}", f"http://127.0.0.1:{metrics}", proc, sim_dir
+        ports = wait_ports(sim_dir, proc)
+        yield ports["http"][0], ports["exporter"][0], proc, sim_dir
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -98,14 +92,13 @@ def test_node_process_serves_health_status_metrics_and_restarts_kubelet(
 
 def test_node_process_with_api_and_scheduler_runs_and_removes_a_pod(kube_api: Any) -> None:  # noqa: F811
     sim_dir = short_sim_dir()
-    port = free_port()
     args = [sys.executable, "-m", "gpushare_sim.node", "--name", "m2", "--dir", str(sim_dir),
-            "--gpus", "1", "--port", str(port), "--containerd", "none", "--schedule",
+            "--gpus", "1", "--port", "0", "--ports-dir", str(sim_dir), "--containerd", "none", "--schedule",
             "--api", str(kube_api.kubeconfig)]  # fmt: skip
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     core = kubernetes.client.CoreV1Api(kube_api.client)
     try:
-        wait_for(f"http://127.0.0.1:{port}/healthz", proc)
+        wait_for(f"{wait_ports(sim_dir, proc)['http'][0]}/healthz", proc)
         body = pod_manifest("w", ["gpuload", "--util", "5"], resources={"nvidia.com/gpu": "1"})
         core.create_namespaced_pod("default", body, _preload_content=False)
         pod = poll(lambda: _pod(core, "w"), lambda p: _phase(p) == "Running", "pod w running")

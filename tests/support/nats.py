@@ -1,26 +1,22 @@
-"""A real nats-server with JetStream for tests: free port, temporary store, clean stop."""
+"""A real nats-server with JetStream for tests: a port it binds itself (any free one, read back
+from its ports file), a temporary store, clean stop."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
+from pathlib import Path
 
-from gpushare_sim.natsd import NatsNotInstalled, server_binary
+from gpushare_common.ports import port_of
+from gpushare_sim.natsd import ANY_PORT, NatsNotInstalled, server_binary
 from gpushare_sim.run.lifeline import owned
+from gpushare_sim.run.procs import wait_ports
 
 from tests.support import procs
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def nats_binary() -> str | None:
@@ -34,7 +30,7 @@ class NatsServer:
     """``nats-server -js`` on 127.0.0.1; ``restart()`` keeps port and store."""
 
     def __init__(self, store_dir: str | None = None, config: str | None = None) -> None:
-        self.port = free_port()
+        self.port = ANY_PORT  # the port it bound, once started (a restart takes it back)
         self.store_dir = store_dir or tempfile.mkdtemp(prefix="gpushare-nats-")
         self.config = config
         self.proc: subprocess.Popen[bytes] | None = None
@@ -47,19 +43,14 @@ class NatsServer:
         binary = nats_binary()
         if binary is None:
             raise RuntimeError("nats-server not installed: run `make deps`")
-        args = [binary, "-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", self.store_dir]
+        args = [binary, "-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", self.store_dir,
+                "--ports_file_dir", self.store_dir]  # fmt: skip
         if self.config:
             args += ["-c", self.config]
         self.proc = subprocess.Popen(owned(args), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         procs.allow(self.proc.pid)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), 0.2):
-                return self
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"nats-server exited with {self.proc.returncode}")
-            time.sleep(0.02)
-        raise RuntimeError("nats-server did not start listening within 10s")
+        self.port = port_of(wait_ports(Path(self.store_dir), self.proc, timeout=10)["nats"][0])
+        return self
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:

@@ -35,6 +35,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from pydantic import BaseModel, ConfigDict
 
 from .logging import get_logger
+from .ports import listen
 from .settings import HttpSettings
 
 log = get_logger("http")
@@ -171,18 +172,19 @@ class _Server(uvicorn.Server):
 
 @contextlib.asynccontextmanager
 async def serve(app: Any, settings: HttpSettings) -> AsyncIterator[_Server]:
-    """Serve ``app`` in this event loop until the context exits."""
-    config = uvicorn.Config(
-        app, host=settings.host, port=settings.port, log_level="warning",
-        access_log=False, lifespan="off",
-    )
+    """Serve ``app`` in this event loop until the context exits, on a socket bound here first
+    (``settings.port`` 0: any free port, see :func:`bound_port`); :class:`~.ports.BindError`
+    when the address cannot be bound."""
+    sock = listen(settings.host, settings.port)
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
     server = _Server(config)
-    task = asyncio.get_running_loop().create_task(server.serve(), name="http")
+    task = asyncio.get_running_loop().create_task(server.serve(sockets=[sock]), name="http")
     while not server.started and not task.done():
         await asyncio.sleep(0.01)
     if task.done():
+        sock.close()
         await task
-        raise RuntimeError(f"HTTP server could not listen on {settings.host}:{settings.port}")
+        raise RuntimeError(f"HTTP server on {settings.host}:{settings.port} ended while starting")
     log.info("http listening", host=settings.host, port=bound_port(server))
     try:
         yield server
@@ -190,6 +192,7 @@ async def serve(app: Any, settings: HttpSettings) -> AsyncIterator[_Server]:
         server.should_exit = True
         with contextlib.suppress(asyncio.CancelledError, Exception):  # stopping: the server ends as it can
             await asyncio.wait_for(task, timeout=5)
+        sock.close()
 
 
 def bound_port(server: uvicorn.Server) -> int:

@@ -45,6 +45,7 @@ from prometheus_client import CollectorRegistry
 
 from .http import Health, OpenStatus, ServiceStatus, StatusView, bound_port, checked_status, serve, service_app
 from .logging import get_logger
+from .ports import remove_ports, write_ports
 from .settings import HttpSettings, NatsSettings
 from .tasks import Tasks, wait_first
 
@@ -113,6 +114,9 @@ class Skeleton:
             routes(app)
         server = await self._exit.enter_async_context(serve(app, self.http))
         self.port = bound_port(server)
+        if self.http.ports_dir:  # bind, then report: the launcher reads the port it got
+            write_ports(self.http.ports_dir, self.name, {"http": [f"http://{self.http.host}:{self.port}"]})
+            self.on_exit(remove_ports, self.http.ports_dir, self.name)
         return self.port
 
     def freeze_heap(self) -> int:

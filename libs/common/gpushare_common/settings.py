@@ -178,7 +178,10 @@ class HttpSettings:
     host: str = "0.0.0.0"
     """The address /healthz, /readyz, /status and /metrics are served on."""
     port: int = 8080
-    """Their port (each service has its own default; 0: any free port, logged)."""
+    """Their port (each service has its own default; 0: any free port, logged and reported in
+    the ports file)."""
+    ports_dir: str = ""
+    """A launcher's directory: the bound port is written there (``gpushare_common.ports``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,7 @@ from . import logging as gs_logging
 from .adapters.kubeclient import KubeConfigError
 from .ids import IdError
 from .logging import get_logger
+from .ports import BindError
 from .retry import wait_any
 from .settings import LogSettings, SettingsError, describe, load_service, part
 
@@ -85,7 +86,8 @@ async def wait_first(stop: asyncio.Event, tasks: Tasks) -> None:
 
 
 def run_service(name: str, main: Callable[[asyncio.Event], Awaitable[int | None]]) -> int:
-    """Run ``main(stop)`` until it returns; SIGINT/SIGTERM set ``stop``."""
+    """Run ``main(stop)`` until it returns; SIGINT/SIGTERM set ``stop``. A port that cannot be
+    bound ends it with one line naming the address (status 1), not a traceback."""
 
     async def runner() -> int:
         stop = asyncio.Event()
@@ -102,6 +104,9 @@ def run_service(name: str, main: Callable[[asyncio.Event], Awaitable[int | None]
         return asyncio.run(runner())
     except KeyboardInterrupt:
         return 130
+    except BindError as err:
+        print(f"gpushare-{name}: {err}", file=sys.stderr)
+        return 1
 
 
 ServiceMain = Callable[[asyncio.Event], Awaitable[int | None]]

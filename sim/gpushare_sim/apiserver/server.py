@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import uvicorn
 import yaml
+from gpushare_common.ports import listen
 
 from . import persist
 from .app import ApiSettings, build_app
@@ -113,12 +114,10 @@ class ApiServer:
         self.state_file = state_file
         self.store = Store(settings.api.history, settings.api.watch_queue)
         self.restored = persist.load(self.store, state_file) if state_file and state_file.exists() else 0
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # bound and listening now: clients may connect (and wait) before uvicorn serves
+        self.sock = listen(settings.host, settings.port, backlog=1024)
         # headers and body go out as two writes: without NODELAY the body waits for an ACK
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.sock.bind((settings.host, settings.port))
-        self.sock.listen(1024)  # clients may connect (and wait) before uvicorn serves
         host, port = self.sock.getsockname()[:2]
         self.address = f"{host}:{port}"
         self.url = f"{'https' if settings.tls else 'http'}://{self.address}"

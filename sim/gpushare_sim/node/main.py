@@ -19,6 +19,7 @@ from pathlib import Path
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from gpushare_common.http import Health, bound_port, serve, service_app
+from gpushare_common.ports import remove_ports, write_ports
 from gpushare_common.settings import HttpSettings
 from gpushare_common.tasks import Tasks, run_service, wait_first
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
@@ -41,6 +42,7 @@ def parse_args(argv: list[str] | None = None) -> NodeSimSettings:
     p.add_argument("--host", default="127.0.0.1", help="HTTP listen address")
     p.add_argument("--port", type=int, default=0, help="HTTP port (/healthz, /status)")
     p.add_argument("--exporter-port", type=int, default=0, help="DCGM-style /metrics port")
+    p.add_argument("--ports-dir", default="", help="report the bound ports in a ports file here")
     p.add_argument("--containerd", default="auto", help="auto | none | containerd socket")
     p.add_argument("--namespace", default="k8s.io", help="containerd namespace (ctr; the CRI's is k8s.io)")
     p.add_argument("--containerd-api", choices=("cri", "ctr"), default="cri",
@@ -61,7 +63,7 @@ def parse_args(argv: list[str] | None = None) -> NodeSimSettings:
     labels = dict(item.split("=", 1) for item in a.label if "=" in item)
     return NodeSimSettings(
         name=a.name, sim_dir=a.dir.resolve(), kubeconfig=a.api, gpus=a.gpus,
-        http_host=a.host, http_port=a.port, exporter_port=a.exporter_port,
+        http_host=a.host, http_port=a.port, exporter_port=a.exporter_port, ports_dir=a.ports_dir,
         containerd=a.containerd, containerd_namespace=a.namespace, containerd_api=a.containerd_api,
         runtime_handler=a.runtime_handler,
         runtime_binary=a.runtime, kmod_socket=a.kmod_socket, cpu=a.cpu,
@@ -130,6 +132,10 @@ async def run(settings: NodeSimSettings, stop: asyncio.Event) -> int:
         host = settings.http_host
         sim.publish_endpoints({"http": f"http://{host}:{bound_port(http)}",
                                "exporter": f"http://{host}:{bound_port(exporter)}/metrics"})  # fmt: skip
+        if settings.ports_dir:
+            write_ports(settings.ports_dir, "sim-node", {"http": [f"http://{host}:{bound_port(http)}"],
+                                                         "exporter": [f"http://{host}:{bound_port(exporter)}"]})
+            stack.callback(remove_ports, settings.ports_dir, "sim-node")
         if api is not None:
             tasks.spawn("pod-sync", sim.sync_loop(stop))
             tasks.spawn("node-status", sim.node_status_loop())

@@ -18,6 +18,7 @@ class NodeSimSettings:
     http_host: str = "127.0.0.1"
     http_port: int = 0
     exporter_port: int = 0
+    ports_dir: str = ""  # report the bound ports in a ports file here (gpushare_common.ports)
     # "auto": a private containerd when root and the binaries are there, else
     # processes; "none": processes; anything else: a containerd socket path.
     containerd: str = "auto"

@@ -11,6 +11,10 @@ ARGS=--no-nats-auth``) runs open servers instead, for debugging.
 order, waits until each part answers, and on exit (also on an error or a
 cancellation) stops everything in reverse order and removes the run
 directory. Each process logs to ``<run dir>/logs/<name>.log``.
+
+Every process binds its own ports (any free one) and reports them in ``<run dir>/ports``
+(:mod:`gpushare_common.ports`); the cluster reads them there and writes them into the process's
+command, so that a restart takes back the address its clients know.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from types import TracebackType
 from typing import Any
 
 from gpushare_common.bus.install import install
+from gpushare_common.ports import port_of
 from gpushare_common.settings import (
     HTTP_PREFIX,
     KUBE_PREFIX,
@@ -49,7 +54,7 @@ from gpushare_sim.run.evidence import keep_evidence
 from gpushare_sim.run.leaves import NodeNats
 from gpushare_sim.run.narrate import Timeline
 from gpushare_sim.run.natsauth import NatsAuth
-from gpushare_sim.run.procs import Child, ChildError, free_port, wait_path, wait_port
+from gpushare_sim.run.procs import Child, ChildError, wait_path
 from gpushare_sim.run.services import ServiceSettings, console, node_services, shadow_controller
 
 
@@ -95,10 +100,10 @@ class Cluster:
         self.logs = self.run_dir / "logs"
         self.kubeconfig = self.run_dir / "kubeconfig"
         self.api_url = ""
+        self.ports = self.run_dir / "ports"  # where every process reports the ports it bound
         names = ["nats-server"] if settings.nats_servers == 1 else \
             [f"nats-server-{i}" for i in range(1, settings.nats_servers + 1)]
-        self.nats = natsd.members(names, [free_port() for _ in names], [free_port() for _ in names],
-                                  self.run_dir / "nats", [free_port() for _ in names])
+        self.nats = natsd.members(names, self.run_dir / "nats", self.ports, leaves=True)
         self.nodes: list[Node] = []
         self.children: dict[str, Child] = {}  # start order
         self.auth = NatsAuth(self.run_dir / "nats") if settings.nats_auth else None
@@ -128,15 +133,27 @@ class Cluster:
         return {**os.environ, "PYTHONUNBUFFERED": "1", **env_of(LogSettings, LOG_PREFIX, level=self.settings.log_level),
                 **extra}  # fmt: skip
 
-    def _service_env(self, port: int) -> dict[str, str]:
-        """What every service process is given: its HTTP address (loopback) and the API server."""
-        return {**env_of(HttpSettings, HTTP_PREFIX, host="127.0.0.1", port=port),
+    def _service_env(self) -> dict[str, str]:
+        """What every service process is given: HTTP on loopback, any free port, reported in the
+        cluster's ports directory; the API server."""
+        return {**env_of(HttpSettings, HTTP_PREFIX, host="127.0.0.1", port=0, ports_dir=str(self.ports)),
                 **env_of(KubeSettings, KUBE_PREFIX, kubeconfig=str(self.kubeconfig))}
 
-    def _child(self, name: str, argv: list[str], env: dict[str, str] | None = None, http: str = "") -> Child:
-        child = Child(name, argv, env or self.env(), self.logs / f"{name}.log", http)
+    def _child(self, name: str, argv: list[str], env: dict[str, str] | None = None, ports: bool = True) -> Child:
+        child = Child(name, argv, env or self.env(), self.logs / f"{name}.log",
+                      ports_dir=self.ports if ports else None)  # fmt: skip
         self.children[name] = child
         return child.start()
+
+    async def _bound(self, child: Child, timeout: float = 60.0) -> dict[str, list[str]]:
+        """The ports ``child`` bound, written into its command: a restart takes them back."""
+        ports = await child.wait_ports(timeout)
+        if "GPUSHARE_HTTP_PORT" in child.env:
+            child.env["GPUSHARE_HTTP_PORT"] = str(port_of(ports["http"][0]))
+        for flag, kind in (("--port", "http"), ("--port", "api"), ("--exporter-port", "exporter")):
+            if flag in child.argv and ports.get(kind):
+                child.argv[child.argv.index(flag) + 1] = str(port_of(ports[kind][0]))
+        return ports
 
     # --- start ------------------------------------------------------------
 
@@ -195,21 +212,30 @@ class Cluster:
         if self.auth is not None:
             await asyncio.to_thread(self.auth.prepare)
             authorization = self.auth.authorization()
-        for member in self.nats:
-            config = self.run_dir / "nats" / f"{member.name}.conf"
-            config.parent.mkdir(parents=True, exist_ok=True)
-            config.write_text(natsd.server_config(member, authorization=authorization))
-            self._child(member.name, [binary, "-c", str(config)])
-        for member in self.nats:
-            await wait_port(member.client_port, self.children[member.name])
+        started: list[natsd.Member] = []
+        for member in self.nats:  # one after another: each dials the members bound before it
+            self._nats_config(natsd.seeded(member, started), authorization)
+            child = self._child(member.name, [binary, "-c", str(self._nats_config_path(member))])
+            ports = await child.wait_ports()
+            leaf_port = await asyncio.to_thread(natsd.leaf_listener, ports) if member.leaf_port else 0
+            started.append(natsd.bound(member, ports, leaf_port))
+        self.nats = natsd.meshed(started)
+        for member in self.nats:  # a restart takes back its ports and dials every other member
+            self._nats_config(member, authorization)
+
+    def _nats_config_path(self, member: natsd.Member) -> Path:
+        return self.run_dir / "nats" / f"{member.name}.conf"
+
+    def _nats_config(self, member: natsd.Member, authorization: str) -> None:
+        config = self._nats_config_path(member)
+        config.parent.mkdir(parents=True, exist_ok=True)
+        config.write_text(natsd.server_config(member, authorization=authorization))
 
     async def _start_apiserver(self) -> None:
-        port = free_port()
-        argv = [sys.executable, "-m", "gpushare_sim.apiserver", "--port", str(port),
+        argv = [sys.executable, "-m", "gpushare_sim.apiserver", "--port", "0", "--ports-dir", str(self.ports),
                 "--kubeconfig", str(self.kubeconfig),
                 "--state-file", str(self.run_dir / "apiserver-state.json")]  # survives a restart
-        self.api_url = f"http://127.0.0.1:{port}"
-        await wait_port(port, self._child("apiserver", argv))
+        self.api_url = (await self._bound(self._child("apiserver", argv)))["api"][0]
 
     async def add_node(self, dra: bool = False) -> Node:
         """One more node (``dra``: a DRA node) and its services, while the cluster runs."""
@@ -219,11 +245,12 @@ class Cluster:
 
     async def _start_leaf(self, name: str) -> NodeNats:
         """The node's leaf server, connected to every member of the cluster, and its layout."""
-        leaf = NodeNats.make(name, free_port(), self.run_dir / "leaves", tuple(m.leaf_port for m in self.nats),
-                             self.auth is not None)  # fmt: skip
+        leaf = NodeNats.make(name, natsd.ANY_PORT, self.run_dir / "leaves", tuple(m.leaf_port for m in self.nats),
+                             self.auth is not None, self.ports)  # fmt: skip
         config = await asyncio.to_thread(leaf.write, await self._leaf_token(name))
         child = self._child(leaf.child, [natsd.server_binary(), "-c", str(config)])
-        await wait_port(leaf.client_port, child)
+        leaf.client_port = port_of((await child.wait_ports())["nats"][0])
+        await asyncio.to_thread(leaf.write_server)  # a restart takes back the port its services know
         await install(leaf.settings(), deadline_s=60, node=name)
         return leaf
 
@@ -251,17 +278,16 @@ class Cluster:
         cmd, hook = kdir / "cmd.sock", kdir / "hook" / "hook.sock"
         kernel = self._child(f"kernel@{name}", [sys.executable, "-m", "gpushare_sim.kernel", "--socket",
                              str(cmd), "--hook-socket", str(hook),
-                             "--timeout-ms", str(self.settings.kernel_timeout_ms)])  # fmt: skip
+                             "--timeout-ms", str(self.settings.kernel_timeout_ms)], ports=False)  # fmt: skip
         await wait_path(hook, kernel)
-        port = free_port()
         argv = [sys.executable, "-m", "gpushare_sim.node", "--name", name, "--api", str(self.kubeconfig),
-                "--dir", str(self.run_dir), "--gpus", str(self.settings.gpus), "--port", str(port),
-                "--exporter-port", str(free_port()), "--containerd", self.settings.containerd,
+                "--dir", str(self.run_dir), "--gpus", str(self.settings.gpus), "--port", "0",
+                "--exporter-port", "0", "--ports-dir", str(self.ports), "--containerd", self.settings.containerd,
                 "--containerd-api", self.settings.containerd_api,
                 "--kmod-socket", str(hook), *(["--schedule"] if schedule else []),
                 *(["--dra"] if dra else [])]  # fmt: skip
-        sim = self._child(f"node@{name}", argv, http=f"http://127.0.0.1:{port}")
-        await wait_path(self.run_dir / name / "endpoints.json", sim, timeout=120)
+        sim = self._child(f"node@{name}", argv)
+        await self._bound(sim, timeout=120)  # reported once its endpoints are written
         await sim.wait_ready()
         leaf = await self._start_leaf(name)  # after its Node exists: the leaf's token is bound to it
         node = Node(name, self.run_dir / name, kernel, sim, cmd, hook, leaf, dra=dra)
@@ -270,10 +296,9 @@ class Cluster:
         return node
 
     async def _start_callout(self, auth: NatsAuth) -> None:
-        port = free_port()
-        env = self.env(**env_of(HttpSettings, HTTP_PREFIX, host="127.0.0.1", port=port),
+        env = self.env(**env_of(HttpSettings, HTTP_PREFIX, host="127.0.0.1", port=0, ports_dir=str(self.ports)),
                        **auth.callout_env(self.nats_url, self.kubeconfig))  # fmt: skip
-        child = self._child("nats-auth", [sys.executable, "-m", "gpushare_nats_auth"], env, f"http://127.0.0.1:{port}")
+        child = self._child("nats-auth", [sys.executable, "-m", "gpushare_nats_auth"], env)
         await self._ready(child, "NATS auth callout ready: each node service gets its role on its own node only")
 
     async def _start_services(self, node: Node) -> list[Awaitable[None]]:
@@ -281,38 +306,34 @@ class Cluster:
         Each connects to its node's leaf server as its role's user there."""
         waits: list[Awaitable[None]] = []
         for service, module, extra in node_services(self, node):
-            port = free_port()
-            env = self.env(**env_of(NodeSettings, NODE_PREFIX, name=node.name), **self._service_env(port),
+            env = self.env(**env_of(NodeSettings, NODE_PREFIX, name=node.name), **self._service_env(),
                            **node.nats.env(service), **extra)  # fmt: skip
-            child = self._child(f"{service}@{node.name}", [sys.executable, "-m", module], env,
-                                f"http://127.0.0.1:{port}")  # fmt: skip
+            child = self._child(f"{service}@{node.name}", [sys.executable, "-m", module], env)
             waits.append(self._ready(child, f"{service} ready on {node.name}"))
         return waits
 
     async def _ready(self, child: Child, text: str, path: str = "/readyz") -> None:
+        await self._bound(child, timeout=120)
         await child.wait_ready(path, timeout=120)
         self.timeline.step(text, status=f"{child.http}/status")
 
     async def _start_shadow_controller(self) -> None:
-        port = free_port()
-        env = self.env(**self._service_env(port), **shadow_controller(self))
-        child = self._child("shadow-controller", [sys.executable, "-m", "gpushare_shadow_controller"],
-                            env, f"http://127.0.0.1:{port}")  # fmt: skip
+        env = self.env(**self._service_env(), **shadow_controller(self))
+        child = self._child("shadow-controller", [sys.executable, "-m", "gpushare_shadow_controller"], env)
         idle = self.settings.services.idle_timeout_s
         await self._ready(child, f"shadow-controller ready (ShadowPod idle timeout {idle}s)", "/healthz")
 
     async def _start_console(self) -> None:
         """The cluster view, read-only: the observer's NATS role (a token bound to no node, with the
         callout), the API's pods and nodes."""
-        port = free_port()
         token: dict[str, str] = {}
         if self.auth is not None:
             path = await asyncio.to_thread(self.auth.mint, self.kubeconfig, "console")
             token = {"GPUSHARE_NATS_TOKEN_FILE": str(path)}
-        env = self.env(GPUSHARE_HTTP_HOST="127.0.0.1", GPUSHARE_HTTP_PORT=str(port), GPUSHARE_NATS_URL=self.nats_url,
-                       GPUSHARE_NATS_STREAM_REPLICAS=str(self.nats_replicas),
-                       GPUSHARE_KUBE_KUBECONFIG=str(self.kubeconfig), **console(self), **token)  # fmt: skip
-        child = self._child("console", [sys.executable, "-m", "gpushare_console"], env, f"http://127.0.0.1:{port}")
+        env = self.env(**self._service_env(), GPUSHARE_NATS_URL=self.nats_url,
+                       GPUSHARE_NATS_STREAM_REPLICAS=str(self.nats_replicas), **console(self), **token)  # fmt: skip
+        child = self._child("console", [sys.executable, "-m", "gpushare_console"], env)
+        await self._bound(child, timeout=120)
         await child.wait_ready("/readyz", timeout=120)
         self.timeline.step(f"console ready: open {self.console_url} in a browser")
 
@@ -339,22 +360,18 @@ class Cluster:
         return {name: f"{c.http}/status" for name, c in self.children.items() if c.http}
 
     async def restart(self, name: str) -> None:
-        """Stop and start one part again (same port, settings and, for NATS, store)."""
+        """Stop and start one part again (same ports, settings and, for NATS, store)."""
         child = self.children[name]
         await asyncio.to_thread(child.stop)
         child.start()  # in the loop's own thread: a child dies with the thread that started it
-        port = self.nats_port(name)
-        if port:
-            await wait_port(port, child)
-        elif name == "apiserver":
-            await wait_port(int(self.api_url.rsplit(":", 1)[1]), child)
-        elif child.http:
-            await child.wait_ready("/healthz" if name == "shadow-controller" else "/readyz")
+        await self.started(child)
 
-    def nats_port(self, name: str) -> int:
-        """The client port of the NATS server ``name`` (a member or a node's leaf; 0: not one)."""
-        member = next((m.client_port for m in self.nats if m.name == name), 0)
-        return member or next((n.nats.client_port for n in self.nodes if n.nats.child == name), 0)
+    async def started(self, child: Child) -> None:
+        """Wait until a child started again listens (and, with HTTP, answers its readiness)."""
+        if child.ports_dir is not None:
+            await child.wait_ports()
+        if child.http:
+            await child.wait_ready("/healthz" if child.name == "shadow-controller" else "/readyz")
 
     # --- stop -------------------------------------------------------------
 

@@ -29,19 +29,23 @@ INSTALLER = "installer"
 
 @dataclass
 class NodeNats:
-    """One node's leaf: its directory, its port, the settings a role connects with."""
+    """One node's leaf: its directory, its port, the settings a role connects with. The port is
+    ``natsd.ANY_PORT`` until the leaf has reported the one it bound in ``ports_dir``; the
+    launcher then sets it and writes the server's configuration again (:meth:`write_server`), so
+    a restart takes it back."""
 
     node: str
     client_port: int
     state_dir: Path  # the store (data/), the users' passwords (users/), the node's part (conf/)
     hubs: tuple[str, ...]  # nats-leaf://host:port of every server of the cluster
     auth: bool = True  # False: an open leaf and cluster, for debugging
+    ports_dir: Path | None = None  # where the leaf reports the ports it bound
 
     @classmethod
     def make(cls, node: str, client_port: int, directory: Path, hub_ports: tuple[int, ...],
-             auth: bool) -> NodeNats:  # fmt: skip
+             auth: bool, ports_dir: Path | None = None) -> NodeNats:  # fmt: skip
         hubs = tuple(f"nats-leaf://127.0.0.1:{port}" for port in hub_ports)
-        return cls(node, client_port, directory / node, hubs, auth)
+        return cls(node, client_port, directory / node, hubs, auth, ports_dir)
 
     @property
     def child(self) -> str:
@@ -67,8 +71,13 @@ class NodeNats:
         done = subprocess.run(argv, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise RuntimeError(f"gpushare-nats-leaf config for {self.node}: {done.stderr.strip()}")
+        return self.write_server()
+
+    def write_server(self) -> Path:
+        """The leaf server's own configuration around the node's part (its port); its path."""
         config = self.state_dir / "leaf.conf"
-        config.write_text(natsd.leaf_config(self.client_port, "conf"))
+        ports_dir = str(self.ports_dir) if self.ports_dir is not None else ""
+        config.write_text(natsd.leaf_config(self.client_port, "conf", ports_dir=ports_dir))
         return config
 
     def password_file(self, role: str) -> str:

@@ -5,6 +5,10 @@ reaches whatever it started, e.g. ``ctr`` helpers) with stdout and stderr in
 ``<logs>/<name>.log``. ``stop()`` sends SIGTERM to the group, waits, then
 SIGKILLs what is left; it is safe to call twice. ``restart()`` stops and
 starts it again with the same command and environment (fault injection).
+
+Ports: a child binds its own (port 0, or nats-server's -1) and reports them in a ports file in
+the launcher's directory (:mod:`gpushare_common.ports`); :meth:`Child.wait_ports` reads them
+(and its ``http`` address) once it listens. Nothing picks a free port for a child beforehand.
 """
 
 from __future__ import annotations
@@ -14,7 +18,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -22,6 +25,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from gpushare_common.ports import read_ports
 
 from gpushare_sim.run.lifeline import owned
 
@@ -34,12 +39,6 @@ class ChildError(RuntimeError):
         self.reason = reason
         self.log_tail = log_tail
         super().__init__(f"{name}: {reason}" + (f"\n--- {name} log tail ---\n{log_tail}" if log_tail else ""))
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def http_text(url: str, timeout: float = 2.0, method: str = "GET") -> str:
@@ -61,6 +60,8 @@ class Child:
     env: dict[str, str]
     log_path: Path
     http: str = ""  # base URL of its /healthz, /readyz, /status ("" when it has none)
+    ports_dir: Path | None = None  # where it reports the ports it bound (None: it reports none)
+    ports: dict[str, list[str]] = field(default_factory=dict)  # what it reported, by kind
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     starts: int = 0
     stopping: bool = False  # stopped on purpose: its exit until the next start is no death
@@ -122,6 +123,22 @@ class Child:
         self.stop(timeout)
         self.start()
 
+    async def wait_ports(self, timeout: float = 60.0) -> dict[str, list[str]]:
+        """Wait until this start of the child reported the ports it bound (``http`` follows)."""
+        if self.ports_dir is None:
+            raise ChildError(self.name, "reports no ports (no ports directory given)")
+        deadline = time.monotonic() + timeout
+        while (found := read_ports(self.ports_dir, self.pid)) is None:
+            self.check_running()
+            if time.monotonic() > deadline:
+                raise ChildError(self.name, f"reported no ports in {self.ports_dir} within {timeout:.0f}s",
+                                 self.tail())  # fmt: skip
+            await asyncio.sleep(0.02)
+        self.ports = found
+        if found.get("http"):
+            self.http = found["http"][0]
+        return found
+
     async def wait_ready(self, path: str = "/readyz", timeout: float = 60.0) -> None:
         """Wait until ``<http><path>`` answers 200 (or, without HTTP, until ``probe`` holds)."""
         deadline = time.monotonic() + timeout
@@ -167,12 +184,14 @@ async def wait_path(path: Path, child: Child, timeout: float = 60.0) -> None:
         await asyncio.sleep(0.05)
 
 
-async def wait_port(port: int, child: Child, timeout: float = 20.0) -> None:
+def wait_ports(directory: Path, proc: subprocess.Popen[Any], timeout: float = 30.0) -> dict[str, list[str]]:
+    """The ports ``proc`` reported in ``directory`` (see :mod:`gpushare_common.ports`), once it
+    has; ``RuntimeError`` when it exits first or does not report within ``timeout``."""
     deadline = time.monotonic() + timeout
-    while True:
-        child.check_running()
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-            return
+    while (found := read_ports(directory, proc.pid)) is None:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{proc.args!r} exited with status {proc.returncode} before reporting its ports")
         if time.monotonic() > deadline:
-            raise ChildError(child.name, f"port {port} not listening within {timeout:.0f}s", child.tail())
-        await asyncio.sleep(0.05)
+            raise RuntimeError(f"{proc.args!r} reported no ports in {directory} within {timeout:.0f}s")
+        time.sleep(0.02)
+    return found

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from gpushare_sim.run.cluster import Cluster
 from gpushare_sim.run.lifeline import owned
-from gpushare_sim.run.procs import http_json, wait_port
+from gpushare_sim.run.procs import http_json
 
 NODE_SERVICES = ("detector", "solver", "deviceplugin", "kmod-bridge")
 KINDS = ("kill", "nats", "nats-member", "nats-outage", "leaf", "apiserver", "kubelet", "cpu")
@@ -88,8 +88,7 @@ class Faults:
         await asyncio.to_thread(child.kill, sig)
         await asyncio.sleep(down_s)  # a supervisor's restart delay
         child.start()
-        if port := self.cluster.nats_port(name):
-            await wait_port(port, child)
+        await self.cluster.started(child)
 
     async def _outage(self, down_s: float) -> None:
         """Every server of the NATS cluster killed, all started again ``down_s`` later."""
@@ -99,8 +98,8 @@ class Faults:
         await asyncio.sleep(down_s)
         for child in members:
             child.start()
-        for member, child in zip(self.cluster.nats, members, strict=True):
-            await wait_port(member.client_port, child)
+        for child in members:
+            await self.cluster.started(child)
 
     async def ready(self, timeout: float = 120.0) -> None:
         """Every service answers its readiness endpoint (the shadow-controller its liveness)."""
