@@ -69,3 +69,16 @@ def test_host_root_runs_the_project_python_and_shares_a_folder(tmp_path: Path) -
     run = vm.run_guest(script, opts=vm.VMOptions(timeout_s=180, share_host_root=True, out_dir=tmp_path))
     assert run.results()["python"] == {"rc": "0"}, run.output
     assert (tmp_path / "hello").read_text().startswith("3.")
+
+
+def test_the_accelerator_is_kvm_when_a_guest_boots_with_it_and_tcg_for_counted_time(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:  # fmt: skip
+    if vm.missing_tools():
+        pytest.skip(f"missing system binaries: {', '.join(vm.missing_tools())}")
+    monkeypatch.delenv("GPUSHARE_VM_ACCEL", raising=False)
+    assert vm.kvm_usable(str(tmp_path / "no-such-device")) is False
+    assert vm.accelerator(vm.VMOptions()) == ("kvm" if vm.kvm_boots() else "tcg")
+    assert vm.accelerator(vm.VMOptions(icount=True)) == "tcg"
+    assert vm.accelerator(vm.VMOptions(accel="tcg")) == "tcg"
+    monkeypatch.setenv("GPUSHARE_VM_ACCEL", "tcg")
+    assert vm.accelerator(vm.VMOptions()) == "tcg"

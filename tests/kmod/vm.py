@@ -4,7 +4,8 @@ The base initramfs (busybox, ``kmod/vm/init``, the virtio and 9p modules of the
 guest kernel) is built once into a cache folder outside the repository
 (``$GPUSHARE_VM_CACHE``, default ``~/.cache/gpushare/vm``). Each run appends a
 second cpio archive with ``/guest.sh`` and any extra files, boots the kernel
-under qemu (software emulation unless ``GPUSHARE_VM_ACCEL=kvm``), and returns
+under qemu (with KVM when ``/dev/kvm`` is usable, software emulation otherwise or with
+``-icount``; ``GPUSHARE_VM_ACCEL=tcg|kvm`` forces one), and returns
 what the guest printed on its serial console. Optionally the host's root is
 mounted read-only at ``/host`` (with /proc, /sys, /dev bound and tmpfs on
 /tmp and /run, so ``chroot /host ...`` runs the host's programs, e.g. the
@@ -16,6 +17,7 @@ also on timeout.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import re
@@ -152,11 +154,53 @@ def _extra_archive(stage: Path, script: str, files: Mapping[str, Path], out: Pat
         raise VMError(f"cpio failed: {proc.stderr.decode().strip()}")
 
 
+# the host's CPU, less IA32_ARCH_CAPABILITIES: a nested hypervisor may refuse qemu's write of that
+# MSR ("failed to set MSR 0x10a"), and the guest tests need none of what it reports
+KVM_CPU = "host,-arch-capabilities"
+
+
+def kvm_usable(device: str = "/dev/kvm") -> bool:
+    """Whether this process may run guests with KVM (the device exists and opens read-write)."""
+    try:
+        os.close(os.open(device, os.O_RDWR | os.O_CLOEXEC))
+    except OSError:
+        return False
+    return True
+
+
+def accelerator(opts: VMOptions) -> str:
+    """``opts.accel``, else ``GPUSHARE_VM_ACCEL``, else ``kvm`` when a guest boots with it here
+    (:func:`kvm_boots`), else ``tcg``; guest time counted in instructions (``icount``) needs ``tcg``."""
+    if opts.icount:
+        return "tcg"
+    return opts.accel or os.environ.get("GPUSHARE_VM_ACCEL", "") or ("kvm" if kvm_boots() else "tcg")
+
+
+@functools.cache
+def kvm_boots() -> bool:
+    """Whether a guest boots with KVM on this machine: ``/dev/kvm`` opens and a guest that does
+    nothing powers off within 20 s (under some nested hypervisors the device opens but the guest
+    kernel never starts). Probed once per guest kernel and qemu, the answer kept in the cache."""
+    if not kvm_usable():
+        return False
+    kernel = find_guest_kernel()
+    qemu = shutil.which("qemu-system-x86_64") or ""
+    stamp = hashlib.sha256(f"{kernel.version} {qemu} {os.stat(qemu).st_mtime_ns if qemu else 0}".encode())
+    answer = cache_dir() / f"kvm-boots-{stamp.hexdigest()[:12]}"
+    if not answer.exists():
+        try:
+            ok = run_guest("true\n", opts=VMOptions(timeout_s=20, memory_mb=256, accel="kvm")).exit_code == 0
+        except VMError:
+            ok = False
+        answer.write_text("yes\n" if ok else "no\n")
+    return answer.read_text().strip() == "yes"
+
+
 def _qemu_command(kernel: GuestKernel, initrd: Path, opts: VMOptions) -> list[str]:
-    accel = os.environ.get("GPUSHARE_VM_ACCEL", "tcg")
+    accel = accelerator(opts)
     append = ["console=ttyS0", "panic=-1", "rdinit=/init", "loglevel=4", "vm9p=1"]
     cmd = [
-        "qemu-system-x86_64", "-accel", accel, "-cpu", "max", "-m", str(opts.memory_mb),
+        "qemu-system-x86_64", "-accel", accel, "-cpu", KVM_CPU if accel == "kvm" else "max", "-m", str(opts.memory_mb),
         "-smp", str(opts.cpus), "-kernel", str(kernel.vmlinuz), "-initrd", str(initrd),
         "-nographic", "-monitor", "none", "-serial", "stdio", "-no-reboot", "-nodefaults",
     ]
@@ -183,6 +227,7 @@ class VMOptions:
     # Guest time = instructions executed (qemu -icount): timings that do not
     # depend on the host's load. Software emulation only.
     icount: bool = False
+    accel: str = ""  # kvm | tcg; "": the best this machine runs (accelerator())
 
 
 @contextlib.contextmanager
