@@ -15,6 +15,8 @@ SERVICE_IMAGES := detector solver deviceplugin kmod-bridge shadow-controller nat
 REGISTRY  ?=
 TAG       ?= 0.1.0
 PYTEST_ARGS ?=
+# four workers on two cores: most of a cluster test is waiting; a module's tests stay in one worker
+PYTEST_XDIST ?= -n 4 --dist loadgroup --no-loadscope-reorder
 
 export UV_PYTHON := $(PYTHON311)
 export UV_PROJECT_ENVIRONMENT := $(VENV)
@@ -78,7 +80,7 @@ kmod: system
 deps: system venv tools
 
 test: deps
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(PYTEST_XDIST) $(PYTEST_ARGS)
 
 lint: venv
 	$(PY) -m ruff check .

@@ -38,6 +38,7 @@ TINY: list[tuple[str, list[str], str, bool]] = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("part", "args", "metric", "root"), TINY, ids=[t[0] for t in TINY])
 def test_the_benchmark_runs_and_prints_its_figures(part: str, args: list[str], metric: str, root: bool,
                                                    tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ import pytest
 from gpushare_sim import natsd
 from gpushare_sim.containerd import missing_binaries
 
-pytestmark = pytest.mark.containerd
+pytestmark = [pytest.mark.containerd, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = ["--nodes", "5", "--steps", "2,5", "--window", "2", "--settle", "0.5", "--trials", "2", "--rounds", "1",

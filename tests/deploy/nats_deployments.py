@@ -34,16 +34,19 @@ from typing import Any
 import nats
 import yaml
 from gpushare_common.layout import NODE_ROLES, SERVICE_ROLES, Layout
+from gpushare_common.ports import port_of
 from gpushare_common.settings import NatsSettings
 from gpushare_nats_auth.natsconf import STATIC_ROLES
+from gpushare_sim.natsd import ANY_PORT, leaf_listener
 from gpushare_sim.run.kubeapi import mint_node_token
+from gpushare_sim.run.procs import wait_ports
 from kubernetes import client
 
 from tests.deploy import tools
 from tests.deploy.chart import render
 from tests.support import procs
 from tests.support.kubeapi import KubeApi, start_kube_api
-from tests.support.nats import free_port
+from tests.support.service import http_env, http_port
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE_A, NODE_B = "gpu-node-1", "gpu-node-2"
@@ -82,8 +85,9 @@ class Probe:
 class Server:
     """One nats-server process from a config file, stopped on ``stop()``."""
 
-    def __init__(self, config: Path, env: dict[str, str], port: int = 0) -> None:
-        self.port, self.config, self.env = port or free_port(), config, env
+    def __init__(self, config: Path, env: dict[str, str]) -> None:
+        self.port, self.config, self.env = ANY_PORT, config, env  # a restart takes back the port it bound
+        self.ports: dict[str, list[str]] = {}  # what it reported it bound, by kind
         self.log = config.with_suffix(".log")
         self.start()
 
@@ -91,10 +95,12 @@ class Server:
         started = self.log.read_text().count("Server is ready") if self.log.exists() else 0
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen([str(tools.nats_server()), "-c", str(self.config), "-a", "127.0.0.1", "-p",
-                                          str(self.port), "-m", "0"], env={**os.environ, **self.env},
-                                         stdout=out, stderr=out)  # fmt: skip
+                                          str(self.port), "-m", "-1", "--ports_file_dir", str(self.config.parent)],
+                                         env={**os.environ, **self.env}, stdout=out, stderr=out)  # fmt: skip
         procs.allow(self.proc.pid)
         wait_for(lambda: self.log.read_text().count("Server is ready") > started, self.proc, self.log)
+        self.ports = wait_ports(self.config.parent, self.proc)
+        self.port = port_of(self.ports["nats"][0])
 
     @property
     def url(self) -> str:
@@ -213,15 +219,18 @@ class ChartNats(Deployment):
 
     def _start_server(self) -> Server:
         (config_dir := self.work / "nats").mkdir()
-        self.leaf_port = free_port()
-        (config_dir / "nats.conf").write_text(self.docs[("ConfigMap", "nats-config")]["data"]["nats.conf"].replace(
-            "/data/jetstream", f"{self.work}/js").replace("port: 7422", f"port: {self.leaf_port}"))
+        text = self.docs[("ConfigMap", "nats-config")]["data"]["nats.conf"]
+        text = text.replace("/data/jetstream", f"{self.work}/js")
+        (config_dir / "nats.conf").write_text(text.replace("port: 7422", f"port: {ANY_PORT}"))
         (init,) = self._pod("StatefulSet", "gpushare-nats")["initContainers"]
         local = {"issuer-secret": self.issuer.parent, "issuer": self.work / "nats-auth"}  # volume -> here
         mounts = {m["mountPath"]: local[m["name"]] for m in init["volumeMounts"]}
         (self.work / "nats-auth").mkdir()
         run([_localise(a, mounts) for a in init["command"]], {})
-        return Server(config_dir / "nats.conf", self.passwords)
+        server = Server(config_dir / "nats.conf", self.passwords)
+        self.leaf_port = leaf_listener(server.ports)  # where the leaves connect; a restart takes it back
+        (config_dir / "nats.conf").write_text(text.replace("port: 7422", f"port: {self.leaf_port}"))
+        return server
 
     def _callout_env(self) -> dict[str, str]:
         (container,) = self._pod("Deployment", "gpushare-nats-auth")["containers"]
@@ -235,9 +244,7 @@ class ChartNats(Deployment):
         env = {**self._callout_env(), "GPUSHARE_NATS_URL": self.server.url, "GPUSHARE_NATS_RECONNECT_WAIT_S": "0.1",
                "GPUSHARE_AUTH_ISSUER_SEED_FILE": str(self.issuer),
                "GPUSHARE_KUBE_KUBECONFIG": str(self.kube.kubeconfig),
-               "GPUSHARE_HTTP_HOST": "127.0.0.1", "GPUSHARE_HTTP_PORT": str(port := free_port()),
-               "GPUSHARE_LOG_JSON": "false", **self.extra_env}  # fmt: skip
-        self.status_url = f"http://127.0.0.1:{port}/status"
+               **http_env(self.work), "GPUSHARE_LOG_JSON": "false", **self.extra_env}  # fmt: skip
         log = self.work / "nats-auth.log"
         with log.open("ab") as out:
             proc = subprocess.Popen([sys.executable, "-m", "gpushare_nats_auth"], env={**os.environ, **env},
@@ -245,6 +252,7 @@ class ChartNats(Deployment):
         procs.allow(proc.pid)
         started = log.read_text().count("answering authorization requests")
         wait_for(lambda: log.read_text().count("answering authorization requests") > started, proc, log)
+        self.status_url = f"http://127.0.0.1:{http_port(self.work, proc)}/status"
         return proc
 
     def restart_callout(self, down: bool = False) -> None:

@@ -29,8 +29,12 @@ from typing import Any
 
 import pytest
 import yaml
+from gpushare_common.ports import port_of
 from gpushare_common.settings import variables
 from gpushare_nats_auth.natsconf import static_users
+from gpushare_sim.run.procs import wait_ports
+
+from tests.support.service import http_env, http_port
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_DIR = ROOT / "compose"
@@ -430,18 +434,29 @@ NATS_PASSWORDS = {"DETECTOR_PASSWORD": "d", "SOLVER_PASSWORD": "s", "DEVICEPLUGI
 
 
 def local_value(value: str, run: Path, ports: dict[str, int]) -> str:
-    """A compose value with the containers' names and paths replaced by this machine's."""
+    """A compose value with the containers' names and paths replaced by this machine's; a port is
+    the one its server bound here (``ports``), or 0 (any free one) for a server not started yet."""
     interpolated = re.fullmatch(r"\$\{(\w+)(:\?.*)?\}", value)
     if interpolated:
         return NATS_PASSWORDS[interpolated.group(1)]
+    port = {name: str(ports.get(name, 0)) for name in ("nats", "api", "node", "exporter")}
     for old, new in (("/run/gpushare-sim", str(run)), ("/etc/gpushare/kubeconfig", f"{run}/kubeconfig"),
                      ("${NODE_NAME:-gpu-node-1}", "gpu-node-1"), ("/etc/nats/users", f"{run}/users"),
-                     ("nats:4222", f"127.0.0.1:{ports['nats']}"), ("sim-node:9400", f"127.0.0.1:{ports['exporter']}"),
-                     ("sim-apiserver:6443", f"127.0.0.1:{ports['api']}"), ("/host/sys/fs/cgroup", "/sys/fs/cgroup"),
-                     ("8090", str(ports["node"])), ("9400", str(ports["exporter"])), ("6443", str(ports["api"])),
+                     ("nats:4222", f"127.0.0.1:{port['nats']}"), ("sim-node:9400", f"127.0.0.1:{port['exporter']}"),
+                     ("sim-apiserver:6443", f"127.0.0.1:{port['api']}"), ("/host/sys/fs/cgroup", "/sys/fs/cgroup"),
+                     ("8090", port["node"]), ("9400", port["exporter"]), ("6443", port["api"]),
                      ("0.0.0.0", "127.0.0.1"), ("exec python ", f"exec {sys.executable} ")):
         value = value.replace(old, new)
     return value
+
+
+def _bound(proc: subprocess.Popen[bytes], ports_dir: Path, log: Path) -> dict[str, list[str]]:
+    """The ports ``proc`` bound (its ports file), or fail with its log."""
+    try:
+        return wait_ports(ports_dir, proc, timeout=90)
+    except RuntimeError as err:
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
+        raise AssertionError(f"{err}\n{tail}") from None
 
 
 def _wait_http(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: float = 90) -> None:
@@ -498,13 +513,10 @@ def test_sim_profile_services_get_ready_with_the_shipped_nats_users(tmp_path: Pa
     and no permission is refused."""
     if shutil.which("nats-server") is None:
         pytest.skip("nats-server is not installed (make deps installs it)")
-    from tests.support.nats import free_port
-
     services = yaml.safe_load(COMPOSE.read_text())["services"]
-    ports = {name: free_port() for name in ("api", "nats", "node", "exporter", *SERVICES)}
+    ports: dict[str, int] = {}  # each server's, once it has bound it (ports files in run/ports)
     run = Path(tempfile.mkdtemp(prefix="gsc-", dir="/tmp"))  # unix socket paths must stay short
-    kubeconfig = (COMPOSE_DIR / "sim-kubeconfig.yaml").read_text()
-    (run / "kubeconfig").write_text(local_value(kubeconfig, run, ports))
+    (bound := run / "ports").mkdir()
     conf = (COMPOSE_DIR / "nats.conf").read_text().replace("/data/jetstream", f"{run}/js")
     (run / "nats.conf").write_text(conf)
     (run / "users").mkdir()
@@ -512,24 +524,34 @@ def test_sim_profile_services_get_ready_with_the_shipped_nats_users(tmp_path: Pa
 
     def start(name: str, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         argv = [sys.executable if a == "python" else local_value(a, run, ports) for a in argv]
+        if "gpushare_sim.apiserver" in argv or "gpushare_sim.node" in argv:
+            argv += ["--ports-dir", str(bound)]
         with (tmp_path / f"{name}.log").open("wb") as log:
             procs.append(subprocess.Popen(argv, env={**os.environ, **(env or {})}, stdout=log, stderr=log))
         return procs[-1]
 
     try:
         _one_shot(services["nats-config"], run, ports, tmp_path)
-        start("nats", ["nats-server", "-c", str(run / "nats.conf"), "-a", "127.0.0.1", "-p", str(ports["nats"]),
-                       "-m", "0"], NATS_PASSWORDS)  # fmt: skip
+        nats = start("nats", ["nats-server", "-c", str(run / "nats.conf"), "-a", "127.0.0.1", "-p", "-1",
+                              "-m", "0", "--ports_file_dir", str(bound)], NATS_PASSWORDS)  # fmt: skip
+        ports["nats"] = port_of(_bound(nats, bound, tmp_path / "nats.log")["nats"][0])
         _one_shot(services["nats-install"], run, ports, tmp_path)
-        for name in ("sim-apiserver", "sim-kernel"):
-            start(name, services[name]["command"])
-        _wait_http(f"http://127.0.0.1:{ports['api']}/healthz", procs[1], tmp_path / "sim-apiserver.log")
+        api = start("sim-apiserver", services["sim-apiserver"]["command"])
+        ports["api"] = port_of(_bound(api, bound, tmp_path / "sim-apiserver.log")["api"][0])
+        kubeconfig = (COMPOSE_DIR / "sim-kubeconfig.yaml").read_text()
+        (run / "kubeconfig").write_text(local_value(kubeconfig, run, ports))
+        start("sim-kernel", services["sim-kernel"]["command"])
+        _wait_http(f"http://127.0.0.1:{ports['api']}/healthz", api, tmp_path / "sim-apiserver.log")
         node = start("sim-node", services["sim-node"]["command"])
+        node_ports = _bound(node, bound, tmp_path / "sim-node.log")
+        ports["node"], ports["exporter"] = port_of(node_ports["http"][0]), port_of(node_ports["exporter"][0])
         _wait_http(f"http://127.0.0.1:{ports['node']}/healthz", node, tmp_path / "sim-node.log")
         for service in SERVICES:
             env = {k: local_value(v, run, ports) for k, v in _environment(services[f"sim-{service}"]).items()}
-            env |= {"GPUSHARE_HTTP_HOST": "127.0.0.1", "GPUSHARE_HTTP_PORT": str(ports[service])}
+            env |= http_env(bound)
             start(service, ["python", "-m", MODULES[service]], env)
+        for service, proc in zip(SERVICES, procs[-len(SERVICES):], strict=True):
+            ports[service] = http_port(bound, proc, timeout=90)
         for service, proc in zip(SERVICES, procs[-len(SERVICES):], strict=True):
             _wait_http(f"http://127.0.0.1:{ports[service]}/readyz", proc, tmp_path / f"{service}.log")
         _create_gpu_pod(ports["api"])  # detector -> JetStream -> solver (durable consumer, acks)

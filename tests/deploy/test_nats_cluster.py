@@ -31,12 +31,14 @@ import pytest
 from gpushare_common import events
 from gpushare_common.bus import AckPolicy, Bus
 from gpushare_common.bus.install import install
+from gpushare_common.ports import port_of
 from gpushare_common.settings import NatsSettings
+from gpushare_sim.natsd import ANY_PORT, NO_PEER_YET
+from gpushare_sim.run.procs import wait_ports
 
 from tests.deploy import tools
 from tests.deploy.chart import render
 from tests.support import procs
-from tests.support.nats import free_port
 
 PASSWORDS = {"AUTH_PASSWORD": "a-pw", "INSTALLER_PASSWORD": "i-pw", "ROUTE_PASSWORD": "route-pw"}
 ROUTE_HOST = re.compile(r"@gpushare-nats-(\d+)\.[^:/]+:6222")
@@ -49,12 +51,15 @@ def _find(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
 
 @dataclass
 class Server:
+    """One server; its ports are any free ones until it has reported them (a restart takes them
+    back)."""
+
     index: int
-    client: int
-    http: int
-    cluster: int
     dir: Path
-    leaf: int = 0
+    client: int = ANY_PORT
+    http: int = ANY_PORT
+    cluster: int = ANY_PORT
+    leaf: int = ANY_PORT  # nothing here connects a leaf: any free port on every start
     proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -76,8 +81,7 @@ class Cluster:
         self.replicas = statefulset["spec"]["replicas"]
         (container,) = statefulset["spec"]["template"]["spec"]["containers"]
         self.args, self.env = container["args"], container["env"]
-        self.servers = [Server(i, free_port(), free_port(), free_port(), root / f"s{i}", free_port())
-                        for i in range(self.replicas)]  # fmt: skip
+        self.servers = [Server(i, root / f"s{i}") for i in range(self.replicas)]
         # what the init container writes beside each server's config (the issuer's public key)
         (root / "issuer").write_text("an issuer secret of at least thirty-two characters")
         (root / "nats-auth").mkdir()
@@ -88,6 +92,10 @@ class Cluster:
     def urls(self) -> str:
         return ",".join(f"nats://127.0.0.1:{s.client}" for s in self.servers)
 
+    def _route(self, index: int) -> str:
+        port = self.servers[index].cluster
+        return f"@127.0.0.1:{port if port != ANY_PORT else NO_PEER_YET}"  # a peer not bound yet: gossip finds it
+
     def _environment(self, server: Server) -> dict[str, str]:
         """The container's environment as the kubelet expands it, with loopback routes."""
         env = {**os.environ, **PASSWORDS}
@@ -96,7 +104,7 @@ class Cluster:
                 env["POD_NAME"] = server.name
             elif "value" in item:
                 value = item["value"].replace("$(ROUTE_PASSWORD)", PASSWORDS["ROUTE_PASSWORD"])
-                env[item["name"]] = ROUTE_HOST.sub(lambda m: f"@127.0.0.1:{self.servers[int(m[1])].cluster}", value)
+                env[item["name"]] = ROUTE_HOST.sub(lambda m: self._route(int(m[1])), value)
         return env
 
     def start(self, server: Server) -> None:
@@ -112,10 +120,13 @@ class Cluster:
             (server.dir / name).write_text(text)
         config = server.dir / Path(self.args[self.args.index("-c") + 1]).name
         command = [str(tools.nats_server()), "-c", str(config), "-a", "127.0.0.1", "-p", str(server.client),
-                   "-m", str(server.http)]
+                   "-m", str(server.http), "--ports_file_dir", str(server.dir)]
         with open(server.dir / "log", "ab") as log:
             server.proc = subprocess.Popen(command, env=self._environment(server), stdout=log, stderr=log)
         procs.allow(server.proc.pid)
+        ports = wait_ports(server.dir, server.proc)
+        server.client, server.http = port_of(ports["nats"][0]), port_of(ports["monitoring"][0])
+        server.cluster = port_of(ports["cluster"][0])
 
     def kill(self, server: Server) -> None:
         assert server.proc is not None
@@ -147,7 +158,7 @@ class Cluster:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     cluster = Cluster(tmp_path_factory.mktemp("nats-cluster"))
     try:
-        for server in cluster.servers:
+        for server in cluster.servers:  # one after another: each dials the servers bound before it
             cluster.start(server)
         cluster.wait_healthy()
         yield cluster
@@ -181,7 +192,7 @@ def test_a_server_without_the_route_password_cannot_join(cluster: Cluster, tmp_p
     log = tmp_path / "rogue.log"
     with open(log, "wb") as out:
         rogue = subprocess.Popen([str(tools.nats_server()), "-c", str(config), "-a", "127.0.0.1", "-p",
-                                  str(free_port()), "--cluster", f"nats://127.0.0.1:{free_port()}",
+                                  "-1", "--cluster", "nats://127.0.0.1:-1",
                                   "--server_name", "rogue"], stdout=out, stderr=out)  # fmt: skip
     procs.allow(rogue.pid)
     try:

@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.kubeconfig is not None:
         write_kubeconfig(args.kubeconfig, server.url)
     if args.ports_dir is not None:
-        write_ports(args.ports_dir, "apiserver", {"http": [server.url]})
+        write_ports(args.ports_dir, "apiserver", {"api": [server.url]})
     log.info("serving", url=server.url, kubeconfig=args.kubeconfig, restored=server.restored)
     try:
         asyncio.run(server.serve())

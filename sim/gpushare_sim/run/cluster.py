@@ -180,6 +180,7 @@ class Cluster:
     async def start(self) -> None:
         say = self.timeline.step
         self.logs.mkdir(parents=True, exist_ok=True)
+        self.ports.mkdir(parents=True, exist_ok=True)  # nats-server does not create it
         say("run directory", path=self.run_dir, logs=self.logs)
         await self._start_nats()
         say(f"nats-server -js up ({len(self.nats)} server{'s' if len(self.nats) > 1 else ''}); "
