@@ -36,7 +36,8 @@ from bench.procs import process
 from bench.report import Row, emit, percentile
 from tests.deviceplugin.stubs import KubeletStub, VendorPluginStub
 from tests.support.kubeapi import start_kube_api
-from tests.support.nats import NatsServer, free_port
+from tests.support.nats import NatsServer
+from tests.support.service import http_env, http_port
 
 PART = "deviceplugin"
 NODE = "bench-node-1"
@@ -54,7 +55,7 @@ def service_env(work: Path, nats_url: str, kubeconfig: Path) -> dict[str, str]:
         **os.environ,
         "GPUSHARE_NODE_NAME": NODE, "GPUSHARE_NATS_ENSURE_LAYOUT": "true", "GPUSHARE_NATS_URL": nats_url,
         "GPUSHARE_NATS_PREFIX": "bench.v1", "GPUSHARE_NATS_KV_PREFIX": "benchdp",
-        "GPUSHARE_HTTP_HOST": "127.0.0.1", "GPUSHARE_HTTP_PORT": str(free_port()),
+        **http_env(work),
         "GPUSHARE_KUBE_KUBECONFIG": str(kubeconfig), "GPUSHARE_DP_PLUGIN_DIR": str(work),
         "GPUSHARE_DP_SIGNING_KEY_FILE": str(key),
         "GPUSHARE_DP_VENDOR_SOCKETS": "nvidia.com/gpu=vendor.sock",
@@ -190,7 +191,7 @@ async def measure(args: argparse.Namespace, work: Path, nats: NatsServer, kubeco
             rows += latency_rows("Allocate share", await allocations(
                 kubelet, SHARE, f"{SYSTEM}/shadow-0-1", args.allocations), 2)
             rss, peak = rss_mb(proc.pid)
-            inside = await asyncio.to_thread(served_within_2ms, env["GPUSHARE_HTTP_PORT"])
+            inside = await asyncio.to_thread(served_within_2ms, str(http_port(work, proc)))
             rows.append(Row(PART, "Allocate handled within 2 ms inside the service", inside, "%"))
             started = time.perf_counter()
             await kubelet.restart(wipe_plugin_sockets=True)

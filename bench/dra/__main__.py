@@ -55,7 +55,7 @@ from bench.deviceplugin.__main__ import collector_paused, rss_mb
 from bench.procs import process
 from bench.report import Row, emit, percentile
 from tests.deviceplugin.stubs import VendorPluginStub
-from tests.support.nats import NatsServer, free_port
+from tests.support.nats import NatsServer
 
 PART = "dra"
 NODE = "bench-dra-1"
@@ -68,7 +68,7 @@ def driver_env(work: Path, nats_url: str, kubeconfig: Path) -> dict[str, str]:
         **os.environ, "GPUSHARE_NODE_NAME": NODE, "GPUSHARE_NATS_URL": nats_url,
         "GPUSHARE_NATS_ENSURE_LAYOUT": "true", "GPUSHARE_NATS_PREFIX": "bench.v1",
         "GPUSHARE_NATS_KV_PREFIX": "benchdra", "GPUSHARE_HTTP_HOST": "127.0.0.1",
-        "GPUSHARE_HTTP_PORT": str(free_port()), "GPUSHARE_KUBE_KUBECONFIG": str(kubeconfig),
+        "GPUSHARE_HTTP_PORT": "0", "GPUSHARE_KUBE_KUBECONFIG": str(kubeconfig),
         "GPUSHARE_LOG_LEVEL": "WARNING", "GPUSHARE_DRA_REGISTRY_DIR": str(work / "registry"),
         "GPUSHARE_DRA_PLUGIN_DIR": str(work / "plugin"), "GPUSHARE_DRA_CDI_DIR": str(work / "cdi"),
         "GPUSHARE_DRA_DEVICE_PLUGIN_DIR": str(work), "GPUSHARE_DRA_VENDOR_SOCKETS": "nvidia.com/gpu=vendor.sock",

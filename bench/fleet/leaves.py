@@ -17,13 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from gpushare_common.bus.install import install
+from gpushare_common.ports import port_of
 from gpushare_common.settings import NatsSettings
 from gpushare_sim import natsd
 from gpushare_sim.run.leaves import NodeNats
 from gpushare_sim.run.lifeline import owned
+from gpushare_sim.run.procs import wait_ports
 
-from bench.fleet.servers import NatsCluster, _wait_port, proc_cpu_s, proc_rss
-from tests.support.nats import free_port
+from bench.fleet.servers import NatsCluster, proc_cpu_s, proc_rss
 
 INSTALLS_AT_ONCE = 8
 
@@ -53,13 +54,13 @@ class Leaves:
 
     def _start(self, node: str) -> Leaf:
         hubs = tuple(m.leaf_port for m in self.cluster.members.values())
-        nats = NodeNats.make(node, free_port(), self.work, hubs, auth=False)
+        nats = NodeNats.make(node, natsd.ANY_PORT, self.work, hubs, auth=False, ports_dir=self.work / "ports")
         config = nats.write("")
         log = (self.work / f"{node}.log").open("ab")
         proc = subprocess.Popen(owned([natsd.server_binary(), "-c", str(config)]), stdout=log, stderr=log,
                                 stdin=subprocess.DEVNULL)  # fmt: skip
         log.close()
-        _wait_port(nats.client_port, proc)
+        nats.client_port = port_of(wait_ports(self.work / "ports", proc)["nats"][0])
         return Leaf(nats, proc)
 
     async def grow(self, nodes: list[str]) -> list[Leaf]:

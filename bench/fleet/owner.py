@@ -44,7 +44,7 @@ from bench.solver.node import NODE, Node, _wait_file, solver_env
 from tests.detector.podres_server import serve_pod_resources
 from tests.runtime.conftest import make_rootfs
 from tests.solver.world import NAMESPACE, container_statuses, pod_body
-from tests.support.nats import free_port
+from tests.support.service import http_port
 
 OWNER = "dev/owner"
 KERNEL_TIMEOUT_MS = 3000  # the reference design's fixed hold
@@ -211,17 +211,18 @@ async def real_node(cluster: NatsTarget, layout: Layout, logs: Path, cards: int)
 @contextlib.asynccontextmanager
 async def _started(cluster: NatsTarget, layout: Layout, logs: Path, cards: int, work: Path,
                    env: dict[str, str]) -> AsyncIterator[RealNode]:  # fmt: skip
-    with Containerd() as ctrd, process([sys.executable, "-m", "gpushare_sim.apiserver", "--port", str(free_port()),
+    with Containerd() as ctrd, process([sys.executable, "-m", "gpushare_sim.apiserver", "--port", "0",
                                         "--kubeconfig", str(work / "kubeconfig")], log=logs / "apiserver.log") as api:
         _wait_file(work / "kubeconfig", api, "API emulator")
         for namespace in ("dev", "spot"):
             await asyncio.to_thread(ensure_namespace, work / "kubeconfig", namespace)
-        node = Node(cluster.url, work / "kubeconfig", ctrd, make_rootfs(work / "rootfs"), free_port(),
+        node = Node(cluster.url, work / "kubeconfig", ctrd, make_rootfs(work / "rootfs"), work,
                     work / "pod-resources.sock")
         async with serve_pod_resources(node.pod_resources) as kubelet:  # confirms every eviction
             node.allocated = kubelet.table
             with process([sys.executable, "-m", "gpushare_solver"], {**solver_env(node), **env},
                          log=logs / "solver.log") as solver, kernel_and_bridge(node, env, work) as hook:  # fmt: skip
+                node.http_port = await asyncio.to_thread(http_port, work, solver)
                 await _ready(node, solver)
                 async with contextlib.AsyncExitStack() as stack:
                     settings = cluster.settings(prefix=layout.prefix, stream=layout.stream, kv_prefix=layout.kv_prefix)

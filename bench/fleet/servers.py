@@ -8,11 +8,10 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +20,7 @@ from gpushare_common.retry import Backoff, retry
 from gpushare_common.settings import NatsSettings
 from gpushare_sim import natsd
 from gpushare_sim.run.lifeline import owned
-
-from tests.support.nats import free_port
+from gpushare_sim.run.procs import wait_ports
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -54,11 +52,13 @@ def proc_rss(pid: int) -> int:
 
 
 class NatsCluster:
+    """Servers that bind their own ports (any free ones) and report them in ``nats/ports``; a
+    restart takes back the ports its server bound."""
+
     def __init__(self, work: Path, size: int = 3) -> None:
         names = [f"nats-{i}" for i in range(1, size + 1)]
-        members = natsd.members(names, [free_port() for _ in names], [free_port() for _ in names], work / "nats",
-                                [free_port() for _ in names])  # fmt: skip
-        self.members = {m.name: replace(m, monitor_port=free_port()) for m in members}
+        self.ports = work / "nats" / "ports"
+        self.members = {m.name: m for m in natsd.members(names, work / "nats", self.ports, leaves=True)}
         self.work = work
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.cpu_gone: dict[str, float] = dict.fromkeys(self.members, 0.0)  # CPU of killed instances
@@ -76,16 +76,32 @@ class NatsCluster:
                             **overrides)  # fmt: skip
 
     def start(self, name: str | None = None) -> None:
-        for member in [self.members[name]] if name else self.members.values():
-            config = self.work / "nats" / f"{member.name}.conf"
-            config.parent.mkdir(parents=True, exist_ok=True)
-            config.write_text(natsd.server_config(member))
-            log = (self.work / "nats" / f"{member.name}.log").open("ab")
-            self.procs[member.name] = subprocess.Popen(owned([natsd.server_binary(), "-c", str(config)]),
-                                                       stdout=log, stderr=log, stdin=subprocess.DEVNULL)
-            log.close()
-        for member in [self.members[name]] if name else self.members.values():
-            _wait_port(member.client_port, self.procs[member.name])
+        """Every server, one after another (each dials those bound before it), or ``name`` again."""
+        self.ports.mkdir(parents=True, exist_ok=True)
+        if name is not None:
+            wait_ports(self.ports, self._spawn(self.members[name]))
+            return
+        started: list[natsd.Member] = []
+        for member in list(self.members.values()):
+            ports = wait_ports(self.ports, self._spawn(natsd.seeded(member, started)))
+            started.append(natsd.bound(member, ports, natsd.leaf_listener(ports)))  # where the leaves connect
+        self.members = {m.name: m for m in natsd.meshed(started)}
+        for member in self.members.values():  # a restart dials every other server
+            self._config(member)
+
+    def _config(self, member: natsd.Member) -> Path:
+        config = self.work / "nats" / f"{member.name}.conf"
+        config.parent.mkdir(parents=True, exist_ok=True)
+        config.write_text(natsd.server_config(member))
+        return config
+
+    def _spawn(self, member: natsd.Member) -> subprocess.Popen[bytes]:
+        config = self._config(member)
+        with (self.work / "nats" / f"{member.name}.log").open("ab") as log:
+            proc = subprocess.Popen(owned([natsd.server_binary(), "-c", str(config)]),
+                                    stdout=log, stderr=log, stdin=subprocess.DEVNULL)  # fmt: skip
+        self.procs[member.name] = proc
+        return proc
 
     def kill(self, name: str) -> None:
         """SIGKILL: a crash, no leadership handed over."""
@@ -186,14 +202,3 @@ def _holdings(doc: dict[str, Any]) -> Holdings:
     groups |= {c["cluster"]["raft_group"] for c in durable if (c.get("cluster") or {}).get("raft_group")}
     return Holdings(streams=len(streams), consumers=len(durable),
                     raft_groups=len(groups) + (1 if doc.get("meta_cluster") else 0))
-
-
-def _wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-            return
-        if proc.poll() is not None:
-            raise RuntimeError(f"nats-server exited with {proc.returncode}")
-        time.sleep(0.05)
-    raise RuntimeError(f"nats-server did not listen on {port} within {timeout}s")

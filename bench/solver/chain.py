@@ -20,7 +20,6 @@ from gpushare_solver.outbox import BusOutbox
 from bench.procs import process
 from bench.solver.node import NODE, PREFIX, Node
 from tests.solver.world import NAMESPACE
-from tests.support.nats import free_port
 
 OWNER_CONTAINER = "owner-main"
 CRI = {"io.kubernetes.cri.sandbox-namespace": "dev", "io.kubernetes.cri.sandbox-name": "owner",
@@ -32,7 +31,7 @@ def _bridge_env(node: Node, kmod_socket: Path) -> dict[str, str]:
             "GPUSHARE_NATS_ENSURE_LAYOUT": "true",
             "GPUSHARE_NATS_PREFIX": PREFIX, "GPUSHARE_NATS_STREAM": "BENCHSOLVER",
             "GPUSHARE_NATS_KV_PREFIX": "benchsolver", "GPUSHARE_HTTP_HOST": "127.0.0.1",
-            "GPUSHARE_HTTP_PORT": str(free_port()), "GPUSHARE_LOG_LEVEL": "WARNING",
+            "GPUSHARE_HTTP_PORT": "0", "GPUSHARE_LOG_LEVEL": "WARNING",
             "GPUSHARE_KMOD_TRANSPORT": "sim", "GPUSHARE_KMOD_SIM_SOCKET": str(kmod_socket),
             "GPUSHARE_KMOD_SOURCES": "containerd", "GPUSHARE_KMOD_CONTAINERD_ADDRESS": str(node.ctrd.address),
             "GPUSHARE_KMOD_REFRESH_S": "0.2", "GPUSHARE_KMOD_HEARTBEAT_S": "0.5"}

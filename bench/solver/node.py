@@ -24,7 +24,8 @@ from gpushare_sim.run.kubeapi import ensure_namespace
 from bench.procs import process
 from tests.detector.podres_server import serve_pod_resources
 from tests.runtime.conftest import make_rootfs
-from tests.support.nats import NatsServer, free_port
+from tests.support.nats import NatsServer
+from tests.support.service import http_env, http_port
 
 NODE = "bench-solver-node"
 DEV = "dev"  # the owner's namespace
@@ -63,10 +64,12 @@ class Node:
     kubeconfig: Path
     ctrd: Containerd
     rootfs: Path
-    http_port: int
+    ports_dir: Path  # the solver reports the HTTP port it bound here
     pod_resources: Path  # the kubelet's pod-resources socket (a stand-in serving the real API)
     # what that kubelet says each pod was allocated: "<ns>/<pod>" -> container -> resource -> ids
     allocated: dict[str, dict[str, dict[str, tuple[str, ...]]]] = field(default_factory=dict)
+
+    http_port: int = 0  # the solver's, once it serves (started())
 
     def status(self) -> dict[str, Any]:
         url = f"http://127.0.0.1:{self.http_port}/status"
@@ -87,7 +90,7 @@ def solver_env(node: Node) -> dict[str, str]:
             "GPUSHARE_NATS_ENSURE_LAYOUT": "true",
             "GPUSHARE_NATS_PREFIX": PREFIX, "GPUSHARE_NATS_STREAM": "BENCHSOLVER",
             "GPUSHARE_NATS_KV_PREFIX": "benchsolver", "GPUSHARE_HTTP_HOST": "127.0.0.1",
-            "GPUSHARE_HTTP_PORT": str(node.http_port), "GPUSHARE_KUBE_KUBECONFIG": str(node.kubeconfig),
+            **http_env(node.ports_dir), "GPUSHARE_KUBE_KUBECONFIG": str(node.kubeconfig),
             "GPUSHARE_SOLVER_CONTAINERD_ADDRESS": str(node.ctrd.address),
             "GPUSHARE_SOLVER_POD_RESOURCES_SOCKET": str(node.pod_resources),  # looked up at every reclaim
             "GPUSHARE_LOG_LEVEL": "WARNING"}
@@ -99,16 +102,17 @@ async def started() -> AsyncIterator[Node]:
     nats = NatsServer().start()
     try:
         with Containerd() as ctrd, process(
-                [sys.executable, "-m", "gpushare_sim.apiserver", "--port", str(free_port()),
+                [sys.executable, "-m", "gpushare_sim.apiserver", "--port", "0",
                  "--kubeconfig", str(work / "kubeconfig")]) as api:
             _wait_file(work / "kubeconfig", api, "API emulator")
             for namespace in (DEV, "spot"):
                 await asyncio.to_thread(ensure_namespace, work / "kubeconfig", namespace)
-            node = Node(nats.url, work / "kubeconfig", ctrd, make_rootfs(work / "rootfs"), free_port(),
+            node = Node(nats.url, work / "kubeconfig", ctrd, make_rootfs(work / "rootfs"), work,
                         work / "pod-resources.sock")
             async with serve_pod_resources(node.pod_resources) as kubelet:  # confirms every eviction
                 node.allocated = kubelet.table
                 with process([sys.executable, "-m", "gpushare_solver"], solver_env(node)) as solver:
+                    node.http_port = await asyncio.to_thread(http_port, work, solver)
                     deadline = time.monotonic() + 30
                     while not await asyncio.to_thread(node.ready):
                         if solver.poll() is not None or time.monotonic() > deadline:

@@ -30,26 +30,21 @@ from typing import Any
 import msgspec
 from kubernetes import client, config
 
+from gpushare_sim.run.procs import wait_ports
+
 Figures = list[tuple[str, float, str]]  # (metric, value, unit)
 _TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"  # what kubectl get asks for
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @contextlib.contextmanager
 def emulator_process(directory: Path, watch_queue: int) -> Iterator[tuple[str, Path]]:
-    port, kubeconfig = _free_port(), directory / "kubeconfig"
-    command = [sys.executable, "-m", "gpushare_sim.apiserver", "--port", str(port),
+    kubeconfig = directory / "kubeconfig"
+    command = [sys.executable, "-m", "gpushare_sim.apiserver", "--port", "0", "--ports-dir", str(directory),
                "--kubeconfig", str(kubeconfig), "--history", "100000",
                "--watch-queue", str(watch_queue)]
     process = subprocess.Popen(command)
-    url = f"http://127.0.0.1:{port}"
     try:
+        url = wait_ports(directory, process, timeout=20)["api"][0]
         _wait_healthy(url, process)
         yield url, kubeconfig
     finally:
