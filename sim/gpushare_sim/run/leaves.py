@@ -76,7 +76,10 @@ class NodeNats:
     def write_server(self) -> Path:
         """The leaf server's own configuration around the node's part (its port); its path."""
         config = self.state_dir / "leaf.conf"
-        ports_dir = str(self.ports_dir) if self.ports_dir is not None else ""
+        ports_dir = ""
+        if self.ports_dir is not None:
+            self.ports_dir.mkdir(parents=True, exist_ok=True)  # nats-server does not create it
+            ports_dir = str(self.ports_dir)
         config.write_text(natsd.leaf_config(self.client_port, "conf", ports_dir=ports_dir))
         return config
 
