@@ -159,10 +159,13 @@ class RealNode:
 
     async def trial(self, before_call: Callable[[], None] | None = None) -> TrialResult:
         """One owner-back (``before_call`` runs just before the owner's call); a failure on the
-        way is a result too, with its error."""
+        way is a result too, with its error. ``before_call`` runs either way: a fault it injects
+        (a server killed) happens even when the borrowers could not be made ready."""
         try:
             containers = await self.prepare()
         except (TimeoutError, BusError, Stopped, KubeError, ContainerdError, OSError, RuntimeError) as err:
+            if before_call is not None:
+                before_call()
             return TrialResult(float("nan"), time.monotonic(), False, f"{type(err).__name__}: {err}")
         if before_call is not None:
             before_call()

@@ -79,6 +79,8 @@ class NatsCluster:
         """Every server, one after another (each dials those bound before it), or ``name`` again."""
         self.ports.mkdir(parents=True, exist_ok=True)
         if name is not None:
+            if (running := self.procs.get(name)) is not None and running.poll() is None:
+                raise RuntimeError(f"{name} is still running (pid {running.pid}): kill it before starting it again")
             wait_ports(self.ports, self._spawn(self.members[name]))
             return
         started: list[natsd.Member] = []
