@@ -66,6 +66,7 @@ class Scenario:
     seen: set[str] = field(default_factory=set)  # ShadowPods seen
     warnings: list[str] = field(default_factory=list)
     leaves: dict[str, Bus] = field(default_factory=dict)  # node -> its leaf server, as its installer
+    since: dict[str, int] = field(default_factory=dict)  # node -> its stream's last sequence at the start
 
     @property
     def namespace(self) -> str:
@@ -270,6 +271,7 @@ async def recording(s: Scenario) -> AsyncIterator[Scenario]:
     empty the namespace after."""
     start = {node.name: await retry((await s.on(node.name)).last_seq, (Transient,), "read the event stream",
                                     deadline_s=30) for node in s.cluster.nodes}  # fmt: skip
+    s.since = dict(start)
     stop = asyncio.Event()
     follower = asyncio.ensure_future(_follow(s, start, stop))
     try:

@@ -33,6 +33,7 @@ from gpushare_sim.scenarios.kit import (
 )  # fmt: skip
 
 SPOT = "gpushare/spot-gpu"
+SPOT_HEALTH_KEY = "spot-gpu"  # the solver's resource name: its health key and subject token
 LENDABLE = {"gpushare.k8s.io/lendable": "true"}
 # the dev machine: lists its devices, then issues one GPU ioctl each time go/ appears
 OWNER_LOOP = (
@@ -86,8 +87,22 @@ async def spot_health(s: Scenario, node: str) -> dict[str, str]:
     """The solver's desired health of the node's spot devices (the key-value bucket it writes)."""
     bus = await s.on(node)  # the node's state lives on its leaf server
     store = await bus.store("health", bus.layout.scope(node, "health"))
-    health = await store.get("spot-gpu", events.DeviceHealth)
+    health = await store.get(SPOT_HEALTH_KEY, events.DeviceHealth)
     return dict(health.devices) if health is not None else {}
+
+
+async def ever_withdrawn(s: Scenario, node: str, device: str) -> bool:
+    """Whether the solver took ``device`` back (Unhealthy) since the scenario started, as the
+    node's stream holds it: a withdrawal the state no longer shows (the owner away again) counts."""
+    bus = await s.on(node)
+    subject, after = bus.subjects.health(node, SPOT_HEALTH_KEY), s.since.get(node, 0)
+    while found := await bus.read_after(subject, after):
+        for message in found:
+            event = message.event()
+            if isinstance(event, events.DeviceHealth) and event.devices.get(device) == "Unhealthy":
+                return True
+            after = message.seq
+    return False
 
 
 def spot_id(node: str, card: str) -> str:
@@ -107,8 +122,8 @@ async def lend(s: Scenario, node: str, card: str, borrower: str) -> float:
     window = s.cluster.settings.services.away_window_s
     wanted = spot_id(node, card)
 
-    async def withdrawn() -> bool:
-        return (await spot_health(s, node)).get(wanted) == "Unhealthy"
+    async def withdrawn() -> bool:  # now, or before this wait began (the owner may be away again)
+        return (await spot_health(s, node)).get(wanted) == "Unhealthy" or await ever_withdrawn(s, node, wanted)
 
     async def lent_alone() -> bool:
         health = await spot_health(s, node)
