@@ -479,7 +479,9 @@ HANDLED = re.compile(r'^gpushare_bus_messages_total\{outcome="handled"\} (\S+)$'
 def _create_gpu_pod(api: int) -> None:
     request = urllib.request.Request(f"http://127.0.0.1:{api}/api/v1/namespaces/default/pods", method="POST",
                                      data=json.dumps(GPU_POD).encode(), headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=5) as answer:
+    # the answer itself, however long a loaded machine takes to give it (services are still
+    # listing and watching the emulator as they start)
+    with urllib.request.urlopen(request, timeout=120) as answer:
         assert answer.status == 201
 
 
