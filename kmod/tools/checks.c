@@ -48,7 +48,7 @@ unsigned int wait_blocked(uint64_t pidns, unsigned int want)
 	uint64_t t = now_ns();
 
 	while (nl_stats_one(check_ctl, pidns, &s, NULL) == 1 && s.blocked < want &&
-	       now_ns() - t < 5000000000ull)
+	       now_ns() - t < ARRIVE_MS * 1000000ull)
 		usleep(5000);
 	return s.blocked;
 }
@@ -56,7 +56,7 @@ unsigned int wait_blocked(uint64_t pidns, unsigned int want)
 int recv_notice(struct gpushare_kmod_notice *n)
 {
 	static struct kmodctl_reply r;
-	int ret = nl_recv(check_rcv, &r, 5000);
+	int ret = nl_recv(check_rcv, &r, ARRIVE_MS);
 
 	if (ret <= 0 || r.nl_type != GPUSHARE_KMOD_MSG_NOTICE ||
 	    r.hdr.cmd != GPUSHARE_KMOD_CMD_NOTICE || r.hdr.count != 1 ||
@@ -76,7 +76,7 @@ static void check_nodetect(void)
 	owner_start(&o);
 	add = at1(GPUSHARE_KMOD_CMD_ADD, &o);
 	owner_go(&o, TYPE_NV, 1);
-	got = owner_result(&o, &r, 5000);
+	got = owner_result(&o, &r, ARRIVE_MS);
 	printf("RESULT nodetect add=%d got=%d ret=%d err=%d elapsed_us=%llu notice_pending=%d",
 	       add, got, r.ret, r.err,
 	       (unsigned long long)(r.end_ns - r.start_ns) / 1000, nl_pending(check_rcv));
@@ -105,9 +105,9 @@ static void check_detect(void)
 	held = !owner_result(&o, &r, HOLD_MS);
 	trel = now_ns();
 	rel = cmd1(GPUSHARE_KMOD_CMD_RELEASE, o.pidns);
-	got = owner_result(&o, &r, 5000);
+	got = owner_result(&o, &r, ARRIVE_MS);
 	owner_go(&o, TYPE_NV, 1);
-	got2 = owner_result(&o, &r2, 5000);
+	got2 = owner_result(&o, &r2, ARRIVE_MS);
 	extra = nl_pending(check_rcv);
 	nl_stats_one(check_ctl, o.pidns, &s, &h);
 	printf("RESULT detect detect=%d notice=%d notice_pidns=%llu want_pidns=%llu"
@@ -153,7 +153,7 @@ static void check_filter(void)
 	owner_start(&o);
 	at1(GPUSHARE_KMOD_CMD_DETECT, &o);
 	owner_go(&o, TYPE_OTHER, 1);
-	got = owner_result(&o, &r, 5000);
+	got = owner_result(&o, &r, ARRIVE_MS);
 	nl_stats_one(check_ctl, o.pidns, &s, NULL);
 	cmd1(GPUSHARE_KMOD_CMD_UNDETECT, o.pidns);
 	flags_after = 0;
@@ -190,7 +190,7 @@ static void check_threads(void)
 	trel = now_ns();
 	rel = cmd1(GPUSHARE_KMOD_CMD_RELEASE, o.pidns);
 	for (i = 0; i < 2; i++)
-		got += owner_result(&o, &r[i], 5000);
+		got += owner_result(&o, &r[i], ARRIVE_MS);
 	nl_stats_one(check_ctl, o.pidns, &s, NULL);
 	printf("RESULT threads notice=%d blocked=%u extra_notice=%d release=%d"
 	       " got=%d unblock0_us=%lld unblock1_us=%lld notices=%llu hits=%llu\n",

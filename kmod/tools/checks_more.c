@@ -94,12 +94,12 @@ void check_config(void)
 	owner_go(&o, TYPE_NV, 1);
 	notice1 = recv_notice(&n);
 	cmd1(GPUSHARE_KMOD_CMD_RELEASE, o.pidns);
-	owner_result(&o, &r, 5000);
+	owner_result(&o, &r, ARRIVE_MS);
 	cfg.majors[0] = 195;	/* a GPU's major, not /dev/null's */
 	set2 = nl_cmd_payload(check_ctl, GPUSHARE_KMOD_CMD_CONFIG, 1, &cfg, sizeof(cfg), &check_rep);
 	at1(GPUSHARE_KMOD_CMD_DETECT, &o);
 	owner_go(&o, TYPE_NV, 1);
-	owner_result(&o, &r, 5000);
+	owner_result(&o, &r, ARRIVE_MS);
 	notice2 = nl_pending(check_rcv);
 	cfg.nmajors = 99;
 	bad = nl_cmd_payload(check_ctl, GPUSHARE_KMOD_CMD_CONFIG, 1, &cfg, sizeof(cfg), &check_rep);
@@ -164,13 +164,13 @@ void check_redetect_and_delete(void)
 	nl_stats_one(check_ctl, o.pidns, &s, NULL);
 	flags = s.flags;
 	rel = cmd1(GPUSHARE_KMOD_CMD_RELEASE, o.pidns);
-	got1 = owner_result(&o, &r, 5000);
+	got1 = owner_result(&o, &r, ARRIVE_MS);
 	pending = nl_pending(check_rcv);
 	owner_go(&o, TYPE_NV, 1);
 	notice2 = recv_notice(&n);
 	wait_blocked(o.pidns, 1);
 	del = cmd1(GPUSHARE_KMOD_CMD_DELETE, o.pidns);
-	got2 = owner_result(&o, &r, 5000);
+	got2 = owner_result(&o, &r, ARRIVE_MS);
 	printf("RESULT redetect notice1=%d redetect=%d flags=%u release=%d got1=%d"
 	       " pending=%d notice2=%d delete=%d got2=%d err=%d delete_wake_ms=%llu\n",
 	       notice1, redetect, flags, rel, got1, pending, notice2, del, got2,
@@ -216,7 +216,7 @@ void check_compat(const char *prog)
 	held = !exited_within(pid, 400, &status);
 	t = now_ns();
 	rel = cmd1(GPUSHARE_KMOD_CMD_RELEASE, pidns);
-	done = held ? exited_within(pid, 5000, &status) : 1;
+	done = held ? exited_within(pid, ARRIVE_MS, &status) : 1;
 	printf("RESULT compat notice=%d pid_ok=%d cmd=%u held=%d release=%d done=%d"
 	       " exit=%d unblock_ms=%llu\n", got_notice, n.pid == (uint32_t)pid,
 	       n.ioctl_cmd, held, rel, done,

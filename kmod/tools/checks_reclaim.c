@@ -194,7 +194,7 @@ static void hold_extends(void)
 	nl_stats_one(check_ctl, o.pidns, &s, NULL);
 	t = now_ns();
 	rel = cmd1(GPUSHARE_KMOD_CMD_RELEASE, o.pidns);
-	got = owner_result(&o, &r, 5000);
+	got = owner_result(&o, &r, ARRIVE_MS);
 	printf("RESULT hold notice=%d moved=%d held=%d held_ms=%llu holds=%llu"
 	       " deadline_ahead_ms=%lld flags=%u release=%d got=%d unblock_ms=%llu"
 	       " timeouts=%llu", got_notice, moved, held,
@@ -275,7 +275,7 @@ void check_resend(int unit)
 	wait_blocked(o.pidns, 1);
 	nl_stats_one(check_ctl, o.pidns, &s, &h1);
 	reg = nl_cmd(fresh, GPUSHARE_KMOD_CMD_REGISTER, NULL, 0, &rep);
-	got_fresh = nl_recv(fresh, &rep, 5000) == 1 &&
+	got_fresh = nl_recv(fresh, &rep, ARRIVE_MS) == 1 &&
 		    rep.nl_type == GPUSHARE_KMOD_MSG_NOTICE &&
 		    rep.items_len == sizeof(n);
 	memcpy(&n, rep.items, sizeof(n));
@@ -283,7 +283,7 @@ void check_resend(int unit)
 	got_again = recv_notice(&again);
 	held = !owner_result(&o, &r, 0);
 	rel = cmd1(GPUSHARE_KMOD_CMD_RELEASE, o.pidns);
-	got = owner_result(&o, &r, 5000);
+	got = owner_result(&o, &r, ARRIVE_MS);
 	nl_cmd(check_rcv, GPUSHARE_KMOD_CMD_REGISTER, NULL, 0, &check_rep);
 	after = nl_recv(check_rcv, &rep, 300);
 	printf("RESULT resend dropped=%llu register=%d notice=%d pidns_ok=%d"

@@ -84,6 +84,14 @@ int at1(uint16_t cmd, const struct owner *o);
 int target1(uint16_t cmd, uint64_t pidns, pid_t pid);
 int write_param(const char *name, const char *value);
 unsigned long read_param(const char *name);
+/*
+ * How long a check waits for what must come (a notice, the owner's return, a
+ * call blocked): it returns as soon as it comes, so the bound only decides when
+ * a missing one is reported; a guest in software emulation on a loaded host can
+ * take seconds.
+ */
+#define ARRIVE_MS 30000
+
 unsigned int wait_blocked(uint64_t pidns, unsigned int want);
 int recv_notice(struct gpushare_kmod_notice *n);
 void check_timeout(unsigned int ms);
