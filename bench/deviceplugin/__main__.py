@@ -30,6 +30,7 @@ from typing import Any
 from gpushare_common import events, ids
 from gpushare_common.bus import Bus
 from gpushare_common.settings import NatsSettings
+from gpushare_sim.shorttmp import short_root
 from kubernetes import client
 
 from bench.procs import process
@@ -229,7 +230,7 @@ def main() -> None:
         os.setpriority(os.PRIO_PROCESS, 0, args.nice)  # the service process inherits it
     nats = NatsServer().start()
     try:
-        with tempfile.TemporaryDirectory(prefix="dpb-", dir="/tmp") as tmp, \
+        with tempfile.TemporaryDirectory(prefix="dpb-", dir=short_root()) as tmp, \
                 start_kube_api() as api:
             create_shadow_pod(api.client)
             rows = asyncio.run(measure(args, Path(tmp), nats, api.kubeconfig))

@@ -27,7 +27,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -36,6 +35,7 @@ from pathlib import Path
 from gpushare_common import events
 from gpushare_common.bus import Bus, BusError
 from gpushare_common.settings import NatsSettings
+from gpushare_sim.shorttmp import short_mkdtemp
 
 from bench.procs import process
 from bench.report import Row, emit, median, percentile
@@ -163,7 +163,7 @@ async def rounds(bus: Bus, got: asyncio.Queue[tuple[int, events.AnyEvent]], hook
 
 async def host_bench(count: int) -> list[Row]:
     server = NatsServer().start()
-    tmp = Path(tempfile.mkdtemp(prefix="kbb-", dir="/tmp"))
+    tmp = short_mkdtemp("kbb-")
     settings = NatsSettings(url=server.url, prefix="bench.v1", stream="BENCHKMOD", kv_prefix="benchkmod")
     env = {"GPUSHARE_NODE_NAME": NODE, "GPUSHARE_NATS_URL": server.url, "GPUSHARE_NATS_PREFIX": "bench.v1",
            "GPUSHARE_NATS_ENSURE_LAYOUT": "true",

@@ -49,13 +49,13 @@ import os
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
 
 from gpushare_sim.containerd_cri import CRI_PLUGIN, CriConfig, DropInError, render_drop_in
 from gpushare_sim.run.lifeline import owned
+from gpushare_sim.shorttmp import short_mkdtemp
 
 REQUIRED_BINARIES = ("containerd", "ctr", "containerd-shim-runc-v2", "runc")
 _DISABLED_PLUGINS = (
@@ -116,7 +116,7 @@ class Containerd:
     ) -> None:
         self._owns_base = base_dir is None
         # unix socket paths are limited to 108 bytes: keep the base short
-        self.base_dir = Path(base_dir or tempfile.mkdtemp(prefix="ctrd-", dir="/tmp"))
+        self.base_dir = Path(base_dir or short_mkdtemp("ctrd-"))
         self.root = self.base_dir / "root"
         self.state = self.base_dir / "state"
         self.address = self.base_dir / "containerd.sock"

@@ -20,7 +20,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from functools import cache
@@ -33,6 +32,7 @@ from gpushare_common.ports import port_of
 from gpushare_common.settings import variables
 from gpushare_nats_auth.natsconf import static_users
 from gpushare_sim.run.procs import wait_ports
+from gpushare_sim.shorttmp import short_mkdtemp
 
 from tests.support.service import http_env, http_port
 
@@ -517,7 +517,7 @@ def test_sim_profile_services_get_ready_with_the_shipped_nats_users(tmp_path: Pa
         pytest.skip("nats-server is not installed (make deps installs it)")
     services = yaml.safe_load(COMPOSE.read_text())["services"]
     ports: dict[str, int] = {}  # each server's, once it has bound it (ports files in run/ports)
-    run = Path(tempfile.mkdtemp(prefix="gsc-", dir="/tmp"))  # unix socket paths must stay short
+    run = short_mkdtemp("gsc-")  # unix socket paths must stay short
     (bound := run / "ports").mkdir()
     conf = (COMPOSE_DIR / "nats.conf").read_text().replace("/data/jetstream", f"{run}/js")
     (run / "nats.conf").write_text(conf)

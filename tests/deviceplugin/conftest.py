@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-import tempfile
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -11,6 +10,7 @@ from gpushare_deviceplugin.handlers.base import Signer
 from gpushare_deviceplugin.plugins.manager import PluginSet
 from gpushare_deviceplugin.plugins.metrics import PluginMetrics
 from gpushare_deviceplugin.settings import DevicePluginSettings
+from gpushare_sim.shorttmp import short_mkdtemp
 from prometheus_client import CollectorRegistry
 
 from .stubs import KubeletStub
@@ -22,7 +22,7 @@ NODE = "gpu-node-1"
 @pytest.fixture
 def plugin_dir() -> Iterator[str]:
     # unix socket paths are limited to 107 bytes: keep the directory short
-    path = tempfile.mkdtemp(prefix="dp-", dir="/tmp")
+    path = str(short_mkdtemp("dp-"))
     yield path
     shutil.rmtree(path, ignore_errors=True)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import tempfile
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -26,6 +25,7 @@ from gpushare_deviceplugin.handlers.share import ShadowPodView, ShareLogic, shad
 from gpushare_deviceplugin.handlers.spot import SpotLogic
 from gpushare_deviceplugin.plugins.metrics import PluginMetrics
 from gpushare_deviceplugin.plugins.plugin import DevicePlugin
+from gpushare_sim.shorttmp import short_mkdtemp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
@@ -93,7 +93,7 @@ class ThreadedPlugins:
     """Real plugin gRPC servers served from a background event loop."""
 
     def __init__(self) -> None:
-        self.dir = tempfile.mkdtemp(prefix="dpp-", dir="/tmp")
+        self.dir = str(short_mkdtemp("dpp-"))
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         metrics = PluginMetrics(CollectorRegistry())

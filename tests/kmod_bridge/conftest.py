@@ -6,7 +6,6 @@ import asyncio
 import json
 import shutil
 import subprocess
-import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -14,11 +13,12 @@ from pathlib import Path
 import pytest
 from gpushare_kmod_bridge import protocol
 from gpushare_sim.kernel import KernelStandIn
+from gpushare_sim.shorttmp import short_mkdtemp
 
 
 @pytest.fixture
 def sock_dir() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="kb-", dir="/tmp"))  # unix socket paths are short
+    path = short_mkdtemp("kb-")  # unix socket paths are short
     yield path
     shutil.rmtree(path, ignore_errors=True)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -14,13 +13,14 @@ from gpushare_sim.node.adapters.backend import build_runner
 from gpushare_sim.node.adapters.runners import Runner
 from gpushare_sim.node.app import NodeApi, NodeSim
 from gpushare_sim.node.settings import NodeSimSettings
+from gpushare_sim.shorttmp import short_mkdtemp
 
 T = TypeVar("T")
 
 
 def short_sim_dir() -> Path:
-    """A fresh simulator directory under /tmp (unix socket paths are limited to 108 bytes)."""
-    return Path(tempfile.mkdtemp(prefix="gsim-", dir="/tmp"))
+    """A fresh simulator directory with a short path (unix socket paths are limited to 108 bytes)."""
+    return short_mkdtemp("gsim-")
 
 
 @asynccontextmanager

@@ -27,7 +27,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +55,7 @@ from gpushare_sim.run.narrate import Timeline
 from gpushare_sim.run.natsauth import NatsAuth
 from gpushare_sim.run.procs import Child, ChildError, wait_path
 from gpushare_sim.run.services import ServiceSettings, console, node_services, shadow_controller
+from gpushare_sim.shorttmp import short_mkdtemp
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +96,7 @@ class Cluster:
     def __init__(self, settings: ClusterSettings, timeline: Timeline | None = None) -> None:
         self.settings = settings
         self.timeline = timeline or Timeline(out=None)
-        self.run_dir = settings.run_dir or Path(tempfile.mkdtemp(prefix="gsr-", dir="/tmp"))
+        self.run_dir = settings.run_dir or short_mkdtemp("gsr-")
         self.logs = self.run_dir / "logs"
         self.kubeconfig = self.run_dir / "kubeconfig"
         self.api_url = ""
