@@ -6,7 +6,7 @@
 #   compose/image-install.sh SERVICE PREFIX
 #   SERVICE: detector | solver | deviceplugin | kmod-bridge | shadow-controller | nats-auth | console | dra-driver | sim
 #   PREFIX:  directory of the new virtual environment (e.g. /opt/gpushare)
-#   UV:      path of a uv binary to install with (faster; CI uses it); default: pip
+#   UV:      path of a uv binary to install with (faster; CI uses it: no pip in the environments); default: pip
 set -euo pipefail
 
 service=${1:?usage: image-install.sh SERVICE PREFIX}
@@ -21,7 +21,9 @@ case "$service" in
 esac
 
 echo "==> [1/4] virtual environment in $prefix"
-"$python" -m venv "$prefix"
+# with uv, which installs into an environment from outside it, the environments need no pip of their own
+venv() { "$python" -m venv ${UV:+--without-pip} "$1"; }
+venv "$prefix"
 install() { # target-python packages...
   local target=$1; shift
   if [ -n "${UV:-}" ]; then "$UV" pip install --quiet --no-sources --python "$target" "$@"
@@ -32,7 +34,7 @@ echo "==> [2/4] generating gRPC stubs from libs/common/proto"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cp -r "$src/libs/common" "$work/common"
-"$python" -m venv "$work/tools"
+venv "$work/tools"
 install "$work/tools/bin/python" 'grpcio-tools>=1.66'
 out="$work/common/gpushare_common/adapters/kubeletapi"
 mkdir -p "$out"
