@@ -74,7 +74,7 @@ class ContainerdError(RuntimeError):
     def __init__(self, what: str, detail: str) -> None:
         self.what = what
         self.detail = detail
-        super().__init__(f"{what}: {detail.strip()[-2000:]}")
+        super().__init__(f"{what}: {detail.strip()[-5000:]}")
 
 
 def missing_binaries() -> list[str]:
@@ -249,10 +249,17 @@ class Containerd:
         """Run ``ctr --address SOCKET -n NAMESPACE ARGS...``."""
         result = self._run_ctr(list(args), namespace, timeout)
         if check and result.returncode != 0:
-            raise ContainerdError(
-                f"ctr {' '.join(args)} exited {result.returncode}", result.stderr or result.stdout
-            )
+            said = (result.stderr or result.stdout).strip()[-1500:]
+            raise ContainerdError(f"ctr {' '.join(args)} exited {result.returncode}", said + self._last_log_lines())
         return result
+
+    def _last_log_lines(self, lines: int = 12) -> str:
+        """containerd's last log lines (its shims' and runc's errors), for an error to show."""
+        try:
+            tail = self.log_path.read_text(errors="replace").splitlines()[-lines:]
+        except OSError:
+            return ""
+        return "\n--- containerd log, last lines ---\n" + "\n".join(line[-300:] for line in tail)
 
     def stop(self) -> None:
         """Remove every task and container, stop containerd, clean the directory. Idempotent."""
