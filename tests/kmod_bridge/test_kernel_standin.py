@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import json
 import os
@@ -173,42 +174,60 @@ async def test_targets_must_name_a_live_process_of_their_namespace(
 
 async def test_a_watched_namespace_id_is_not_reused_until_deleted(
         kernel: KernelStandIn, namespaces: Namespaces) -> None:
-    """The kernel hands out the lowest free namespace id. A (watched) and then Z (a control) die,
-    A first and with the lower id: new namespaces get Z's id but never A's while the entry pins A,
-    and A's once DELETE let it go."""
+    """The kernel hands out the lowest free namespace id. A (watched) and Z (a control) die, A with
+    the lower id: Z's id is handed out again but never A's while the entry pins A, and A's once
+    DELETE let it go. The ids come from one allocator for the whole machine (every kind of
+    namespace): a freed one may go to another process first, which counts as handed out."""
     client = await RawClient.connect(kernel.socket_path)
     try:
-        a = namespaces.new()
+        a, z = sorted((namespaces.new(), namespaces.new()), key=lambda p: p.pidns)  # another may free one between
         assert await client.watch(protocol.CMD_ADD, a) == 0
-        z = namespaces.new()
-        assert a.pidns < z.pidns
         for process in (a, z):
             process.stop()
             await wait_until(process.gone, what="the namespace's process reaped")
-        seen = await probe_until(namespaces, {a.pidns, z.pidns})
-        assert z.pidns in seen and a.pidns not in seen
+        seen, elsewhere = await probe_until(namespaces, {a.pidns, z.pidns})
+        assert z.pidns in seen | elsewhere and a.pidns not in seen | elsewhere
         assert os.readlink(f"/proc/self/fd/{kernel.state.entries[a.pidns].pin}") == f"pid:[{a.pidns}]"
         assert await client.status(protocol.CMD_DELETE, [a.pidns]) == 0
-        assert a.pidns in await probe_until(namespaces, {a.pidns})
+        seen, elsewhere = await probe_until(namespaces, {a.pidns})
+        assert a.pidns in seen | elsewhere
     finally:
         client.close()
 
 
-async def probe_until(namespaces: Namespaces, wanted: set[int], timeout: float = 20.0) -> set[int]:
-    """New namespaces until one took an id of ``wanted``: every id they took. The kernel hands out
-    the lowest free id: a probe that took a lower one fills a hole and stays, so the next looks
-    higher; one that took only ids above ``wanted`` means none of them is free yet (a namespace's
-    id is freed an RCU grace period after its last process is reaped): it goes, and the next
-    comes a little later."""
+async def probe_until(namespaces: Namespaces, wanted: set[int],
+                      timeout: float = 20.0) -> tuple[set[int], set[int]]:  # fmt: skip
+    """New namespaces until an id of ``wanted`` is taken again: every id they took, and those of
+    ``wanted`` another process's namespace took. The kernel hands out the lowest free id: a probe
+    that took a lower one fills a hole and stays, so the next looks higher; one that took only ids
+    above ``wanted`` means none of them is free yet (a namespace's id is freed an RCU grace period
+    after its last process is reaped): it goes, and the next comes a little later."""
     seen: set[int] = set()
+    elsewhere: set[int] = set()
     deadline = asyncio.get_running_loop().time() + timeout
-    while not seen & wanted and asyncio.get_running_loop().time() < deadline:
+    while not (seen | elsewhere) & wanted and asyncio.get_running_loop().time() < deadline:
         probe = await asyncio.to_thread(namespaces.new)
         seen |= probe.inums
         if min(probe.inums) > max(wanted):
             probe.stop()
+            elsewhere |= await asyncio.to_thread(namespace_ids_in_use, wanted)
             await asyncio.sleep(0.005)
-    return seen
+    return seen, elsewhere
+
+
+def namespace_ids_in_use(ids: set[int]) -> set[int]:
+    """Those of ``ids`` a namespace of some process on the machine has now."""
+    found: set[int] = set()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            for link in (proc / "ns").iterdir():
+                with contextlib.suppress(OSError, ValueError, IndexError):
+                    inum = int(os.readlink(link).rsplit("[", 1)[1].rstrip("]"))
+                    if inum in ids:
+                        found.add(inum)
+    return found
 
 
 async def test_hold_moves_the_deadline_up_to_max_hold(kernel: KernelStandIn, pidns_process: PidnsProcess) -> None:
