@@ -37,7 +37,7 @@ SHARED_GROUPS = {
     "tests/kmod_bridge/test_vm.py": "vm",
 }
 # modules of independent long tests (no module fixture): each test is a group of its own
-SPREAD = {"tests/bench/test_benches_run.py", "tests/deploy/test_image_install.py"}
+SPREAD = {"tests/bench/test_benches_run.py", "tests/deploy/test_image_install.py", "tests/e2e/test_run_cli.py"}
 
 
 def xdist_group(nodeid: str) -> str:
