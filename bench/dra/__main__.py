@@ -56,6 +56,7 @@ from bench.procs import process
 from bench.report import Row, emit, percentile
 from tests.deviceplugin.stubs import VendorPluginStub
 from tests.support.nats import NatsServer
+from tests.support.service import http_env, http_port
 
 PART = "dra"
 NODE = "bench-dra-1"
@@ -67,8 +68,8 @@ def driver_env(work: Path, nats_url: str, kubeconfig: Path) -> dict[str, str]:
     return {
         **os.environ, "GPUSHARE_NODE_NAME": NODE, "GPUSHARE_NATS_URL": nats_url,
         "GPUSHARE_NATS_ENSURE_LAYOUT": "true", "GPUSHARE_NATS_PREFIX": "bench.v1",
-        "GPUSHARE_NATS_KV_PREFIX": "benchdra", "GPUSHARE_HTTP_HOST": "127.0.0.1",
-        "GPUSHARE_HTTP_PORT": "0", "GPUSHARE_KUBE_KUBECONFIG": str(kubeconfig),
+        "GPUSHARE_NATS_KV_PREFIX": "benchdra",
+        **http_env(work / "ports"), "GPUSHARE_KUBE_KUBECONFIG": str(kubeconfig),
         "GPUSHARE_LOG_LEVEL": "WARNING", "GPUSHARE_DRA_REGISTRY_DIR": str(work / "registry"),
         "GPUSHARE_DRA_PLUGIN_DIR": str(work / "plugin"), "GPUSHARE_DRA_CDI_DIR": str(work / "cdi"),
         "GPUSHARE_DRA_DEVICE_PLUGIN_DIR": str(work), "GPUSHARE_DRA_VENDOR_SOCKETS": "nvidia.com/gpu=vendor.sock",
@@ -241,7 +242,7 @@ async def measure(args: argparse.Namespace, work: Path, nats: NatsServer, kubeco
             with grpc.insecure_channel(f"unix://{work / 'plugin' / 'dra.sock'}") as channel:
                 stub = pb_grpc.DRAPluginStub(channel)
                 prepare_cycle(stub, claims[:50])  # warm-up
-                metrics_url = f"http://127.0.0.1:{env['GPUSHARE_HTTP_PORT']}/metrics"
+                metrics_url = f"http://127.0.0.1:{http_port(work / 'ports', proc)}/metrics"
                 before = part_counts(metrics_url)
                 prepare, again, unprepare = prepare_cycle(stub, claims[50:])
                 parts = part_rows(before, part_counts(metrics_url), placement)

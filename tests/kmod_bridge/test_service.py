@@ -209,7 +209,8 @@ async def test_a_bridge_started_while_nats_is_away_holds_the_owner_until_the_sol
     assert kernel.state.add(pidns_process.pidns, pidns_process.pid, detect=True) == 0  # the last bridge's DETECT
     call = asyncio.create_task(ioctl(kernel.hook_path, pidns_process.pidns, pid=pidns_process.pid))
     await wait_until(lambda: kernel.dropped == 1, what="the notice, dropped: no bridge registered")
-    server = NatsServer()  # its port, not started yet: NATS is away
+    server = await asyncio.to_thread(NatsServer().start)  # its port, bound once; stopped: NATS is away
+    await asyncio.to_thread(server.stop)
     nats = NatsSettings(url=server.url, prefix=f"{subject_prefix}.v1", stream=subject_prefix.upper(),
                         kv_prefix=subject_prefix, reconnect_wait_s=0.05, connect_timeout_s=0.5, ensure_layout=True)
     common = CommonSettings(nats=nats, http=HttpSettings(host="127.0.0.1", port=0), log=LogSettings(),

@@ -33,6 +33,19 @@ def make_rootfs(directory: Path) -> Path:
     return directory
 
 
+@pytest.fixture
+def tmp_path() -> Iterator[Path]:
+    """This test's directory, under /tmp whatever ``TMPDIR`` says: the containers here bind paths
+    of it at the same path, and a container mounts a tmpfs of its own on /dev/shm (where
+    ``make test`` keeps ``TMPDIR``), which would hide them. Removed after the test unless
+    something is still mounted below it."""
+    path = Path(tempfile.mkdtemp(prefix="rt-", dir="/tmp"))
+    yield path
+    mounts = Path("/proc/self/mounts").read_text()
+    if f" {path}/" not in mounts and f" {path} " not in mounts:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def rootfs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_rootfs(tmp_path_factory.mktemp("rootfs") / "rootfs")
