@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -52,7 +53,8 @@ def test_tiny_fleet_prints_every_figure(results: dict[str, dict[str, object]]) -
     assert float(results["5 nodes: fetches per node achieved"]["value"]) > 0.5  # type: ignore[arg-type]
     assert results["5 nodes: emulator was the bottleneck (a worker at >= 0.8 core; 1 = yes)"]["value"] == 0
     for phase in ("before any fleet", "5 nodes paused", "5 nodes running"):
-        held = results[f"owner-back held, {phase} p99 (n=2)"]
+        # n: the trials that completed (on a loaded machine one may fail; the figure is still printed)
+        (held,) = [r for m, r in results.items() if re.fullmatch(rf"owner-back held, {phase} p99 \(n=[12]\)", m)]
         assert 0 < float(held["value"]) < 3000, held  # type: ignore[arg-type]
     ratio = results["owner-back p99, 5 nodes running / paused (same run, alternating)"]
     assert ratio["target"] == "<= 2" and ratio["unit"] == "x"
