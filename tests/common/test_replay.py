@@ -8,6 +8,7 @@ import io
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -22,7 +23,7 @@ from gpushare_common.settings import NatsSettings, load
 from gpushare_nats_auth.natsconf import static_users
 from prometheus_client import CollectorRegistry
 
-from tests.support.nats import NatsServer, free_port
+from tests.support.nats import NatsServer
 
 
 async def _publish_sample(bus: Bus) -> list[events.Event]:
@@ -154,8 +155,10 @@ def test_cli_says_in_one_line_that_the_credentials_were_refused(users_server: Na
 
 
 def test_cli_says_in_one_line_that_nats_is_unreachable() -> None:
-    unreachable = {"GPUSHARE_NATS_URL": f"nats://127.0.0.1:{free_port()}"}
-    result = events_cli("--connect-timeout", "1", "tail", env=unreachable)
+    with socket.socket() as bound:  # bound, never listening, held: connections to it are refused
+        bound.bind(("127.0.0.1", 0))
+        unreachable = {"GPUSHARE_NATS_URL": f"nats://127.0.0.1:{bound.getsockname()[1]}"}
+        result = events_cli("--connect-timeout", "1", "tail", env=unreachable)
     assert result.returncode == 2
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("error: cannot reach NATS at nats://127.0.0.1:") and "within 1 s" in line
