@@ -66,7 +66,7 @@ async def core_typed(settings: NatsSettings, subject: str, count: int) -> float:
 
     sub = await sub_bus.subscribe(subject, handler)
     sub._pending_msgs_limit = count + 1
-    await sub_bus.client.flush()
+    await sub_bus.flush()
     start = time.perf_counter()
     for _ in range(count):
         await pub_bus.publish(subject, EVENT)
@@ -88,7 +88,7 @@ async def request_latency(settings: NatsSettings, subject: str, count: int) -> t
         return reply
 
     await server_bus.serve(subject, responder)
-    await server_bus.client.flush()
+    await server_bus.flush()
     command = events.KmodCommand(node="n1", op="stats")
     raw_payload = events.encode(command)
     raw, typed = [], []

@@ -251,7 +251,15 @@ class Bus:
         self.connected.clear()
 
     async def flush(self, timeout: int = 2) -> None:
+        """Everything sent so far (a subscription included) has reached the server.
+
+        nats-py writes the flush's PING straight to the socket while commands queued before it
+        (a SUB) wait for its flusher task, so the server could answer PONG before it had the SUB
+        and a request right after met "no responders". The flusher writes what is queued first.
+        """
         with failing("flush"):
+            # private, for the ordering nats-py lacks: wait until its flusher wrote the queue
+            await asyncio.wait_for(self.client._flush_pending(force_flush=True), timeout)
             await self.client.flush(timeout)
 
     # --- core pub/sub ---------------------------------------------------------
