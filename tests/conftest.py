@@ -22,6 +22,8 @@ from hypothesis import settings
 from tests.support import lifeline, procs
 from tests.support.nats import NatsServer, nats_binary, unique_prefix
 
+pytest_plugins = ["pytester", "tests.support.cputime"]  # cputime: the tests that used the most CPU
+
 lifeline.install()  # every process a test starts dies with the test runner
 
 # property tests check what a parser or a rule does, never how fast: on a busy machine an example
