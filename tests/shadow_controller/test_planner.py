@@ -6,6 +6,7 @@ import pytest
 from gpushare_common.mapping import QuotaKey
 from gpushare_common.pods import PodRules
 from gpushare_shadow_controller.model import ShadowPod, SharePod, classify
+from gpushare_shadow_controller.placement import ANYWHERE, Placement
 from gpushare_shadow_controller.planner import plan
 
 Q4 = QuotaKey("ml", "share", 4)
@@ -32,7 +33,7 @@ def shadow(name: str, phase: str = "Running", quota: QuotaKey = Q4, terminating:
     ([pending(i) for i in range(8)], {}, 2),
     ([pending(0, Q1), pending(1, Q1)], {}, 2),                         # N = 1
     ([pending(i) for i in range(5)] + [shadow("s1", "Pending")], {}, 1),  # Pending counts as supply
-    ([pending(i) for i in range(5)], {"ml/new": Q4}, 1),               # created, not yet seen
+    ([pending(i) for i in range(5)], {"ml/new": (Q4, ANYWHERE)}, 1),               # created, not yet seen
     ([pending(i) for i in range(4)] + [shadow("s1", terminating=True)], {}, 1),  # terminating: no supply
     ([pending(0), shadow("s1"), bound(1, "ml/s1"), bound(2, "ml/s1"), bound(3, "ml/s1")], {}, 0),
     ([pending(0), pending(1), shadow("s1"), bound(1, "ml/s1"), bound(2, "ml/s1"), bound(3, "ml/s1")],
@@ -110,3 +111,61 @@ def test_classification() -> None:
     broken = classify(_pod({}, "gpushare-system", labels=SHADOW_LABELS,
                            annotations={"gpushare.k8s.io/share-spec": "four"}), rules)  # fmt: skip
     assert broken is None
+
+
+# --- placement: a SharePod that names its node is served only by a ShadowPod there ---
+
+ON_N2 = Placement.of({"kubernetes.io/hostname": "n2"}, {})
+GPU_NODES = Placement.of({"pool": "a100"}, {})
+
+
+def placed(i: int, placement: Placement, quota: QuotaKey = Q4) -> SharePod:
+    return SharePod(f"ml/p{i}", quota, 1, "", pending=True, active=False, owner="", placement=placement)
+
+
+def test_a_sharepod_pinned_elsewhere_gets_a_shadowpod_on_its_node() -> None:
+    """A free ShadowPod on n1 is no supply for a SharePod that may run on n2 only: a ShadowPod is
+    made for its placement (before, it waited while the one on n1 idled)."""
+    (create,) = plan([placed(0, ON_N2), shadow("s1", node="n1")], {}, {}, 0.0, 60).creates
+    assert (create.count, create.placement) == (1, ON_N2)
+    assert "pending on n2, 0 free" in create.reason
+
+
+def test_a_shadowpod_serves_a_placement_it_was_made_for_or_the_node_it_runs_on() -> None:
+    on_n2 = ShadowPod("ml/s2", "s2", Q4, "n2", "Running", False, "", 0)
+    assert plan([placed(0, ON_N2), on_n2], {}, {}, 0.0, 60).creates == []
+    made_for = ShadowPod("ml/s3", "s3", Q4, "", "Pending", False, "", 0, placement=GPU_NODES)
+    assert plan([placed(0, GPU_NODES), made_for], {}, {}, 0.0, 60).creates == []
+    assert plan([placed(0, GPU_NODES)], {"ml/new": (Q4, GPU_NODES)}, {}, 0.0, 60).creates == []
+    # a label selector the controller cannot check against a node: only a ShadowPod made for it serves
+    assert sum(c.count for c in plan([placed(0, GPU_NODES), on_n2], {}, {}, 0.0, 60).creates) == 1
+    # a SharePod that asks for no node takes any ShadowPod's devices
+    assert plan([pending(0), made_for], {}, {}, 0.0, 60).creates == []
+
+
+def test_an_idle_shadowpod_no_pending_sharepod_can_use_is_retired() -> None:
+    idle = {"ml/s1": 0.0}
+    (delete,) = plan([placed(0, ON_N2), shadow("s1", node="n1")], {}, idle, 1000.0, 60).deletes
+    assert delete.shadow == "ml/s1"
+    assert plan([placed(0, ON_N2), shadow("s1", node="n2")], {}, {"ml/s1": 0.0}, 1000.0, 60).deletes == []
+
+
+def test_counts_per_quota_key_add_up_every_placement() -> None:
+    result = plan([placed(0, ON_N2), pending(1), shadow("s1", node="n1")], {}, {}, 0.0, 60)
+    count = result.counts[Q4]
+    assert (count.pipelining, count.ready) == (-2, 4)
+    assert [(c.count, c.placement) for c in result.creates] == [(1, ON_N2)]
+
+
+def test_classification_reads_placements() -> None:
+    rules = PodRules()
+    body = _pod({"gpushare/share-gpu-4": "1"})
+    body["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "n2"}  # type: ignore[index]
+    share = classify(body, rules)
+    assert isinstance(share, SharePod) and share.placement == ON_N2 and share.placement.hostname == "n2"
+    made = classify(_pod({"nvidia.com/gpu": "1"}, "gpushare-system", labels=SHADOW_LABELS,
+                         annotations={**SPEC4, "gpushare.k8s.io/placement": ON_N2.text}), rules)  # fmt: skip
+    assert isinstance(made, ShadowPod) and made.placement == ON_N2
+    odd = classify(_pod({"nvidia.com/gpu": "1"}, "gpushare-system", labels=SHADOW_LABELS,
+                        annotations={**SPEC4, "gpushare.k8s.io/placement": "{not json"}), rules)  # fmt: skip
+    assert isinstance(odd, ShadowPod) and odd.placement == ANYWHERE

@@ -123,3 +123,14 @@ def test_bad_isolation_profiles_say_what_is_expected(environ: dict[str, str], ex
     with pytest.raises(SettingsError, match="GPUSHARE_SHADOW_ISOLATION_PROFILES") as caught:
         load(ShadowSettings, "GPUSHARE_SHADOW_", environ)
     assert expected in str(caught.value)
+
+
+def test_a_shadow_pod_made_for_a_placement_carries_it() -> None:
+    from gpushare_shadow_controller.placement import Placement
+
+    affinity = {"nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]}
+    placement = Placement.of({"kubernetes.io/hostname": "n2"}, affinity)
+    pod = shadow_pod(SHARE, "sh-1", ShadowSettings(node_selector="gpushare.k8s.io/gpu=true"), placement)
+    assert pod["spec"]["nodeSelector"] == {"gpushare.k8s.io/gpu": "true", "kubernetes.io/hostname": "n2"}
+    assert pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == affinity
+    assert Placement.of_annotation(pod["metadata"]["annotations"][ids.ANN_PLACEMENT]) == placement

@@ -24,6 +24,7 @@ ANN_SHARE_SPEC = f"{DOMAIN}/share-spec"
 ANN_SHARE_KIND = f"{DOMAIN}/share-kind"
 ANN_PARTITION = f"{DOMAIN}/partition"
 ANN_USER_ID = f"{DOMAIN}/user-id"
+ANN_PLACEMENT = f"{DOMAIN}/placement"  # ShadowPod: the SharePods' node constraints it was made for
 LABEL_POD_DESCRIPTION = f"{DOMAIN}/pod-description"
 SHADOW_POD_LABEL_VALUE = "shadow-pod"
 CONDITION_USING = f"{DOMAIN}/Using"

@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from .caps import CapsPlan, CapsReport, plan_caps
 from .model import Record, ShadowPod, SharePod, classify
+from .placement import ANYWHERE, Placement
 from .planner import Plan, plan
 from .settings import ShadowSettings
 from .template import shadow_name, shadow_pod
@@ -61,7 +62,7 @@ class Controller:
         self.rules = PodRules(domain=settings.domain, vendor_resources=(settings.vendor_resource,),
                               system_namespace=system_namespace)
         self.records: dict[str, Record] = {}
-        self.expected: dict[str, tuple[QuotaKey, float]] = {}  # created, not seen yet
+        self.expected: dict[str, tuple[QuotaKey, Placement, float]] = {}  # created, not seen yet
         self.idle_since: dict[str, float] = {}
         self.decisions: deque[Decision] = deque(maxlen=50)
         self.last_plan = Plan()
@@ -100,10 +101,10 @@ class Controller:
 
     def decide(self) -> Plan:
         now = self.clock()
-        for name, (_quota, at) in list(self.expected.items()):
+        for name, (_quota, _placement, at) in list(self.expected.items()):
             if now - at > self.settings.expected_ttl_s:
                 del self.expected[name]
-        expected = {name: quota for name, (quota, _at) in self.expected.items()}
+        expected = {name: (quota, placement) for name, (quota, placement, _at) in self.expected.items()}
         self.last_plan = plan(self.records.values(), expected, self.idle_since, now,
                               self.settings.idle_timeout_s)
         return self.last_plan
@@ -115,7 +116,7 @@ class Controller:
         self.metrics.leader.set(1 if self.is_leader() else 0)
         for create in result.creates:
             for _ in range(create.count):
-                if not await self._create(create.quota, create.reason):
+                if not await self._create(create.quota, create.reason, create.placement):
                     break
         for delete in result.deletes:
             await self._delete(delete.shadow, delete.quota, delete.reason)
@@ -169,17 +170,17 @@ class Controller:
             self.metrics.errors.inc()
             log.warning("caps event not recorded", pod=report.pod, reason=report.event_reason, error=str(err))
 
-    async def _create(self, quota: QuotaKey, reason: str) -> bool:
+    async def _create(self, quota: QuotaKey, reason: str, placement: Placement = ANYWHERE) -> bool:
         if not self.is_leader():
             return False
         name = shadow_name(quota)
         try:
-            await self.kube.create_pod(quota.namespace, shadow_pod(quota, name, self.settings))
+            await self.kube.create_pod(quota.namespace, shadow_pod(quota, name, self.settings, placement))
         except KubeError as err:
             self._decide("error", f"{quota.namespace}/{name}", quota, f"create failed: {err}")
             self.metrics.errors.inc()
             return False
-        self.expected[ids.pod_key(quota.namespace, name)] = (quota, self.clock())
+        self.expected[ids.pod_key(quota.namespace, name)] = (quota, placement, self.clock())
         self.metrics.created.inc()
         self._decide("create", ids.pod_key(quota.namespace, name), quota, reason)
         return True

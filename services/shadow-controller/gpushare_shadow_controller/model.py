@@ -14,6 +14,8 @@ from gpushare_common.isolation import SOFT_SHARE
 from gpushare_common.mapping import QuotaKey
 from gpushare_common.pods import PodError, PodKind, PodRules, read_pod
 
+from .placement import ANYWHERE, Placement
+
 
 @dataclass(slots=True)
 class SharePod:
@@ -27,6 +29,7 @@ class SharePod:
     uid: str = ""
     caps: str = ""  # its CapsEnforced condition's status: True, False, "" when it has none
     opted_out: bool = False  # gpushare.k8s.io/isolation: none (runs without its caps)
+    placement: Placement = ANYWHERE  # the nodes it may run on (only read while it is pending)
 
 
 @dataclass(slots=True)
@@ -44,6 +47,7 @@ class ShadowPod:
     restarts: int = 0  # of its container main
     card: str = ""  # the vendor resource it holds one card of
     users: tuple[str, ...] = ()  # SharePods in its Using condition (kept for capped ShadowPods only)
+    placement: Placement = ANYWHERE  # the SharePods' node constraints it was made for
 
 
 Record = SharePod | ShadowPod
@@ -65,16 +69,24 @@ def classify(pod: dict[str, Any], rules: PodRules) -> Record | None:
         return ShadowPod(view.key, view.name, quota, view.node, view.phase or "Pending", view.terminating,
                          view.created, len(view.using), isolation=view.isolation, ready=view.ready,
                          restarts=view.restarts.get(ids.SHADOW_CONTAINER, 0), card=cards[0] if cards else "",
-                         users=tuple(sorted(set(view.using.values()))) if view.isolation else ())  # fmt: skip
+                         users=tuple(sorted(set(view.using.values()))) if view.isolation else (),
+                         placement=Placement.of_annotation(_annotation(pod, ids.ANN_PLACEMENT)))  # fmt: skip
     if view.kind is PodKind.SHARE and _served_by_dra(pod):
         return None  # its share comes from a DRA node's slot (KEP-5004), not from a ShadowPod
     if view.kind is PodKind.SHARE:
-        return SharePod(view.key, quota, view.share_devices, view.node,
-                        pending=not view.node and not view.terminating and not view.finished,
+        waiting = not view.node and not view.terminating and not view.finished
+        return SharePod(view.key, quota, view.share_devices, view.node, pending=waiting,
                         active=view.active, owner=view.device_owner, uid=view.uid,
                         caps=view.conditions.get(ids.CONDITION_CAPS_ENFORCED, ""),
-                        opted_out=view.isolation == SOFT_SHARE)  # fmt: skip
+                        opted_out=view.isolation == SOFT_SHARE,
+                        placement=Placement.of_pod(pod) if waiting else ANYWHERE)  # fmt: skip
     return None
+
+
+def _annotation(pod: dict[str, Any], name: str) -> object:
+    meta = pod.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, dict) else None
+    return annotations.get(name) if isinstance(annotations, dict) else None
 
 
 def _served_by_dra(pod: dict[str, Any]) -> bool:

@@ -1,12 +1,13 @@
 """One reconcile pass: records in, decisions out (pure; the clock is an argument).
 
-Per quota key (namespace, kind, N): ``pipelining`` = -(devices wanted by
-pending SharePods); ``ready`` = free devices of live ShadowPods, plus N for
-each ShadowPod created but not yet Running (also those this controller
-created and has not seen yet), minus bound SharePods not yet attributed to
-a ShadowPod; ``releasing`` = devices of terminating ShadowPods.  Short of
-devices: create ``ceil(-delta / N)``.  A ShadowPod with no user for the idle
-timeout, while nothing is pending for its key, is deleted; never one in use.
+Per quota key (namespace, kind, N) and placement (the nodes a SharePod may run on, see
+:mod:`.placement`): ``pipelining`` = -(devices wanted by pending SharePods of that placement);
+``ready`` = free devices of live ShadowPods that serve the placement, plus N for each such
+ShadowPod created but not yet Running (also those this controller created and has not seen yet),
+minus bound SharePods not yet attributed to a ShadowPod (taken from the ShadowPods on their node);
+``releasing`` = devices of terminating ShadowPods.  Short of devices: create ``ceil(-delta / N)``
+for that placement.  A ShadowPod with no user for the idle timeout, while nothing it could serve
+is pending, is deleted; never one in use.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from gpushare_common.mapping import QuotaKey, ShareDeviceCount
 
 from .model import Record, ShadowPod, SharePod
+from .placement import ANYWHERE, Placement
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +27,17 @@ class Create:
     quota: QuotaKey
     count: int
     reason: str
+    placement: Placement = ANYWHERE
+
+
+@dataclass(slots=True)
+class Supply:
+    """Free virtual devices of one ShadowPod (live, or created and not seen yet)."""
+
+    quota: QuotaKey
+    placement: Placement
+    node: str
+    free: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +57,7 @@ class Plan:
 
 def plan(
     records: Iterable[Record],
-    expected: Mapping[str, QuotaKey],
+    expected: Mapping[str, tuple[QuotaKey, Placement]],
     idle_since: dict[str, float],
     now: float,
     idle_timeout_s: float,
@@ -59,13 +72,13 @@ def plan(
             shadows.append(record)
     owners = Counter(s.owner for s in shares if s.active and s.owner)
     unattributed: Counter[tuple[str, QuotaKey]] = Counter()
-    pending: Counter[QuotaKey] = Counter()
+    pending: Counter[tuple[QuotaKey, Placement]] = Counter()
     for share in shares:
         if share.pending:
-            pending[share.quota] += share.count
+            pending[(share.quota, share.placement)] += share.count
         elif share.active and not share.owner:
             unattributed[(share.node, share.quota)] += share.count
-    ready: Counter[QuotaKey] = Counter()
+    supply: list[Supply] = []
     releasing: Counter[QuotaKey] = Counter()
     result = Plan()
     seen = set()
@@ -79,23 +92,41 @@ def plan(
         if shadow.terminating:
             releasing[shadow.quota] += shadow.quota.spec
         elif shadow.phase == "Running":
-            ready[shadow.quota] += max(0, shadow.quota.spec - used)
+            supply.append(Supply(shadow.quota, shadow.placement, shadow.node, max(0, shadow.quota.spec - used)))
         elif shadow.phase == "Pending":
-            ready[shadow.quota] += shadow.quota.spec
-    for name, quota in expected.items():
+            supply.append(Supply(shadow.quota, shadow.placement, shadow.node, shadow.quota.spec))
+    for name, (quota, placement) in expected.items():
         if name not in seen:
-            ready[quota] += quota.spec
-    for (_node, quota), devices in unattributed.items():
-        ready[quota] -= devices
-    for quota in set(pending) | set(ready) | set(releasing):
-        count = ShareDeviceCount(pipelining=-pending[quota], ready=ready[quota], releasing=releasing[quota])
-        result.counts[quota] = count
+            supply.append(Supply(quota, placement, "", quota.spec))
+    debt = _take_unattributed(supply, unattributed)
+    for quota in {q for q, _ in pending} | {s.quota for s in supply} | set(releasing):
+        free = sum(s.free for s in supply if s.quota == quota) - debt[quota]
+        wanted = sum(n for (q, _), n in pending.items() if q == quota)
+        result.counts[quota] = ShareDeviceCount(pipelining=-wanted, ready=free, releasing=releasing[quota])
+    for (quota, placement), wanted in sorted(pending.items(), key=lambda kv: (kv[0][0].resource, kv[0][1].text)):
+        free = sum(s.free for s in supply if s.quota == quota and s.placement.serves(placement, s.node))
+        count = ShareDeviceCount(pipelining=-wanted, ready=free - debt[quota], releasing=releasing[quota])
         to_create = count.shadow_pods_to_create(quota.spec)
         if to_create:
-            result.creates.append(Create(quota, to_create,
-                                         f"{pending[quota]} devices pending, {max(ready[quota], 0)} free"))
+            where = "" if placement.anywhere else f" on {placement.hostname or placement.text}"
+            result.creates.append(Create(quota, to_create, f"{wanted} devices pending{where}, {max(free, 0)} free",
+                                         placement))  # fmt: skip
     result.deletes = _idle(shadows, result.users, unattributed, pending, idle_since, now, idle_timeout_s)
     return result
+
+
+def _take_unattributed(supply: list[Supply], unattributed: Counter[tuple[str, QuotaKey]]) -> Counter[QuotaKey]:
+    """Bound SharePods not attributed to a ShadowPod yet use devices of a ShadowPod on their node:
+    take them from those; what no ShadowPod on the node has is owed by the quota key as a whole."""
+    debt: Counter[QuotaKey] = Counter()
+    for (node, quota), devices in unattributed.items():
+        for entry in supply:
+            if devices and entry.quota == quota and entry.node == node and node:
+                taken = min(entry.free, devices)
+                entry.free -= taken
+                devices -= taken
+        debt[quota] += devices
+    return debt
 
 
 def _attribute(unattributed: Counter[tuple[str, QuotaKey]], where: tuple[str, QuotaKey], known: int) -> None:
@@ -108,7 +139,7 @@ def _attribute(unattributed: Counter[tuple[str, QuotaKey]], where: tuple[str, Qu
 
 def _idle(
     shadows: list[ShadowPod], users: dict[str, int], unattributed: Counter[tuple[str, QuotaKey]],
-    pending: Counter[QuotaKey], idle_since: dict[str, float], now: float, timeout: float,
+    pending: Counter[tuple[QuotaKey, Placement]], idle_since: dict[str, float], now: float, timeout: float,
 ) -> list[Delete]:
     deletes = []
     live = {s.key for s in shadows}
@@ -124,6 +155,7 @@ def _idle(
             idle_since.pop(shadow.key, None)
             continue
         since = idle_since.setdefault(shadow.key, now)
-        if now - since >= timeout and not pending[shadow.quota]:
+        wanted = any(q == shadow.quota and shadow.placement.serves(p, shadow.node) for q, p in pending)
+        if now - since >= timeout and not wanted:
             deletes.append(Delete(shadow.key, shadow.quota, f"no user for {now - since:.0f}s"))
     return deletes

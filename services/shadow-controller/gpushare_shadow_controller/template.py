@@ -18,6 +18,7 @@ from typing import Any
 from gpushare_common import ids, isolation
 from gpushare_common.mapping import QuotaKey
 
+from .placement import ANYWHERE, Placement
 from .settings import ShadowSettings
 
 MPS = isolation.MPS
@@ -44,7 +45,9 @@ def shadow_name(quota: QuotaKey) -> str:
     return f"gpushare-shadow-{quota.kind}-{quota.spec}-{secrets.token_hex(3)}"
 
 
-def shadow_pod(quota: QuotaKey, name: str, settings: ShadowSettings) -> dict[str, Any]:
+def shadow_pod(quota: QuotaKey, name: str, settings: ShadowSettings, placement: Placement = ANYWHERE) -> dict[str, Any]:
+    """The ShadowPod for ``quota``; made for SharePods that may run only on some nodes
+    (``placement``), it carries their constraints and names them in an annotation."""
     card = {settings.vendor_resource: "1"}
     container: dict[str, Any] = {
         "name": ids.SHADOW_CONTAINER,
@@ -66,6 +69,9 @@ def shadow_pod(quota: QuotaKey, name: str, settings: ShadowSettings) -> dict[str
     if selector:
         spec["nodeSelector"] = selector
     annotations = {ids.ANN_SHARE_KIND: quota.kind, ids.ANN_SHARE_SPEC: str(quota.spec)}
+    if not placement.anywhere:
+        placement.apply(spec)
+        annotations[ids.ANN_PLACEMENT] = placement.text
     profile = settings.isolation_of(quota.kind, quota.spec)
     if profile == MPS:
         _run_mps(spec, container, quota, f"{quota.namespace}/{name}", settings)
