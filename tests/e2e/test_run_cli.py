@@ -70,14 +70,21 @@ def _state(pid: int) -> str:
         return "Z"
 
 
-def _start_runner() -> tuple[subprocess.Popen[str], str, list[str]]:
-    """``make run ARGS=--keep``'s runner, up with every service; its run directory and output."""
+def _start_runner(until: str = "") -> tuple[subprocess.Popen[str], str, list[str]]:
+    """``make run ARGS=--keep``'s runner, up with every service (or, with ``until``, only until its
+    output has a line with that text); its run directory and output."""
     proc = subprocess.Popen([sys.executable, "-m", "gpushare_sim.run", "--scenario", "none", "--keep"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
     lines: list[str] = []
     assert proc.stdout is not None
     deadline = time.monotonic() + 180
-    while not any("solver@" in line and "/status" in line and "  solver" in line for line in lines):
+
+    def up() -> bool:
+        if until:
+            return any(until in line for line in lines)
+        return any("solver@" in line and "/status" in line and "  solver" in line for line in lines)
+
+    while not up():
         line = proc.stdout.readline()
         assert line and time.monotonic() < deadline, "no status endpoints listed:\n" + "".join(lines)
         lines.append(line)
@@ -92,41 +99,61 @@ def _stop(proc: subprocess.Popen[str]) -> None:
         proc.stdout.close()
 
 
+def _nothing_left(run_dir: str, started: set[int], sig: signal.Signals) -> None:
+    deadline = time.monotonic() + 60
+    while (left := [*_mentions(run_dir), *map(str, _alive(started))]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert left == [], f"left running after {sig.name} of the runner: {left}"
+    assert run_dir not in Path("/proc/self/mounts").read_text()
+
+
 def test_keep_lists_status_endpoints_and_ctrl_c_tears_everything_down() -> None:
+    """Ctrl-C of a runner with everything up: it answers its status endpoints until then, and every
+    process it started (nats-server, the API emulator, the kernel stand-in, the node simulator's
+    containerd and containers, every service) ends, its run directory removed."""
     needs()
     proc, run_dir, lines = _start_runner()
     try:
         url = re.search(r"(http://\S+/status)", lines[-1]).group(1)  # type: ignore[union-attr]
         with urllib.request.urlopen(url, timeout=5) as response:
             assert json.loads(response.read())["node"] == "gpu-node-1"
-        assert _mentions(run_dir)
+        started = _descendants(proc.pid)
+        assert len(started) >= 8 and _mentions(run_dir)  # the cluster's parts and their helpers
         proc.send_signal(signal.SIGINT)
         assert proc.wait(120) == 130
+        _nothing_left(run_dir, started, signal.SIGINT)
         assert not Path(run_dir).exists()
-        assert _mentions(run_dir) == []
-        assert run_dir not in Path("/proc/self/mounts").read_text()
     finally:
         _stop(proc)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
-def test_nothing_outlives_a_runner_that_is_terminated_or_killed(sig: signal.Signals) -> None:
-    """However the runner ends, every process it started (nats-server, the API emulator, the
-    kernel stand-in, the node simulator's containerd and containers, every service) ends too."""
+def test_a_runner_terminated_while_it_starts_leaves_nothing() -> None:
+    """SIGTERM (the same handler as Ctrl-C) while the cluster is half up: what was started ends."""
+    needs()
+    proc, run_dir, _ = _start_runner(until="node gpu-node-1 up")
+    try:
+        started = _descendants(proc.pid)
+        assert len(started) >= 3 and _mentions(run_dir)  # nats-server, the API emulator, the node's parts
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(120) == 130
+        _nothing_left(run_dir, started, signal.SIGTERM)
+        assert not Path(run_dir).exists()
+    finally:
+        _stop(proc)
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def test_nothing_outlives_a_runner_that_is_killed() -> None:
+    """SIGKILL of a runner with everything up: the kernel ends every process it started (each
+    started with a parent-death signal), containerd's containers included."""
     needs()
     proc, run_dir, _ = _start_runner()
     try:
         started = _descendants(proc.pid)
-        assert len(started) >= 8 and _mentions(run_dir)  # the cluster's parts and their helpers
-        proc.send_signal(sig)
+        assert len(started) >= 8 and _mentions(run_dir)
+        proc.send_signal(signal.SIGKILL)
         proc.wait(120)
-        deadline = time.monotonic() + 60
-        while (left := [*_mentions(run_dir), *map(str, _alive(started))]) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert left == [], f"left running after {sig.name} of the runner: {left}"
-        assert run_dir not in Path("/proc/self/mounts").read_text()
-        if sig == signal.SIGTERM:
-            assert not Path(run_dir).exists()
+        _nothing_left(run_dir, started, signal.SIGKILL)
     finally:
         _stop(proc)
         shutil.rmtree(run_dir, ignore_errors=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from gpushare_sim.scenarios import oversell  # noqa: F401  (registers the scenario)
 
 from tests.e2e.conftest import E2E
 
@@ -61,3 +62,13 @@ async def test_dra_shares_spot_and_a_device_plugin_node_side_by_side(e2e: E2E) -
     dead = hops["owner ioctl -> borrower's tasks dead (containerd kill)"]
     assert returned >= dead - 0.05 and returned < 10
     assert any(node.dra for node in e2e.cluster.nodes)
+
+
+async def test_memory_pressure_evicts_lowest_priority_then_newest_and_stops_under_the_threshold(e2e: E2E) -> None:
+    """Oversold CPU-only data tasks: memory pressure evicts them in order (the overselling scenario)."""
+    detail = await e2e.run("oversell")
+    assert "data-3 then data-1 evicted" in detail and "data-2 kept" in detail
+    hops = e2e.timeline.hops_of("oversell")
+    assert hops["memory at 80% -> 2 data tasks evicted and gone"] < 30
+    assert any("node memory use raised to 80% through the simulated cgroup tree" in line
+               for line in e2e.timeline.lines)
