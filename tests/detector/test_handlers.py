@@ -62,7 +62,8 @@ def test_share_spot_generic_facts() -> None:
     gen = only(t.upsert(see(t, pf.reserved("c", lendable=True)),
                         {"main": {"nvidia.com/gpu": ("G2", "G3")}, "dind": {}}))
     assert isinstance(gen, ev.ReservedEvent) and gen.lendable and gen.devices == ("G2", "G3")
-    assert t.reserved_containers() == {"ns/c/main"}
+    assert [(k, p.role) for k, p in sorted(t.placements().items())] == \
+        [("ns/a/app", "sharer"), ("ns/b/job", "borrower"), ("ns/c/main", "owner")]
     assert t.owners()["ns/c"].devices == ("G2", "G3")
     assert t.by_class() == {"share": 1, "spot": 1, "reserved": 1}
 
