@@ -31,7 +31,8 @@ def sample_events() -> list[events.Event]:
         events.KmodCommand(node="n1", op="add", pods=("ml/p/c",), placements=(
             events.Placement(container="ml/p/c", role="sharer", cards=("GPU-0",), shadow="gs/s1"),)),
         events.KmodReply(node="n1", op="stats", status=0,
-                         stats=(events.NamespaceStats(pidns=1, hits=3, container="c", role="sharer"),)),
+                         stats=(events.NamespaceStats(pidns=1, hits=3, container="c", role="sharer"),),
+                         processes=(events.ProcessOwner(pid=4242, pidns=1, pod="ml/p", container="c"),)),
         events.EvictionRecord(node="n1", pod="b/x", reason="owner-back"),
         events.GpuActivity(node="n1", containers=(
             events.ContainerActivity(pod="ml/p", container="c", role="sharer", cards=("GPU-0",), calls=7,

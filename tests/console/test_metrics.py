@@ -97,7 +97,7 @@ DCGM_FI_DEV_GPU_UTIL{UUID="G1",gpu="1",pod="",namespace="",container=""} 0
 
 
 def test_the_detector_exports_what_the_exporter_says_per_card_and_per_pod() -> None:
-    devices, pods, problems = scrape_metrics(load_mappings(BUILTIN_DIR)["nvidia-dcgm"], DCGM_TEXT)
+    devices, pods, problems, _ = scrape_metrics(load_mappings(BUILTIN_DIR)["nvidia-dcgm"], DCGM_TEXT)
     registry = CollectorRegistry()
     result: list[Any] = [ScrapeResult(0.0, True, devices, pods=pods)]
     DetectorMetrics(registry).follow_gpus(lambda: result[0])

@@ -48,6 +48,10 @@ async def test_a_sharer_or_borrower_is_counted_and_never_detected_held_or_an_own
                 await ioctl(kernel.hook_path, process.pidns, pid=process.pid)
         assert [kernel.state.entries[p.pidns].notices for p in (sharer, borrower)] == [0, 0]
         assert published.events.empty()
+        named = await bridge_.serve_command(events.KmodCommand(node=NODE, op="stats", pids=(sharer.pid, 10**9)))
+        assert isinstance(named, events.KmodReply)
+        assert named.processes == (events.ProcessOwner(pid=sharer.pid, pidns=sharer.pidns, pod="team-b/infer",
+                                                       container="main"),)
         stats = await pod_cmd(bridge_, "stats")
         assert sorted((s.pod, s.container, s.role, s.hits) for s in stats.stats) == [
             ("team-a/dev-1", "main", "owner", 0), ("team-b/infer", "main", "sharer", 3),
@@ -73,8 +77,11 @@ async def test_the_detectors_placements_over_nats_count_every_pod_and_only_owner
         for process, calls in ((sharer, 4), (borrower, 2)):
             for _ in range(calls):
                 await ioctl(kernel.hook_path, process.pidns, pid=process.pid)
-        stats = await sync.stats(tuple(p.container for p in PLACED))
-        assert stats is not None
+        answer = await sync.stats(tuple(p.container for p in PLACED), (sharer.pid, borrower.pid, 1))
+        assert answer is not None
+        stats, processes = answer
+        # an exporter's per-process figures reach their pods: pid -> container; the host's init is nobody's
+        assert processes == {sharer.pid: ("team-b/infer", "main"), borrower.pid: ("team-c/job", "main")}
         assert {(s.pod, s.role): s.hits for s in stats} == {
             ("team-a/dev-1", "owner"): 0, ("team-b/infer", "sharer"): 4, ("team-c/job", "borrower"): 2}
         assert (await command(bus, "detect", pods=("team-b/infer",))).status == -errno.EPERM

@@ -186,6 +186,7 @@ class KmodCommand(Event, frozen=True, kw_only=True, tag="kmod_cmd"):
     pods: tuple[str, ...] = ()
     reason: str = ""
     placements: tuple[Placement, ...] = ()
+    pids: tuple[int, ...] = ()  # ``stats``: host pids whose containers the reply names (``processes``)
 
 
 class NamespaceStats(msgspec.Struct, frozen=True, kw_only=True):
@@ -199,6 +200,15 @@ class NamespaceStats(msgspec.Struct, frozen=True, kw_only=True):
     hits: int = 0
     notices: int = 0
     pod: str = ""
+
+
+class ProcessOwner(msgspec.Struct, frozen=True, kw_only=True):
+    """The container a host pid runs in (``pod`` ``ns/name``), as the kmod-bridge resolves it."""
+
+    pid: int
+    pidns: int = 0
+    pod: str = ""
+    container: str = ""
 
 
 class KmodReply(Event, frozen=True, kw_only=True, tag="kmod_reply"):
@@ -215,6 +225,7 @@ class KmodReply(Event, frozen=True, kw_only=True, tag="kmod_reply"):
     timeout_ms: int = 0
     max_hold_ms: int = 0
     unresolved: tuple[str, ...] = ()  # pods of the command with no pid namespace found (add, detect)
+    processes: tuple[ProcessOwner, ...] = ()  # the containers of the pids a ``stats`` named
 
 
 class EvictionRecord(Event, frozen=True, kw_only=True, tag="eviction"):

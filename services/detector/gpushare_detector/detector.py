@@ -240,7 +240,12 @@ class Detector:
         if self.scraper is not None:
             await self.scraper.scrape()
         placed = dict(self.kmod.wanted)
-        stats = await self.kmod.stats(tuple(sorted(placed)))
+        fresh = self.scraper.fresh() if self.scraper is not None else None
+        pids = tuple(sorted({pid for _, pid in fresh.processes})) if fresh is not None else ()
+        answer = await self.kmod.stats(tuple(sorted(placed)), pids)
+        stats = answer[0] if answer is not None else None
+        if fresh is not None and answer is not None:
+            fresh.attribute(answer[1])  # the exporter's per-process figures, now the pods'
         await self._publish_activity(placed, stats)
         for owner in self.tracker.owners().values():
             hits = _hits_of(owner, stats)

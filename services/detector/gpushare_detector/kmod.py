@@ -53,7 +53,11 @@ class KmodSync:
 
     async def request(self, op: ev.KmodOp, pods: tuple[str, ...],
                       placements: tuple[ev.Placement, ...] = ()) -> ev.KmodReply | None:
-        command = ev.KmodCommand(node=self.node, op=op, pods=pods, reason="detector", placements=placements)
+        return await self._send(ev.KmodCommand(node=self.node, op=op, pods=pods, reason="detector",
+                                               placements=placements))
+
+    async def _send(self, command: ev.KmodCommand) -> ev.KmodReply | None:
+        op = command.op
         try:
             subject = self.bus.subjects.kmod_requests(self.node, "detector")  # its own role's subject
             reply = await self.bus.request(subject, command, self.timeout_s)
@@ -118,13 +122,18 @@ class KmodSync:
             else:
                 sync.failed(self.last_error or "not applied")
 
-    async def stats(self, containers: tuple[str, ...]) -> list[ev.NamespaceStats] | None:
+    async def stats(self, containers: tuple[str, ...], pids: tuple[int, ...] = ()
+                    ) -> tuple[list[ev.NamespaceStats], dict[int, tuple[str, str]]] | None:
         """The kernel's counters of these containers' pid namespaces (``ns/pod/container``), each
-        naming its pod, container and role; None when the bridge did not answer."""
-        if not containers:
-            return []
-        reply = await self.request("stats", containers)
-        return None if reply is None else list(reply.stats)
+        naming its pod, container and role, and the container (pod, name) of each of ``pids`` the
+        bridge found; None when the bridge did not answer."""
+        if not containers and not pids:
+            return [], {}
+        command = ev.KmodCommand(node=self.node, op="stats", pods=containers, reason="detector", pids=pids)
+        reply = await self._send(command)
+        if reply is None:
+            return None
+        return list(reply.stats), {p.pid: (p.pod, p.container) for p in reply.processes}
 
     def status(self) -> dict[str, object]:
         pending = sum(1 for key in self.wanted.keys() | self.sent.keys() if self.wanted.get(key) != self.sent.get(key))

@@ -53,6 +53,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+import msgspec
 from gpushare_common import events
 from gpushare_common.hold import HoldTiming
 from gpushare_common.logging import get_logger
@@ -249,7 +250,21 @@ class Bridge:
         if op in ("add", "detect"):
             return await self._watch(op, ids, owners, unresolved, handlers.placed_of(request.placements, owners))
         await self._remember(op, ids, owners)
-        return await self._to_kernel(op, ids)
+        reply = await self._to_kernel(op, ids)
+        if op == "stats" and request.pids:
+            reply = msgspec.structs.replace(reply, processes=await self._processes(request.pids))
+        return reply
+
+    async def _processes(self, pids: Sequence[int]) -> tuple[events.ProcessOwner, ...]:
+        """The container each host pid runs in (a vendor exporter's per-process figures are
+        attributed to pods with it); a pid of no known container is left out."""
+        found = []
+        for pid in dict.fromkeys(pids):
+            pidns = self.resolver.pidns_of(pid) if pid > 0 else None
+            owner = await self.resolver.owner(pidns) if pidns is not None else None
+            if owner is not None and owner.pod:
+                found.append(events.ProcessOwner(pid=pid, pidns=pidns or 0, pod=owner.pod, container=owner.container))
+        return tuple(found)
 
     async def _watch(self, op: str, ids: list[int], owners: dict[int, Owned], unresolved: list[str],
                      placed: dict[int, events.Placement]) -> events.KmodReply:
