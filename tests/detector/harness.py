@@ -29,6 +29,7 @@ class KmodBridge:
         self.commands: list[ev.KmodCommand] = []
         self.hits: dict[str, int] = {}  # by ns/pod/container
         self.placed: dict[str, ev.Placement] = {}  # what the adds said
+        self.processes: dict[int, tuple[str, str]] = {}  # host pid -> (pod, container)
         self.changed = asyncio.Event()
 
     async def respond(self, event: ev.AnyEvent) -> ev.Event:
@@ -40,7 +41,9 @@ class KmodBridge:
         stats = tuple(ev.NamespaceStats(pidns=i + 1, pod=p.rpartition("/")[0], container=p.rpartition("/")[2],
                                         role=self.placed[p].role if p in self.placed else "", hits=self.hits[p])
                       for i, p in enumerate(event.pods) if p in self.hits) if event.op == "stats" else ()
-        return ev.KmodReply(node=event.node, op=event.op, status=0, stats=stats)
+        named = tuple(ev.ProcessOwner(pid=p, pod=self.processes[p][0], container=self.processes[p][1])
+                      for p in event.pids if p in self.processes)  # fmt: skip
+        return ev.KmodReply(node=event.node, op=event.op, status=0, stats=stats, processes=named)
 
     def containers(self) -> set[str]:
         live: set[str] = set()
