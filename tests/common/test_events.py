@@ -28,9 +28,15 @@ def sample_events() -> list[events.Event]:
         events.HealthApplied(node="n1", resource="spot-gpu", devices={"spot-GPU-0": "Unhealthy"}, request_id="r1"),
         events.SpareCapacity(node="n1", resource="vcpu", devices=7, unit=100),
         events.KmodCommand(node="n1", op="detect", pidns=(1, 2)),
+        events.KmodCommand(node="n1", op="add", pods=("ml/p/c",), placements=(
+            events.Placement(container="ml/p/c", role="sharer", cards=("GPU-0",), shadow="gs/s1"),)),
         events.KmodReply(node="n1", op="stats", status=0,
-                         stats=(events.NamespaceStats(pidns=1, hits=3),)),
+                         stats=(events.NamespaceStats(pidns=1, hits=3, container="c", role="sharer"),),
+                         processes=(events.ProcessOwner(pid=4242, pidns=1, pod="ml/p", container="c"),)),
         events.EvictionRecord(node="n1", pod="b/x", reason="owner-back"),
+        events.GpuActivity(node="n1", containers=(
+            events.ContainerActivity(pod="ml/p", container="c", role="sharer", cards=("GPU-0",), calls=7,
+                                     calls_per_s=1.5),)),
     ]
 
 

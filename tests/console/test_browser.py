@@ -60,6 +60,12 @@ async def test_node_page_shows_cards_sharers_borrowers_and_pods(scene: Scene, tm
     assert len(listed) == 3
     borrower = await scene.page("document.querySelector('li.borrower')?.dataset.pod", 5, "the borrower")
     assert borrower == f"{scene.s.namespace}/borrower"
+    counted = ("[...document.querySelectorAll('li.sharer, li.borrower')].every(e => "
+               "/^[0-9]+$/.test(e.querySelector('.activity')?.dataset.calls ?? ''))")
+    assert await scene.page(counted, 20, "every SharePod's and the borrower's GPU calls, counted by the kernel")
+    roles = await scene.page("[...document.querySelectorAll('li .activity')].map(e => e.dataset.role).sort()", 5,
+                             "the roles")  # fmt: skip
+    assert roles.count("sharer") == 3 and roles.count("borrower") == 1 and "owner" in roles
     pods, _ = await scene.s.kube.list_pods(field_selector=f"spec.nodeName={scene.node}")
     on_node = sorted(f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in pods)
     shown = await scene.page("[...document.querySelectorAll('tr.pod')].map(e => e.dataset.pod).sort()", 5, "pods")

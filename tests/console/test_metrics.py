@@ -10,7 +10,7 @@ from gpushare_detector.gpumetrics import scrape_metrics
 from gpushare_detector.metrics import DetectorMetrics
 from gpushare_detector.scraper import ScrapeResult
 from gpushare_detector.vendors import BUILTIN_DIR, load_mappings
-from gpushare_kmod_bridge.metrics import BridgeMetrics
+from gpushare_kmod_bridge.metrics import BridgeMetrics, CallCount
 from gpushare_solver.metrics import SolverMetrics
 from hypothesis import given
 from hypothesis import strategies as st
@@ -72,12 +72,20 @@ def test_an_owner_back_is_timed_per_hop() -> None:
     assert abs(sums[(("hop", "evicted"),)] - 0.1) < 1e-9
 
 
-def test_the_bridge_exports_the_gpu_calls_per_container() -> None:
+def test_the_bridge_exports_the_gpu_calls_per_container_with_its_role_card_and_shadowpod() -> None:
     registry = CollectorRegistry()
-    calls = [("ml/dev", "main", 5), ("ml/dev", "main", 2), ("ml/dev", "dind", 1), ("", "", 9)]
+    calls = [CallCount("ml/dev", "main", 5, "owner", "G0"), CallCount("ml/dev", "main", 2, "owner", "G0"),
+             CallCount("ml/dev", "dind", 1), CallCount("ml/infer", "app", 4, "sharer", "G1", "gpushare-system/s1"),
+             CallCount("", "", 9)]
     BridgeMetrics(registry).follow_gpu_calls(lambda: calls)
+
+    def labels(pod: str, container: str, role: str = "", card: str = "", shadow: str = "") -> tuple[Any, ...]:
+        return tuple(sorted({"pod": pod, "container": container, "role": role, "card": card,
+                             "shadow": shadow}.items()))  # fmt: skip
+
     assert samples(registry, "gpushare_kmod_gpu_calls_total") == {
-        (("container", "dind"), ("pod", "ml/dev")): 1, (("container", "main"), ("pod", "ml/dev")): 7}
+        labels("ml/dev", "dind"): 1, labels("ml/dev", "main", "owner", "G0"): 7,
+        labels("ml/infer", "app", "sharer", "G1", "gpushare-system/s1"): 4}
 
 
 DCGM_TEXT = """\
@@ -89,7 +97,7 @@ DCGM_FI_DEV_GPU_UTIL{UUID="G1",gpu="1",pod="",namespace="",container=""} 0
 
 
 def test_the_detector_exports_what_the_exporter_says_per_card_and_per_pod() -> None:
-    devices, pods, problems = scrape_metrics(load_mappings(BUILTIN_DIR)["nvidia-dcgm"], DCGM_TEXT)
+    devices, pods, problems, _ = scrape_metrics(load_mappings(BUILTIN_DIR)["nvidia-dcgm"], DCGM_TEXT)
     registry = CollectorRegistry()
     result: list[Any] = [ScrapeResult(0.0, True, devices, pods=pods)]
     DetectorMetrics(registry).follow_gpus(lambda: result[0])

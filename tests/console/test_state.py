@@ -10,7 +10,14 @@ import msgspec
 import pytest
 from gpushare_common.bus.watch import KeyChange, KeyChanges
 from gpushare_common.cardmap import CardFacts
-from gpushare_common.events import DeviceHealth, EvictionRecord, OwnerBackEvent, SpareCapacity
+from gpushare_common.events import (
+    ContainerActivity,
+    DeviceHealth,
+    EvictionRecord,
+    GpuActivity,
+    OwnerBackEvent,
+    SpareCapacity,
+)
 from gpushare_common.mapping import RESERVED, SHADOW, DeviceStatus, OwnerEntry
 from gpushare_common.pods import PodRules
 from gpushare_common.settings import SettingsError
@@ -80,6 +87,29 @@ def test_the_node_view_names_the_pods_of_each_card_and_the_spare_units_follow_ca
     assert sorted(p["key"] for p in doc["pods"]) == ["ml/busy", "ml/share-1"]
     assert doc["spare"]["vcpu_millicores"] == 1000
     assert views.node(state, SETTINGS, "nowhere") is None
+
+
+def test_the_node_view_shows_each_pods_gpu_activity_on_its_card() -> None:
+    state = _state()
+    version = state.changes.version
+    rows = (ContainerActivity(pod="ml/busy", container="main", role="owner", cards=("GPU-0",), calls=7,
+                              calls_per_s=0.0),
+            ContainerActivity(pod="ml/share-1", container="main", role="sharer", cards=("GPU-1",), calls=90,
+                              calls_per_s=2.5, shadow="gpushare-system/s", utilisation=40.0),
+            ContainerActivity(pod="ml/share-1", container="side", role="sharer", cards=("GPU-1",), calls=10,
+                              calls_per_s=0.5),
+            ContainerActivity(pod="ml/new", container="main", role="sharer", cards=("GPU-1",)))
+    state.activity_seen(GpuActivity(node="n1", containers=rows))
+    assert state.changes.version == version + 1
+    state.activity_seen(GpuActivity(node="n1", containers=rows))  # the same figures: no new version
+    assert state.changes.version == version + 1
+    doc = views.node(state, SETTINGS, "n1")
+    assert doc is not None
+    held, shared = doc["cards"][0], doc["cards"][1]
+    assert held["activity"] == {"ml/busy": {"role": "owner", "calls": 7, "calls_per_s": 0.0, "utilisation": None}}
+    assert shared["activity"] == {
+        "ml/share-1": {"role": "sharer", "calls": 100, "calls_per_s": 3.0, "utilisation": 40.0},
+        "ml/new": {"role": "sharer", "calls": None, "calls_per_s": None, "utilisation": None}}
 
 
 def test_deletes_resets_and_bad_values_change_the_state_as_they_should() -> None:

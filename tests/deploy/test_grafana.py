@@ -20,7 +20,7 @@ import pytest
 from gpushare_common.bus.connection import BusMetrics
 from gpushare_console.metrics import ConsoleMetrics
 from gpushare_detector.metrics import DetectorMetrics
-from gpushare_kmod_bridge.metrics import BridgeMetrics
+from gpushare_kmod_bridge.metrics import BridgeMetrics, CallCount
 from gpushare_solver.metrics import SolverMetrics
 from hypothesis import given
 from hypothesis import strategies as st
@@ -43,7 +43,7 @@ def exported() -> set[str]:
     registry = CollectorRegistry()
     SolverMetrics(registry)
     bridge = BridgeMetrics(registry)
-    bridge.follow_gpu_calls(lambda: [("ns/pod", "main", 3)])
+    bridge.follow_gpu_calls(lambda: [CallCount("ns/pod", "main", 3)])
     DetectorMetrics(registry).follow_gpus(lambda: None)
     ConsoleMetrics(registry)
     BusMetrics(registry)

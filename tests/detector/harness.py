@@ -27,17 +27,23 @@ class KmodBridge:
 
     def __init__(self) -> None:
         self.commands: list[ev.KmodCommand] = []
-        self.hits: dict[str, int] = {}
+        self.hits: dict[str, int] = {}  # by ns/pod/container
+        self.placed: dict[str, ev.Placement] = {}  # what the adds said
+        self.processes: dict[int, tuple[str, str]] = {}  # host pid -> (pod, container)
         self.changed = asyncio.Event()
 
     async def respond(self, event: ev.AnyEvent) -> ev.Event:
         assert isinstance(event, ev.KmodCommand)
         self.commands.append(event)
         self.changed.set()
-        # like the bridge, statistics name the owner pod ("ns/pod"), one record per pid namespace
-        stats = tuple(ev.NamespaceStats(pidns=i + 1, pod="/".join(p.split("/")[:2]), hits=self.hits[p])
+        self.placed.update({p.container: p for p in event.placements})
+        # like the bridge, statistics name the pod ("ns/pod"), its container and where it was placed
+        stats = tuple(ev.NamespaceStats(pidns=i + 1, pod=p.rpartition("/")[0], container=p.rpartition("/")[2],
+                                        role=self.placed[p].role if p in self.placed else "", hits=self.hits[p])
                       for i, p in enumerate(event.pods) if p in self.hits) if event.op == "stats" else ()
-        return ev.KmodReply(node=event.node, op=event.op, status=0, stats=stats)
+        named = tuple(ev.ProcessOwner(pid=p, pod=self.processes[p][0], container=self.processes[p][1])
+                      for p in event.pids if p in self.processes)  # fmt: skip
+        return ev.KmodReply(node=event.node, op=event.op, status=0, stats=stats, processes=named)
 
     def containers(self) -> set[str]:
         live: set[str] = set()

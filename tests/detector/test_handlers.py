@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpushare_common import dra
 from gpushare_common import events as ev
 from gpushare_common.pods import Pod as PodView
 from gpushare_common.pods import PodRules
@@ -62,9 +63,30 @@ def test_share_spot_generic_facts() -> None:
     gen = only(t.upsert(see(t, pf.reserved("c", lendable=True)),
                         {"main": {"nvidia.com/gpu": ("G2", "G3")}, "dind": {}}))
     assert isinstance(gen, ev.ReservedEvent) and gen.lendable and gen.devices == ("G2", "G3")
-    assert t.reserved_containers() == {"ns/c/main"}
+    assert [(k, p.role) for k, p in sorted(t.placements().items())] == \
+        [("ns/a/app", "sharer"), ("ns/b/job", "borrower"), ("ns/c/main", "owner")]
     assert t.owners()["ns/c"].devices == ("G2", "G3")
     assert t.by_class() == {"share": 1, "spot": 1, "reserved": 1}
+
+
+def test_every_container_placed_on_a_card_has_its_role_cards_and_shadowpod() -> None:
+    """From pod-resources' answers only: the ShadowPod's card reaches its SharePods through the
+    virtual device ids, the borrower's through its spot device, a DRA share claim's through its
+    CDI device."""
+    t = tracker()
+    t.upsert(see(t, pf.shadow("s1")), {"main": {"nvidia.com/gpu": ("GPU-a",)}})
+    t.upsert(see(t, pf.share("a")), {"app": {"gpushare/share-gpu-4": (f"{SHADOW_S1}-0", f"{SHADOW_S1}-1")}})
+    t.upsert(see(t, pf.spot("b")), {"job": {"gpushare/spot-gpu": ("spot-GPU-b",)}})
+    t.upsert(see(t, pf.reserved("c", lendable=True)), {"main": {"nvidia.com/gpu": ("GPU-b",)}, "dind": {}})
+    claim = dra.cdi_device("share", "0a1b-2c3d", "GPU-c").qualified
+    t.upsert(see(t, pf.pod("d", requests={"app": {}})), {"app": {dra.CDI_KIND: (claim, "not-a-cdi-name")}})
+    t.upsert(see(t, pf.pod("e", requests={"app": {}}, phase="Succeeded")), {"app": {dra.CDI_KIND: (claim,)}})
+    assert t.placements() == {
+        "ns/a/app": ev.Placement(container="ns/a/app", role="sharer", cards=("GPU-a",), shadow=SHADOW_S1),
+        "ns/b/job": ev.Placement(container="ns/b/job", role="borrower", cards=("GPU-b",)),
+        "ns/c/main": ev.Placement(container="ns/c/main", role="owner", cards=("GPU-b",)),
+        "ns/d/app": ev.Placement(container="ns/d/app", role="sharer", cards=("GPU-c",)),
+    }
 
 
 def test_finished_pod_clears_and_unchanged_pod_is_silent() -> None:

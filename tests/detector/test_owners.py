@@ -16,7 +16,7 @@ from gpushare_detector.adapters.exporter import ExporterError, fetch_text
 from gpushare_detector.detector import Detector
 from gpushare_detector.metrics import DetectorMetrics
 from gpushare_detector.scraper import Scraper
-from gpushare_detector.vendors import BUILTIN_DIR, load_mappings
+from gpushare_detector.vendors import BUILTIN_DIR, load_mappings, parse_mapping
 from prometheus_client import CollectorRegistry
 
 from tests.detector import podfactory as pf
@@ -174,3 +174,73 @@ async def test_fetch_from_a_real_http_exporter_then_it_vanishes(http_exporter: s
     result = await scraper.scrape()
     assert not result.ok and "unreachable" in result.error
     assert scraper.utilisation(("GPU-aaaa",)) is None
+
+
+async def test_a_busy_borrower_on_the_lent_card_never_brings_the_owner_back(rig: Rig) -> None:
+    """The borrower's load shows on the card's utilisation and its calls are counted: neither is
+    the owner's. Only the owner's own calls (or the kernel's notice) bring it back."""
+    await rig.tick(12)
+    assert rig.state() == "away"
+    view = rig.detector.tracker.read(pf.spot("b"))
+    assert view is not None
+    await rig.detector.publish(rig.detector.tracker.upsert(view, {"job": {"gpushare/spot-gpu": ("spot-G1",)}}))
+    rig.detector._after_pods_changed()
+    assert await rig.detector.kmod.sync_once()  # over NATS: the borrower's placement reaches the bridge
+    assert rig.bridge.placed["ns/b/job"] == ev.Placement(container="ns/b/job", role="borrower", cards=("G1",))
+    rig.exporter.text = dcgm("90")
+    for calls in range(1, 6):
+        rig.bridge.hits["ns/b/job"] = calls * 1000
+        await rig.tick()
+    assert rig.state() == "away"
+    assert not any(isinstance(e, ev.LowPowerEvent) and e.using for e in rig.seen.events)
+    rig.bridge.hits["ns/dev/main"] = 11  # the owner's own call
+    await rig.tick()
+    await rig.seen.wait_for(is_(ev.LowPowerEvent, owner="ns/dev", using=True, reason="gpu-access"))
+
+
+async def test_every_placed_pods_activity_is_published_with_its_rate(rig: Rig) -> None:
+    activity: asyncio.Queue[ev.AnyEvent] = asyncio.Queue()
+
+    async def seen(event: ev.AnyEvent) -> None:
+        activity.put_nowait(event)
+
+    await rig.bus.subscribe(rig.bus.subjects.activity(NODE), seen)
+    await rig.tick()
+    first = await asyncio.wait_for(activity.get(), 5)
+    assert isinstance(first, ev.GpuActivity)
+    assert [(c.pod, c.container, c.role, c.cards, c.calls, c.calls_per_s) for c in first.containers] == [
+        ("ns/dev", "main", "owner", ("G1",), 10, None)]
+    rig.bridge.hits["ns/dev/main"] = 130  # 120 calls in the minute of a tick
+    await rig.tick()
+    second = await asyncio.wait_for(activity.get(), 5)
+    assert isinstance(second, ev.GpuActivity) and second.containers[0].calls_per_s == 2.0
+
+
+async def test_an_exporters_per_process_figures_name_the_borrower_itself(rig: Rig) -> None:
+    """An exporter that labels samples by process: the bridge says which container each pid runs
+    in, and the per-pod utilisation and the activity name the borrower, not the card's holder."""
+    assert rig.detector.scraper is not None
+    rig.detector.scraper.mapping = parse_mapping(
+        "vendor: dcgm-process\nmetrics: {utilisation: {names: [DCGM_FI_DEV_GPU_UTIL]}}\n"
+        "labels: {device: [UUID], pod: [pod], namespace: [namespace], container: [container], pid: [pid]}\n")
+    view = rig.detector.tracker.read(pf.spot("b"))
+    assert view is not None
+    rig.detector.tracker.upsert(view, {"job": {"gpushare/spot-gpu": ("spot-G1",)}})
+    rig.detector._after_pods_changed()
+    rig.bridge.processes[777] = ("ns/b", "job")
+    rig.exporter.text = dcgm("60") + 'DCGM_FI_DEV_GPU_UTIL{UUID="G1",pid="777"} 60\n' \
+        'DCGM_FI_DEV_GPU_UTIL{UUID="G1",pid="888"} 5\n'  # a pid of no known container
+    activity: asyncio.Queue[ev.AnyEvent] = asyncio.Queue()
+
+    async def seen(event: ev.AnyEvent) -> None:
+        activity.put_nowait(event)
+
+    await rig.bus.subscribe(rig.bus.subjects.activity(NODE), seen)
+    await rig.tick()
+    event = await asyncio.wait_for(activity.get(), 5)
+    assert isinstance(event, ev.GpuActivity)
+    assert {(c.pod, c.role): c.utilisation for c in event.containers} == {("ns/b", "borrower"): 60.0,
+                                                                        ("ns/dev", "owner"): None}
+    registry = rig.detector.scraper.metrics.registry  # where the scraper exports
+    assert registry.get_sample_value("gpushare_pod_gpu_utilisation_percent",
+                                     {"card": "G1", "pod": "ns/b", "container": "job"}) == 60.0

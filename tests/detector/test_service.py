@@ -87,6 +87,8 @@ async def test_pods_become_events_and_clear(world: World, running: Detector) -> 
     await world.create(pf.share("app"))
     share = await world.seen.wait_for(is_(ev.ShareEvent, share_pod="ns/app", state="using"))
     assert isinstance(share, ev.ShareEvent) and share.devices == ("ns/s1-0",)
+    await _until(lambda: world.bridge.containers() == {"ns/dev/main", "ns/app/app"})  # a sharer: counted too
+    assert (world.bridge.placed["ns/app/app"].role, world.bridge.placed["ns/dev/main"].role) == ("sharer", "owner")
 
     await world.create(pf.reserved("elsewhere", node="node-2"))
     await world.delete("s1", grace=30, namespace=pf.SYSTEM)  # graceful: terminating first
@@ -95,7 +97,7 @@ async def test_pods_become_events_and_clear(world: World, running: Detector) -> 
     del world.podres.table["ns/dev"]
     await world.delete("dev")
     await world.seen.wait_for(is_(ev.ReservedEvent, pod="ns/dev", state="cleared"))
-    await _until(lambda: world.bridge.containers() == set())
+    await _until(lambda: world.bridge.containers() == {"ns/app/app"})
     assert "ns/elsewhere" not in running.tracker.views
     assert running.status()["pods"] == {"shadow": 1, "share": 1}
 

@@ -4,7 +4,8 @@ import math
 from pathlib import Path
 
 import pytest
-from gpushare_detector.gpumetrics import ScrapeError, device_metrics
+from gpushare_detector.gpumetrics import ScrapeError, device_metrics, scrape_metrics
+from gpushare_detector.scraper import ScrapeResult
 from gpushare_detector.vendors import BUILTIN_DIR, MappingError, load_mappings, parse_mapping
 from hypothesis import given
 from hypothesis import strategies as st
@@ -106,3 +107,46 @@ def test_any_text_is_metrics_or_a_scrape_error(text: str) -> None:
     for found in devices.values():
         assert found.utilisation is None or 0 <= found.utilisation <= 100
         assert found.power is None or math.isfinite(found.power)
+
+
+PROCESS_MAPPING = parse_mapping("""
+vendor: acme-process
+metrics:
+  utilisation: {names: [acme_util, acme_process_util]}
+  memory_used: {names: [acme_mem, acme_process_mem], scale: 1048576}
+labels:
+  device: [card]
+  pid: [pid]
+""", "acme-process.yaml")
+PROCESS_TEXT = """\
+acme_util{card="c0"} 70
+acme_mem{card="c0"} 300
+acme_process_util{card="c0",pid="4242"} 50
+acme_process_util{card="c0",pid="5151"} 20
+acme_process_mem{card="c0",pid="4242"} 100
+acme_process_mem{card="c0",pid="5151"} 200
+acme_process_util{card="c0",pid="-3"} 99
+acme_process_util{card="c0",pid="init"} 99
+"""
+
+
+def test_per_process_figures_stay_apart_from_the_cards_and_are_summed_per_container() -> None:
+    found = scrape_metrics(PROCESS_MAPPING, PROCESS_TEXT)
+    assert (found.devices["c0"].utilisation, found.devices["c0"].memory_used) == (70.0, 300 * 2**20)
+    assert {k: (m.utilisation, m.memory_used) for k, m in found.processes.items()} == {
+        ("c0", 4242): (50.0, 100 * 2**20), ("c0", 5151): (20.0, 200 * 2**20)}
+    result = ScrapeResult(0.0, True, found.devices, pods=found.pods, processes=found.processes)
+    # both processes run in one SharePod's container; an unknown pid is nobody's
+    assert result.attribute({4242: ("ml/infer", "app"), 5151: ("ml/infer", "app"), 9: ("ml/x", "y")}) == 2
+    share = result.pods[("c0", "ml", "infer", "app")]
+    assert (share.utilisation, share.memory_used) == (70.0, 300 * 2**20)
+
+
+@given(st.text(max_size=12))
+def test_any_pid_label_is_a_process_or_the_cards(value: str) -> None:
+    if any(c in value for c in '"\\\n'):
+        return  # not a label value the text format carries
+    text = f'acme_process_util{{card="c0",pid="{value}"}} 5\n'
+    found = scrape_metrics(PROCESS_MAPPING, text)
+    assert all(0 < pid < 2**31 for _, pid in found.processes)
+    assert bool(found.processes) != ("c0" in found.devices)  # one or the other, never both

@@ -22,6 +22,10 @@ from .conftest import Namespaces, wait_until
 from .test_bridge import NODE, Containers, pod_cmd, wired
 
 
+def owners(*keys: str) -> dict[str, events.Placement]:
+    return {key: events.Placement(container=key, cards=("GPU-0",)) for key in keys}
+
+
 class InMemory:
     """The detector's request/reply to the bridge, without NATS in between."""
 
@@ -56,11 +60,11 @@ async def test_an_owner_whose_container_starts_after_the_add_is_watched_without_
         stop = asyncio.Event()
         task = asyncio.create_task(sync.run(stop, backoff_s=0.05, max_backoff_s=0.2))
         try:
-            sync.want({"ns/busy/main", "ns/dev/main"})  # a resync while dev's container is not running
+            sync.want(owners("ns/busy/main", "ns/dev/main"))  # a resync while dev's container is not running
             await wait_until(lambda: bridge.watchset.get(busy.pidns) is not None, 5, "busy watched")
             source.run("c2", "ns/dev", dev)  # its container starts
             await wait_until(lambda: bridge.watchset.get(dev.pidns) is not None, 5, "the owner watched")
-            assert sync.sent == {"ns/busy/main", "ns/dev/main"}
+            assert sync.sent == owners("ns/busy/main", "ns/dev/main")
         finally:
             stop.set()
             sync.changed.set()
@@ -75,10 +79,10 @@ async def test_a_new_owner_does_not_wait_for_another_containers_backoff(kernel: 
         stop = asyncio.Event()
         task = asyncio.create_task(sync.run(stop, backoff_s=30.0, max_backoff_s=30.0))
         try:
-            sync.want({"ns/never/main"})  # a container that never gets a namespace: retried every 30 s
+            sync.want(owners("ns/never/main"))  # a container that never gets a namespace: retried every 30 s
             await wait_until(lambda: sync.last_error != "", 5, "the first add refused")
             source.run("c2", "ns/dev", dev)
-            sync.want({"ns/never/main", "ns/dev/main"})
+            sync.want(owners("ns/never/main", "ns/dev/main"))
             await wait_until(lambda: bridge.watchset.get(dev.pidns) is not None, 5, "the new owner watched")
         finally:
             stop.set()

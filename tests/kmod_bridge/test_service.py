@@ -188,7 +188,7 @@ async def test_status_and_metrics_over_http(
         ready = await get_ok(port, "/readyz")
     assert status["registered"] is True and status["transport"].startswith("sim:")
     assert status["watch_set"] == [{"pidns": pidns, "mode": "watched", "pod": "", "container": "",
-                                    "container_id": ""}]
+                                    "container_id": "", "role": "", "cards": [], "shadow": ""}]
     assert (status["kernel"]["timeout_ms"], status["kernel"]["max_hold_ms"]) == (3000, 30000)
     (entry,) = status["kernel"]["namespaces"]
     assert (entry["pidns"], entry["flags"], entry["releases"], entry["holds"]) == (pidns, ["watched"], 1, 0)

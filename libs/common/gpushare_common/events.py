@@ -154,19 +154,45 @@ class SpareCapacity(Event, frozen=True, kw_only=True, tag="capacity"):
 
 
 KmodOp = Literal["add", "delete", "detect", "undetect", "release", "stats", "config", "hold"]
+OWNER = "owner"  # the role of a container holding its cards itself (a reserved pod, a dev machine)
+
+
+def counted_only(role: str) -> bool:
+    """Whether a container of ``role`` is only counted (a sharer, a borrower, a role not known
+    yet): never detected, held or taken for an owner's activity. "" is an entry no placement
+    named (an older detector): an owner, as before placements existed."""
+    return bool(role) and role != OWNER
+
+
+class Placement(msgspec.Struct, frozen=True, kw_only=True):
+    """Where gpushare placed one container (``ns/pod/container``), from the kubelet's
+    pod-resources: ``role`` ``owner`` (a reserved pod or dev machine holding ``cards``),
+    ``sharer`` (a SharePod on the virtual devices of ``shadow``, or a DRA share claim of
+    ``cards``), ``borrower`` (a spot pod on the card behind its spot device)."""
+
+    container: str
+    role: str = OWNER
+    cards: tuple[str, ...] = ()
+    shadow: str = ""
 
 
 class KmodCommand(Event, frozen=True, kw_only=True, tag="kmod_cmd"):
-    """A request to the kmod-bridge; pods are pod keys or ``pod/container`` keys."""
+    """A request to the kmod-bridge; pods are pod keys or ``pod/container`` keys. An ``add``
+    says in ``placements`` where each container sits: one that is not an owner's is counted
+    only (the bridge refuses to detect or hold it)."""
 
     op: KmodOp
     pidns: tuple[int, ...] = ()
     pods: tuple[str, ...] = ()
     reason: str = ""
+    placements: tuple[Placement, ...] = ()
+    pids: tuple[int, ...] = ()  # ``stats``: host pids whose containers the reply names (``processes``)
 
 
 class NamespaceStats(msgspec.Struct, frozen=True, kw_only=True):
     pidns: int
+    container: str = ""  # the container of ``pod`` living in the namespace
+    role: str = ""  # its Placement's role ("" when no placement named it)
     watched: bool = False
     need_notice: bool = False
     blocked: int = 0
@@ -174,6 +200,15 @@ class NamespaceStats(msgspec.Struct, frozen=True, kw_only=True):
     hits: int = 0
     notices: int = 0
     pod: str = ""
+
+
+class ProcessOwner(msgspec.Struct, frozen=True, kw_only=True):
+    """The container a host pid runs in (``pod`` ``ns/name``), as the kmod-bridge resolves it."""
+
+    pid: int
+    pidns: int = 0
+    pod: str = ""
+    container: str = ""
 
 
 class KmodReply(Event, frozen=True, kw_only=True, tag="kmod_reply"):
@@ -190,6 +225,7 @@ class KmodReply(Event, frozen=True, kw_only=True, tag="kmod_reply"):
     timeout_ms: int = 0
     max_hold_ms: int = 0
     unresolved: tuple[str, ...] = ()  # pods of the command with no pid namespace found (add, detect)
+    processes: tuple[ProcessOwner, ...] = ()  # the containers of the pids a ``stats`` named
 
 
 class EvictionRecord(Event, frozen=True, kw_only=True, tag="eviction"):
@@ -211,6 +247,29 @@ class EvictionRecord(Event, frozen=True, kw_only=True, tag="eviction"):
     released_ms: float = 0.0  # from the trigger's handling to the owner's release sent (0: none)
 
 
+class ContainerActivity(msgspec.Struct, frozen=True, kw_only=True):
+    """One container gpushare placed on a card, and how much it uses it: the GPU calls the
+    kernel module counted (None: not counted yet) and their rate between the detector's last
+    two samples, and the exporter's figures for it where the exporter labels them by pod."""
+
+    pod: str
+    container: str
+    role: str = OWNER
+    cards: tuple[str, ...] = ()
+    shadow: str = ""
+    calls: int | None = None
+    calls_per_s: float | None = None
+    utilisation: float | None = None
+    memory_used: float | None = None
+
+
+class GpuActivity(Event, frozen=True, kw_only=True, tag="activity"):
+    """Every container gpushare placed on the node's cards, with its activity (the detector,
+    every scrape; a core message, not kept in the stream)."""
+
+    containers: tuple[ContainerActivity, ...] = ()
+
+
 AnyEvent: TypeAlias = (
     ShadowEvent
     | ShareEvent
@@ -225,6 +284,7 @@ AnyEvent: TypeAlias = (
     | KmodCommand
     | KmodReply
     | EvictionRecord
+    | GpuActivity
 )
 
 EVENT_TYPES: tuple[type[Event], ...] = (
@@ -241,6 +301,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     KmodCommand,
     KmodReply,
     EvictionRecord,
+    GpuActivity,
 )
 
 _encoder = msgspec.json.Encoder()

@@ -64,7 +64,8 @@ _READS: dict[str, tuple[str, ...]] = {"solver": (SOLVER, HEALTH), "detector": (D
 # node channels each role publishes (requests on kmod.<role> and fence.*), and subscribes to (the
 # roles that answer requests may publish their replies: allow_responses)
 _PUBLISHES: dict[str, tuple[str, ...]] = {
-    "detector": (*(f"event.{k}" for k in EVENT_KINDS if k != "ownerback"), "capacity.*", "kmod.detector"),
+    "detector": (*(f"event.{k}" for k in EVENT_KINDS if k != "ownerback"), "capacity.*", "kmod.detector",
+                 "activity"),
     "solver": ("health.*", "eviction", "kmod.solver", "fence.*"),
     "kmod-bridge": ("event.ownerback",),
     "deviceplugin": (),

@@ -2,7 +2,8 @@
 
 ``<prefix>.<node>.event.<kind>``, ``<prefix>.<node>.health.<resource>``,
 ``<prefix>.<node>.capacity.<resource>``, ``<prefix>.<node>.kmod.<role>``,
-``<prefix>.<node>.fence.<resource>``, ``<prefix>.<node>.eviction``. The prefix is ``gpushare.v1`` in production;
+``<prefix>.<node>.fence.<resource>``, ``<prefix>.<node>.eviction``,
+``<prefix>.<node>.activity``. The prefix is ``gpushare.v1`` in production;
 tests and the replay sandbox use their own.  A node name's ``.`` becomes ``_``
 (node names never contain ``_``, so the mapping is reversible).
 
@@ -29,7 +30,7 @@ DEFAULT_DOMAIN = "gpushare"
 
 EventKind = Literal["shadow", "share", "generic", "spot", "lowpower", "ownerback", "inventory"]
 EVENT_KINDS: tuple[str, ...] = get_args(EventKind)
-Channel = Literal["event", "health", "capacity", "kmod", "fence", "eviction"]
+Channel = Literal["event", "health", "capacity", "kmod", "fence", "eviction", "activity"]
 # which role may ask the kmod-bridge for which operation (``config`` is a setting, never a request)
 KMOD_OPS: dict[str, tuple[str, ...]] = {
     "detector": ("add", "delete", "stats"),  # the reserved containers it watches, and their counters
@@ -156,6 +157,14 @@ class Subjects:
         """Spare vCPU/vMem of every node (the console's observer role reads them all)."""
         return f"{self.prefix}.*.capacity.>"
 
+    def activity(self, node: str) -> str:
+        """The GPU activity of every container gpushare placed on the node's cards (core, not stored)."""
+        return f"{self.prefix}.{node_token(node)}.activity"
+
+    def every_node_activity(self) -> str:
+        """The GPU activity of every node (the console)."""
+        return f"{self.prefix}.*.activity"
+
     def every_node_eviction(self) -> str:
         """The eviction records of every node (the console's timeline)."""
         return f"{self.prefix}.*.eviction"
@@ -191,7 +200,7 @@ class Subjects:
             return SubjectInfo(node, channel, rest[0])
         if channel == "kmod" and len(rest) == 1 and rest[0] in KMOD_OPS:
             return SubjectInfo(node, channel, rest[0])
-        if channel == "eviction" and not rest:
+        if channel in ("eviction", "activity") and not rest:
             return SubjectInfo(node, channel, "")
         raise SubjectError(subject, f"unknown channel {'.'.join(parts[1:])!r}")
 

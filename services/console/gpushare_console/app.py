@@ -6,7 +6,8 @@ missing: ``nats``, ``kube`` (nodes and pods listed), ``state`` (both buckets rea
 Nothing here writes anything anywhere.
 
 - Consumes: the event stream (owner-backs, evictions), the ``solver`` and ``health`` buckets
-  (watched), every node's spare capacity (core subjects), pods and nodes (API server watch).
+  (watched), every node's spare capacity and GPU activity (core subjects), pods and nodes (API
+  server watch).
 - Publishes: nothing; the page, its live updates (server-sent events) and ``/api`` to browsers.
 - Runs: pod and node followers, NATS followers; HTTP.
 """
@@ -40,6 +41,7 @@ async def follow_nats(bus: Bus, followers: Followers, stop: asyncio.Event, node_
     its leaf server (``node_domains``), or the one server's, once its stream exists."""
     await bus.connect(stop)
     await bus.subscribe(bus.subjects.every_node_capacity(), followers.capacity)
+    await bus.subscribe(bus.subjects.every_node_activity(), followers.activity)
     if node_domains:
         await followers.nodes_nats(bus, stop)
         return

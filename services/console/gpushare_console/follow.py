@@ -4,7 +4,8 @@
 - the solver's bucket and the health bucket: key-value watches (every key, then each change);
 - the event stream: eviction records and owner-back events by direct gets from the start of
   what the stream holds, then every ``poll_s`` (the newest ``keep`` are kept);
-- SpareCapacity events (a core subscription) for the size of one vcpu/vmem device.
+- SpareCapacity events (a core subscription) for the size of one vcpu/vmem device;
+- GpuActivity events (a core subscription): each node's per-pod GPU activity.
 
 Each node's stream and buckets live on its leaf server, in its own JetStream domain
 (``Layout.node_domain``): :meth:`Followers.nodes_nats` follows every node the API lists
@@ -20,7 +21,14 @@ import contextlib
 
 from gpushare_common.adapters.kube import Kube
 from gpushare_common.bus import Bus, BusError
-from gpushare_common.events import AnyEvent, EventDecodeError, EvictionRecord, OwnerBackEvent, SpareCapacity
+from gpushare_common.events import (
+    AnyEvent,
+    EventDecodeError,
+    EvictionRecord,
+    GpuActivity,
+    OwnerBackEvent,
+    SpareCapacity,
+)
 from gpushare_common.http import Health
 from gpushare_common.retry import Backoff, Supervised
 
@@ -125,6 +133,10 @@ class Followers:
                     continue
             self.metrics.skipped.labels("stream").inc()
         return len(found)
+
+    async def activity(self, event: AnyEvent) -> None:
+        if isinstance(event, GpuActivity):
+            self.state.activity_seen(event)
 
     async def capacity(self, event: AnyEvent) -> None:
         if isinstance(event, SpareCapacity):

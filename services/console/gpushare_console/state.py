@@ -6,6 +6,8 @@
   bucket), its journal's card facts (``<node>.journal.state``) and the desired health of the
   spot devices (``<node>.health.<spot resource>`` in the health bucket), followed by watches;
 - per node, the size of one ``vcpu``/``vmem`` device (the last SpareCapacity seen);
+- per node, the GPU activity of every container gpushare placed on a card (the detector's last
+  GpuActivity);
 - the eviction timeline (:mod:`.timeline`).
 
 A value that does not decode is skipped, logged and counted by source, never fatal.
@@ -23,7 +25,7 @@ import msgspec
 from gpushare_common.bus import escape_key, unescape_key
 from gpushare_common.bus.watch import KeyChange, KeyChanges
 from gpushare_common.cardmap import CardFacts, CardUse, card_map
-from gpushare_common.events import DeviceHealth, SpareCapacity
+from gpushare_common.events import ContainerActivity, DeviceHealth, GpuActivity, SpareCapacity
 from gpushare_common.logging import get_logger
 from gpushare_common.mapping import MappingCache, OwnerEntry
 from gpushare_common.pods import Pod, PodError, PodRules, pod_key, read_pod
@@ -121,6 +123,7 @@ class ClusterState:
         self.pods: dict[str, Pod] = {}
         self.solver: dict[str, SolverView] = {}
         self.units: dict[tuple[str, str], int] = {}  # (node, vcpu|vmem) -> size of one device
+        self.activity: dict[str, tuple[ContainerActivity, ...]] = {}  # node -> its placed containers
         self.timeline = Timeline(keep)
         self.changes = Changes()
         self.problems: Counter[str] = Counter()  # inputs skipped, by source
@@ -232,6 +235,11 @@ class ClusterState:
             return None
 
     # --- events ---------------------------------------------------------------------
+
+    def activity_seen(self, event: GpuActivity) -> None:
+        if self.activity.get(event.node) != event.containers:
+            self.activity[event.node] = event.containers
+            self.changes.bump()
 
     def capacity_seen(self, event: SpareCapacity) -> None:
         if event.unit > 0 and self.units.get((event.node, event.resource)) != event.unit:

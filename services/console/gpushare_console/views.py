@@ -1,8 +1,10 @@
 """The JSON behind each page, built from :class:`~.state.ClusterState` (pure functions).
 
 - fleet: every node with its cards (held / shared by N / lent / idle / unhealthy) at a glance;
-- node: each card with its holder, ShadowPod and SharePods, borrower; the node's pods; the
-  spare CPU and memory sold again (``gpushare/vcpu``, ``gpushare/vmem``);
+- node: each card with its holder, ShadowPod and SharePods, borrower, and each of these pods'
+  GPU activity on the card (``activity``: the kernel module's calls and their rate, the
+  exporter's utilisation where it names the pod); the node's pods; the spare CPU and memory
+  sold again (``gpushare/vcpu``, ``gpushare/vmem``);
 - evictions: the timeline (:mod:`.timeline`).
 
 A card the node reports as not allocatable (vendor capacity above allocatable) that no state
@@ -12,9 +14,11 @@ names is shown as an unnamed unhealthy card.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from typing import Any
 
 from gpushare_common.cardmap import CARD_STATES, CardUse
+from gpushare_common.events import ContainerActivity
 from gpushare_common.pods import Pod
 from gpushare_common.quantity import QuantityError, parse_count
 
@@ -89,8 +93,27 @@ def pod_row(pod: Pod | None, key: str = "") -> Obj:
             "containers": sorted(pod.containers), "created": pod.created}  # fmt: skip
 
 
-def card_detail(card: CardUse, pods: dict[str, Pod]) -> Obj:
-    return {**card_cell(card),
+def _plus(total: float | None, value: float | None) -> float | None:
+    return total if value is None else (total or 0) + value
+
+
+def pod_activity(rows: Iterable[ContainerActivity], card: str) -> dict[str, Obj]:
+    """Per pod on ``card``: its role, GPU calls and calls per second summed over its containers
+    (None: not counted yet), the exporter's highest utilisation for it (None: none)."""
+    found: dict[str, Obj] = {}
+    for row in rows:
+        if card not in row.cards:
+            continue
+        seen = found.setdefault(row.pod, {"role": row.role, "calls": None, "calls_per_s": None, "utilisation": None})
+        seen["calls"] = _plus(seen["calls"], row.calls)
+        seen["calls_per_s"] = _plus(seen["calls_per_s"], row.calls_per_s)
+        if row.utilisation is not None:
+            seen["utilisation"] = max(seen["utilisation"] or 0.0, row.utilisation)
+    return found
+
+
+def card_detail(card: CardUse, pods: dict[str, Pod], activity: Iterable[ContainerActivity] = ()) -> Obj:
+    return {**card_cell(card), "activity": pod_activity(activity, card.card),
             "holder_pod": pod_row(pods.get(card.holder), card.holder) if card.holder else None,
             "sharer_pods": [pod_row(pods.get(p), p) for p in card.sharers],
             "borrower_pod": pod_row(pods.get(card.borrower), card.borrower) if card.borrower else None}  # fmt: skip
@@ -105,7 +128,7 @@ def node(state: ClusterState, settings: ConsoleSettings, name: str) -> Obj | Non
         "version": state.changes.version, "name": name, "ready": bool(info and info.ready),
         "unschedulable": bool(info and info.unschedulable),
         "capacity": info.capacity if info else {}, "allocatable": info.allocatable if info else {},
-        "cards": [card_detail(c, state.pods) for c in _cards(state, settings, name)],
+        "cards": [card_detail(c, state.pods, state.activity.get(name, ())) for c in _cards(state, settings, name)],
         "pods": [pod_row(p) for p in pods], "spare": spare(state, settings, info, name),
     }  # fmt: skip
 

@@ -3,7 +3,8 @@
 - Consumes: the node's pods (API server watch), their cards (kubelet
   pod-resources), the GPU exporter's metrics, owner-backs (core subject).
 - Publishes: pod events, card inventories, away/back, spare capacity (stream);
-  kmod-bridge requests; its published facts (``detector`` bucket, saved on exit).
+  per-pod GPU activity (core, every scrape); kmod-bridge requests (the placed containers);
+  its published facts (``detector`` bucket, saved on exit).
 - Runs: watch, resync, inventory, kmod, save, owners, capacity; HTTP.
 """
 

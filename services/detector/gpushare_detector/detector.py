@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from gpushare_common import events as ev
@@ -19,6 +19,7 @@ from gpushare_common.logging import get_logger
 from gpushare_common.retry import wait_any, wait_for_stop
 from gpushare_common.subjects import Subjects
 
+from .activity import ActivityMeter
 from .away import AwayMachine, Sample, State
 from .handlers import kind_of
 from .inventory import Inventory
@@ -33,6 +34,8 @@ log = get_logger("detector")
 
 class Publisher(Protocol):
     subjects: Subjects
+
+    async def publish(self, subject: str, event: ev.Event) -> None: ...
 
     async def publish_reliably(self, subject: str, event: ev.Event, stop: asyncio.Event | None = None,
                                deadline_s: float | None = None) -> int: ...
@@ -72,6 +75,7 @@ class Detector:
         self.unpublished = 0  # events waiting for NATS to take them
         self.last_resync = 0.0
         self.synced = asyncio.Event()
+        self.activity = ActivityMeter(node, clock)
 
     # --- publishing -------------------------------------------------------------
 
@@ -152,7 +156,7 @@ class Detector:
         return self.tracker.upsert(view, devices)
 
     def _after_pods_changed(self) -> None:
-        self.kmod.want(self.tracker.reserved_containers())
+        self.kmod.want(self.tracker.placements())
         owners = self.tracker.owners()
         for owner in owners.values():
             self.away.track(owner.key, owner.devices, owner.containers)
@@ -229,23 +233,46 @@ class Detector:
     # --- owners: away/back ------------------------------------------------------
 
     async def observe_owners(self) -> None:
-        """One sample of every lendable owner; publishes transitions."""
+        """One sample: the GPU calls of every container placed on a card (the node's activity)
+        and, of every lendable owner, its own calls and utilisation; publishes transitions.
+        Only an owner's own namespaces (role ``owner``) are its activity: a busy sharer or
+        borrower never brings it back."""
         if self.scraper is not None:
             await self.scraper.scrape()
-        owners = self.tracker.owners()
-        if not owners:
-            return
-        hits = await self.kmod.hits(tuple(c for o in owners.values() for c in o.containers))
-        for owner in owners.values():
-            sample = Sample(self._utilisation(owner), _hits_of(owner, hits))
+        placed = dict(self.kmod.wanted)
+        fresh = self.scraper.fresh() if self.scraper is not None else None
+        pids = tuple(sorted({pid for _, pid in fresh.processes})) if fresh is not None else ()
+        answer = await self.kmod.stats(tuple(sorted(placed)), pids)
+        stats = answer[0] if answer is not None else None
+        if fresh is not None and answer is not None:
+            fresh.attribute(answer[1])  # the exporter's per-process figures, now the pods'
+        await self._publish_activity(placed, stats)
+        for owner in self.tracker.owners().values():
+            hits = _hits_of(owner, stats)
+            sample = Sample(self._utilisation(owner, placed, hits), hits)
             if (moved := self.away.observe(owner.key, sample)) is not None:
                 log.info("owner state changed", node=self.node, pod=owner.key, state=str(moved.state),
                          reason=moved.reason)
                 await self._publish_owner(owner.key)
         self._count_owners()
 
-    def _utilisation(self, owner: Owner) -> float | None:
-        return self.scraper.utilisation(owner.devices) if self.scraper is not None else None
+    def _utilisation(self, owner: Owner, placed: Mapping[str, ev.Placement], hits: int | None) -> float | None:
+        """Its cards' utilisation; unknown while another container gpushare placed (a borrower)
+        is on one of them and the kernel counts the owner's own calls: the card's figure is then
+        not the owner's, and the kernel's counts and notice decide."""
+        if self.scraper is None or (hits is not None and _others_on(owner, placed)):
+            return None
+        return self.scraper.utilisation(owner.devices)
+
+    async def _publish_activity(self, placed: Mapping[str, ev.Placement],
+                                stats: Sequence[ev.NamespaceStats] | None) -> None:
+        fresh = self.scraper.fresh() if self.scraper is not None else None
+        event = self.activity.sample(placed, stats, fresh.pods if fresh is not None else {})
+        try:
+            await self.bus.publish(self.bus.subjects.activity(self.node), event)
+        except BusError as err:  # the next sample says it again
+            self.metrics.errors.labels("activity", "unpublished").inc()
+            log.debug("activity not published", node=self.node, error=str(err))
 
     async def _publish_owner(self, owner: str) -> None:
         event = self.away.event(owner)
@@ -291,10 +318,18 @@ class Detector:
         }
 
 
-def _hits_of(owner: Owner, hits: dict[str, int] | None) -> int | None:
-    """The owner's ioctl hits; statistics are keyed by ``ns/pod`` or ``ns/pod/container``."""
-    if hits is None:
+def _hits_of(owner: Owner, stats: Sequence[ev.NamespaceStats] | None) -> int | None:
+    """The owner's own ioctl hits: its containers' namespaces, never a counted-only one (a
+    sharer's, a borrower's); a bridge that names no container names the pod."""
+    if stats is None:
         return None
-    found = [n for key, n in hits.items() if key == owner.key or key.startswith(owner.key + "/")]
+    found = [s.hits for s in stats if not ev.counted_only(s.role)
+             and (f"{s.pod}/{s.container}" in owner.containers if s.container else s.pod == owner.key)]  # fmt: skip
     return sum(found) if found else None
+
+
+def _others_on(owner: Owner, placed: Mapping[str, ev.Placement]) -> bool:
+    """Whether a container other than the owner's is placed on one of its cards."""
+    cards = set(owner.devices)
+    return any(key not in owner.containers and cards & set(where.cards) for key, where in placed.items())
 

@@ -3,7 +3,9 @@
 Bad input never turns into numbers: text that does not parse fails the whole
 scrape (:class:`ScrapeError`); a sample without the device label, or with a
 NaN, infinite or out-of-range value, is skipped and counted by reason.  A
-device whose utilisation is missing stays *unknown* (None), never 0.
+device whose utilisation is missing stays *unknown* (None), never 0.  A sample
+whose labels name a process (the mapping's ``labels.pid``, a host pid) is that
+process's figure: kept apart per device and pid, never the card's.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -77,22 +80,37 @@ def _samples(text: str, source: str) -> list[tuple[str, Mapping[str, str], float
 
 
 PodKey = tuple[str, str, str, str]  # device, namespace, pod, container
+ProcessKey = tuple[str, int]  # device, host pid
+
+
+class Scraped(NamedTuple):
+    devices: dict[str, DeviceMetrics]
+    pods: dict[PodKey, DeviceMetrics]  # what the exporter labels by pod
+    problems: Counter[str]
+    processes: dict[ProcessKey, DeviceMetrics]  # what the exporter labels by process
+
+
+def _pid(labels: Mapping[str, str], names: Iterable[str]) -> int | None:
+    """The process a sample names; None when none (or not a pid)."""
+    value = _label(labels, names)
+    return int(value) if value.isascii() and value.isdecimal() and 0 < int(value) < 1 << 31 else None
 
 
 def device_metrics(mapping: VendorMapping, text: str, source: str = "exporter"
                    ) -> tuple[dict[str, DeviceMetrics], Counter[str]]:
     """Per-device metrics and a count of skipped samples by reason."""
-    devices, _, problems = scrape_metrics(mapping, text, source)
-    return devices, problems
+    found = scrape_metrics(mapping, text, source)
+    return found.devices, found.problems
 
 
-def scrape_metrics(mapping: VendorMapping, text: str, source: str = "exporter"
-                   ) -> tuple[dict[str, DeviceMetrics], dict[PodKey, DeviceMetrics], Counter[str]]:
+def scrape_metrics(mapping: VendorMapping, text: str, source: str = "exporter") -> Scraped:
     """Per-device metrics, per-pod metrics (the samples whose labels name a pod, as the mapping's
-    ``labels.pod`` says: one entry per device, namespace, pod and container) and a count of skipped
-    samples by reason."""
+    ``labels.pod`` says: one entry per device, namespace, pod and container), a count of skipped
+    samples by reason, and per-process metrics (the samples naming a pid: one entry per device
+    and pid)."""
     devices: dict[str, DeviceMetrics] = {}
     pods: dict[PodKey, DeviceMetrics] = {}
+    processes: dict[ProcessKey, DeviceMetrics] = {}
     problems: Counter[str] = Counter()
     labels = mapping.labels
     for name, sample_labels, value in _samples(text, source):
@@ -105,6 +123,10 @@ def scrape_metrics(mapping: VendorMapping, text: str, source: str = "exporter"
         if reason:
             problems[reason] += 1
             continue
+        pid = _pid(sample_labels, labels.get("pid", ()))
+        if pid is not None:
+            processes.setdefault((device, pid), DeviceMetrics(device)).set(metric, rank, value * scale)
+            continue
         found = devices.get(device)
         if found is None:
             found = devices[device] = _new_device(device, sample_labels, labels)
@@ -115,4 +137,4 @@ def scrape_metrics(mapping: VendorMapping, text: str, source: str = "exporter"
     for found in (*devices.values(), *pods.values()):
         if found.memory_total is None and found.memory_used is not None and found.memory_free is not None:
             found.memory_total = found.memory_used + found.memory_free
-    return devices, pods, problems
+    return Scraped(devices, pods, problems, processes)

@@ -1,8 +1,10 @@
-"""Talk to the kmod-bridge: which reserved containers exist (add/delete), and GPU-access statistics."""
+"""Talk to the kmod-bridge: which containers gpushare placed on cards (add/delete), and their
+GPU-call counts."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Protocol
 
 from gpushare_common import events as ev
@@ -23,22 +25,23 @@ class Requester(Protocol):
 
 
 class KmodSync:
-    """Keeps the bridge's set of reserved containers equal to the node's; retries with backoff."""
+    """Keeps the bridge's watch set equal to the containers gpushare placed on the node's cards,
+    each with its placement (owners; sharers and borrowers, counted only); retries with backoff."""
 
     def __init__(self, bus: Requester, node: str, timeout_s: float, metrics: DetectorMetrics) -> None:
         self.bus = bus
         self.node = node
         self.timeout_s = timeout_s
         self.metrics = metrics
-        self.wanted: set[str] = set()
-        self.sent: set[str] = set()
+        self.wanted: dict[str, ev.Placement] = {}
+        self.sent: dict[str, ev.Placement] = {}
         self.changed = asyncio.Event()
         self._loop: Supervised | None = None
         self.last_error = ""
 
-    def want(self, containers: set[str]) -> None:
-        if containers != self.wanted:
-            self.wanted = set(containers)
+    def want(self, placements: Mapping[str, ev.Placement]) -> None:
+        if placements != self.wanted:
+            self.wanted = dict(placements)
             self.changed.set()
             if self._loop is not None and self._loop.failures:
                 self._loop.restart()  # news: send it now, not after another container's backoff
@@ -48,8 +51,13 @@ class KmodSync:
         self.sent.clear()
         self.changed.set()
 
-    async def request(self, op: ev.KmodOp, pods: tuple[str, ...]) -> ev.KmodReply | None:
-        command = ev.KmodCommand(node=self.node, op=op, pods=pods, reason="detector")
+    async def request(self, op: ev.KmodOp, pods: tuple[str, ...],
+                      placements: tuple[ev.Placement, ...] = ()) -> ev.KmodReply | None:
+        return await self._send(ev.KmodCommand(node=self.node, op=op, pods=pods, reason="detector",
+                                               placements=placements))
+
+    async def _send(self, command: ev.KmodCommand) -> ev.KmodReply | None:
+        op = command.op
         try:
             subject = self.bus.subjects.kmod_requests(self.node, "detector")  # its own role's subject
             reply = await self.bus.request(subject, command, self.timeout_s)
@@ -72,26 +80,35 @@ class KmodSync:
         return None
 
     async def sync_once(self) -> bool:
-        """Add what is wanted and not sent, delete what is sent and not wanted; False when some of
-        it must be tried again. A container the bridge found no pid namespace for (not started
-        yet: pod-resources lists a pod's devices before its containers run) is not sent: it is
-        asked for again with the backoff, not left unwatched until the next resync."""
-        add = tuple(sorted(self.wanted - self.sent))
-        delete = tuple(sorted(self.sent - self.wanted))
+        """Add what is wanted and not sent as it is wanted (owners first: they never wait behind
+        a sharer's container), delete what is sent and not wanted; False when some of it must be
+        tried again."""
+        changed = [p for key, p in sorted(self.wanted.items()) if self.sent.get(key) != p]
         ok = True
-        if add:
-            reply = await self.request("add", add)
-            unresolved = set(reply.unresolved) if reply is not None else set(add)
-            self.sent.update(c for c in add if c not in unresolved)
-            if unresolved and reply is not None:
-                self._failed("add", "unresolved", f"no pid namespace yet for {', '.join(sorted(unresolved))}")
-            ok = not unresolved
+        for batch in ([p for p in changed if not ev.counted_only(p.role)],
+                      [p for p in changed if ev.counted_only(p.role)]):  # fmt: skip
+            if batch:
+                ok = await self._add(batch) and ok
+        delete = tuple(sorted(set(self.sent) - set(self.wanted)))
         if delete:
             done = await self.request("delete", delete) is not None
             if done:
-                self.sent.difference_update(delete)
+                for key in delete:
+                    self.sent.pop(key, None)
             ok = ok and done
         return ok
+
+    async def _add(self, batch: list[ev.Placement]) -> bool:
+        """A container the bridge found no pid namespace for (not started yet: pod-resources lists
+        a pod's devices before its containers run) is not sent: it is asked for again with the
+        backoff, not left unwatched until the next resync."""
+        keys = tuple(p.container for p in batch)
+        reply = await self.request("add", keys, tuple(batch))
+        unresolved = set(reply.unresolved) if reply is not None else set(keys)
+        self.sent.update({p.container: p for p in batch if p.container not in unresolved})
+        if unresolved and reply is not None:
+            self._failed("add", "unresolved", f"no pid namespace yet for {', '.join(sorted(unresolved))}")
+        return not unresolved
 
     async def run(self, stop: asyncio.Event, backoff_s: float = 1.0, max_backoff_s: float = 30.0) -> None:
         """Send the watch set's changes as they come, again with backoff until the bridge took them
@@ -105,23 +122,22 @@ class KmodSync:
             else:
                 sync.failed(self.last_error or "not applied")
 
-    async def hits(self, containers: tuple[str, ...]) -> dict[str, int] | None:
-        """GPU ioctl hits by the pod key the bridge gives (``ns/pod`` or ``ns/pod/container``).
-
-        None when the bridge did not answer.
-        """
-        if not containers:
-            return {}
-        reply = await self.request("stats", containers)
+    async def stats(self, containers: tuple[str, ...], pids: tuple[int, ...] = ()
+                    ) -> tuple[list[ev.NamespaceStats], dict[int, tuple[str, str]]] | None:
+        """The kernel's counters of these containers' pid namespaces (``ns/pod/container``), each
+        naming its pod, container and role, and the container (pod, name) of each of ``pids`` the
+        bridge found; None when the bridge did not answer."""
+        if not containers and not pids:
+            return [], {}
+        command = ev.KmodCommand(node=self.node, op="stats", pods=containers, reason="detector", pids=pids)
+        reply = await self._send(command)
         if reply is None:
             return None
-        found: dict[str, int] = {}
-        for stat in reply.stats:
-            if stat.pod:
-                found[stat.pod] = found.get(stat.pod, 0) + stat.hits
-        return found
+        return list(reply.stats), {p.pid: (p.pod, p.container) for p in reply.processes}
 
     def status(self) -> dict[str, object]:
-        return {"containers": sorted(self.sent), "pending": len(self.wanted ^ self.sent),
-                "last_error": self.last_error}
-
+        pending = sum(1 for key in self.wanted.keys() | self.sent.keys() if self.wanted.get(key) != self.sent.get(key))
+        roles: dict[str, int] = {}
+        for where in self.sent.values():
+            roles[where.role] = roles.get(where.role, 0) + 1
+        return {"containers": sorted(self.sent), "pending": pending, "last_error": self.last_error, "roles": roles}

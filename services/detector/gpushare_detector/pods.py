@@ -14,6 +14,7 @@ from gpushare_common.pods import PodError, PodKind, PodRules, read_pod
 
 from .handlers import Facts, fact_key, plan, pod_facts
 from .model import DevicesOf, NodeDevices, NodeDevicesIn
+from .placements import placements
 
 log = get_logger("detector.pods")
 POD_FACTS = (ev.ShadowEvent, ev.ShareEvent, ev.SpotEvent, ev.ReservedEvent)
@@ -107,9 +108,11 @@ class PodTracker:
     def needs_devices(self, view: PodView) -> bool:
         return (view.kind in NEEDS_DEVICES or bool(view.claims)) and not view.finished
 
-    def reserved_containers(self) -> set[str]:
-        """``ns/pod/container`` of every container holding real cards of a reserved pod."""
-        return {f"{e.pod}/{e.container}" for e in self.current() if isinstance(e, ev.ReservedEvent)}
+    def placements(self) -> dict[str, ev.Placement]:
+        """Every container gpushare placed on a card (owners, sharers, borrowers), by
+        ``ns/pod/container``, from the facts and the kubelet's pod-resources."""
+        running = {k: d for k, d in self.devices.items() if (v := self.views.get(k)) is not None and not v.finished}
+        return placements(self.current(), running)
 
     def owners(self) -> dict[str, Owner]:
         """Lendable reserved pods holding cards, by pod key."""

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
 from gpushare_common.logging import get_logger
 
 from .adapters.exporter import ExporterError
-from .gpumetrics import DeviceMetrics, PodKey, ScrapeError, scrape_metrics
+from .gpumetrics import DeviceMetrics, PodKey, ProcessKey, ScrapeError, scrape_metrics
 from .metrics import DetectorMetrics
 from .vendors import VendorMapping
 
@@ -24,6 +24,29 @@ class ScrapeResult:
     error: str = ""
     pods: dict[PodKey, DeviceMetrics] = field(default_factory=dict)  # what the exporter labels by pod
     skipped: dict[str, int] = field(default_factory=dict)
+    processes: dict[ProcessKey, DeviceMetrics] = field(default_factory=dict)  # what it labels by pid
+
+    def attribute(self, containers: Mapping[int, tuple[str, str]]) -> int:
+        """Fold the per-process figures into the per-pod ones: ``containers`` gives, for a host
+        pid, its pod (``ns/name``) and container; a container's figure on a card is the sum of
+        its processes' (utilisation at most 100), and replaces what the exporter said for that
+        pod. Returns the processes attributed."""
+        summed: dict[PodKey, DeviceMetrics] = {}
+        for (card, pid), found in self.processes.items():
+            if pid not in containers:
+                continue
+            pod, container = containers[pid]
+            namespace, _, name = pod.partition("/")
+            into = summed.setdefault((card, namespace, name, container),
+                                     DeviceMetrics(card, pod=name, namespace=namespace, container=container))
+            for metric in ("utilisation", "memory_used"):
+                if (value := getattr(found, metric)) is not None:
+                    setattr(into, metric, (getattr(into, metric) or 0.0) + value)
+        for figures in summed.values():
+            if figures.utilisation is not None:
+                figures.utilisation = min(figures.utilisation, 100.0)
+        self.pods.update(summed)
+        return sum(1 for _, pid in self.processes if pid in containers)
 
 
 class Scraper:
@@ -43,13 +66,13 @@ class Scraper:
         now = self.clock()
         try:
             text = await self.fetch(self.url, self.timeout_s)
-            devices, pods, skipped = scrape_metrics(self.mapping, text, self.url)
+            devices, pods, skipped, processes = scrape_metrics(self.mapping, text, self.url)
         except (ScrapeError, ExporterError) as err:
             outcome = "unparseable" if isinstance(err, ScrapeError) else "unreachable"
             result = ScrapeResult(now, False, error=f"{outcome}: {err}")
         else:
             outcome = "ok"
-            result = ScrapeResult(now, True, devices, skipped=dict(skipped), pods=pods)
+            result = ScrapeResult(now, True, devices, skipped=dict(skipped), pods=pods, processes=processes)
             for reason, count in skipped.items():
                 self.metrics.errors.labels("exporter", reason).inc(count)
         self.metrics.scrapes.labels(outcome).inc()

@@ -42,6 +42,8 @@ class Kmod(Model):
     pending: int
     """Containers still to be added or removed."""
     last_error: str
+    roles: dict[str, int] = {}
+    """Containers sent, by role: owner (detectable), sharer and borrower (counted only)."""
 
 
 class Resource(Model):

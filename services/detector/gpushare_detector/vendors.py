@@ -17,6 +17,7 @@ each common label the exporter's label names (first present wins)::
       pod: [pod]
       namespace: [namespace]
       container: [container]
+      pid: [pid]          # optional: a sample naming a process is that process's figure
 
 Common units: utilisation in percent (0-100), memory in bytes, power in
 watts.  Only ``utilisation`` and ``labels.device`` are required.
@@ -31,7 +32,7 @@ from typing import Any
 import yaml
 
 METRICS = ("utilisation", "memory_used", "memory_total", "memory_free", "power")
-LABELS = ("device", "node", "pod", "namespace", "container")
+LABELS = ("device", "node", "pod", "namespace", "container", "pid")
 BUILTIN_DIR = Path(__file__).parent / "vendors"
 
 

@@ -34,6 +34,11 @@
   container has no live process, or that the kernel refuses, is dropped. The
   link may register before the watch set is read back from NATS (holding an
   owner needs neither): the set is then sent by ``watch_set_loaded``.
+- counted only: an ``add`` places each container (``KmodCommand.placements``); the namespace
+  of a sharer or a borrower is counted (its GPU calls, per pod, for the metrics and the
+  detector) and never detected or held: ``detect`` or ``hold`` naming one is refused with
+  ``-EPERM``, and a notice from one (it can come only from a namespace detected before it was
+  placed) wakes its caller at once and publishes nothing.
 - ``prune``: after every refresh of the container map, entries bound to a
   container that is gone, or whose namespace another container now has, are
   dropped here and in the kernel. ``delete``, ``undetect`` and ``release`` by
@@ -48,6 +53,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+import msgspec
 from gpushare_common import events
 from gpushare_common.hold import HoldTiming
 from gpushare_common.logging import get_logger
@@ -55,7 +61,7 @@ from gpushare_common.subjects import KMOD_OPS
 
 from . import handlers, protocol
 from .link import KernelLink, KernelUnavailable
-from .metrics import BridgeMetrics
+from .metrics import BridgeMetrics, CallCount
 from .resolver import ResolveError, Resolver, Snapshot, split_key
 from .watchset import Owned, WatchEntry, WatchSet
 
@@ -64,6 +70,7 @@ log = get_logger("kmod-bridge")
 Publish = Callable[[str, events.Event], Awaitable[None]]
 _BY_RECORD = ("delete", "undetect", "release", "hold")  # ops that also reach namespaces of pods gone
 _ANSWERS = ("release", "delete")  # ops that end the bridge's hold of an owner
+_OWNERS_ONLY = ("detect", "hold")  # ops refused for a counted-only (a sharer's, a borrower's) namespace
 
 
 class Bridge:
@@ -104,6 +111,9 @@ class Bridge:
                         watched=entry.pod if entry else "", now=owner.pod if owner else "")  # fmt: skip
             await self._drop([notice.pidns])
             return
+        if entry is not None and entry.count_only:
+            await self._counted_notice(entry)
+            return
         pod, container = handlers.owner_of(entry, owner)
         event = handlers.owner_back(self.node, notice, pod, container, time.monotonic_ns())
         if notice.resent:
@@ -121,6 +131,16 @@ class Bridge:
                             "id": event.id, "latency_ms": round(event.notice_to_publish_ms, 3)}
         log.info("owner back", node=self.node, pod=pod or None, pidns=notice.pidns, pid=notice.pid,
                  resolved=event.resolved, latency_ms=round(event.notice_to_publish_ms, 3))
+
+    async def _counted_notice(self, entry: WatchEntry) -> None:
+        """A notice from a sharer's or a borrower's namespace: nobody's owner-back; its caller goes on."""
+        self.metrics.errors.labels("counted-only-notice").inc()
+        log.warning("notice from a namespace that is counted only; released, no owner-back", node=self.node,
+                    pidns=entry.pidns, pod=entry.pod, role=entry.role)
+        try:
+            await self._link().request(protocol.CMD_RELEASE, [entry.pidns])
+        except KernelUnavailable as err:  # the module's own timeout releases it
+            log.info("kernel away while releasing a counted namespace", node=self.node, error=str(err))
 
     async def on_registered(self) -> None:
         link = self._link()
@@ -219,18 +239,35 @@ class Bridge:
             if op in _BY_RECORD:  # nothing watched for these pods (any more): nothing to undo
                 return self._reply(op, 0, (), f"nothing recorded for {list(request.pods)}")
             return self._reply(op, handlers.ENOENT, (), f"no pid namespace found for {list(request.pods)}")
+        if op in _OWNERS_ONLY and (counted := self.watchset.counted_only(ids)):
+            self.metrics.commands.labels(op, "counted-only").inc()
+            return self._reply(op, handlers.EPERM, [e.pidns for e in counted], handlers.counted_only_message(counted))
         if op in _ANSWERS:
             self._answered(ids)
         if op != "stats":  # what changes the kernel's map or wakes a caller is always on record
             log.info("kmod command", node=self.node, op=op, reason=request.reason or None,
                      pods=",".join(request.pods) or None, pidns=",".join(map(str, ids)))  # fmt: skip
         if op in ("add", "detect"):
-            return await self._watch(op, ids, owners, unresolved)
+            return await self._watch(op, ids, owners, unresolved, handlers.placed_of(request.placements, owners))
         await self._remember(op, ids, owners)
-        return await self._to_kernel(op, ids)
+        reply = await self._to_kernel(op, ids)
+        if op == "stats" and request.pids:
+            reply = msgspec.structs.replace(reply, processes=await self._processes(request.pids))
+        return reply
 
-    async def _watch(self, op: str, ids: list[int], owners: dict[int, Owned],
-                     unresolved: list[str]) -> events.KmodReply:
+    async def _processes(self, pids: Sequence[int]) -> tuple[events.ProcessOwner, ...]:
+        """The container each host pid runs in (a vendor exporter's per-process figures are
+        attributed to pods with it); a pid of no known container is left out."""
+        found = []
+        for pid in dict.fromkeys(pids):
+            pidns = self.resolver.pidns_of(pid) if pid > 0 else None
+            owner = await self.resolver.owner(pidns) if pidns is not None else None
+            if owner is not None and owner.pod:
+                found.append(events.ProcessOwner(pid=pid, pidns=pidns or 0, pod=owner.pod, container=owner.container))
+        return tuple(found)
+
+    async def _watch(self, op: str, ids: list[int], owners: dict[int, Owned], unresolved: list[str],
+                     placed: dict[int, events.Placement]) -> events.KmodReply:
         """ADD/DETECT: only what the kernel took (or will be sent, when it is away) is remembered;
         the pods of the command with no pid namespace yet (a container not started) are named in
         the reply, so the sender asks again for them instead of taking them as watched."""
@@ -239,9 +276,9 @@ class Bridge:
             failed = await self._send_targets(handlers.KERNEL_OPS[op], ids)
         except KernelUnavailable as err:
             self.metrics.commands.labels(op, "unavailable").inc()
-            await self._remember(op, ids, owners)
+            await self._remember(op, ids, owners, placed)
             return self._reply(op, handlers.ENOTCONN, ids, f"kernel module unavailable: {err}", unresolved)
-        await self._remember(op, [p for p in ids if p not in failed], owners)
+        await self._remember(op, [p for p in ids if p not in failed], owners, placed)
         status = next(iter(failed.values()), 0)
         self.metrics.commands.labels(op, "ok" if status >= 0 else "error").inc()
         return self._reply(op, status, ids, handlers.failures_message(failed), unresolved)
@@ -275,10 +312,12 @@ class Bridge:
                         now=",".join(owners[p][2][:12] for p in replaced))  # fmt: skip
             await self._drop(replaced)
 
-    async def _remember(self, op: str, ids: Sequence[int], owners: dict[int, Owned]) -> None:
+    async def _remember(self, op: str, ids: Sequence[int], owners: dict[int, Owned],
+                        placed: dict[int, events.Placement] | None = None) -> None:
         if op == "add":
             fresh = [p for p in ids if self.watchset.get(p) is None]
             await self.watchset.set_mode(fresh, "watched", owners)
+            await self.watchset.place({p: where for p, where in (placed or {}).items() if p in ids})
         elif op == "detect":
             await self.watchset.set_mode(ids, "detected", owners)
         elif op == "undetect":
@@ -300,7 +339,7 @@ class Bridge:
         self.metrics.commands.labels(op, "ok" if status >= 0 else "error").inc()
         for reply in replies:
             link.note_timing(reply)
-        return handlers.reply_event(self.node, op, status, ids, link.timing, "", replies, self.pod_of)
+        return handlers.reply_event(self.node, op, status, ids, link.timing, "", replies, self.who_of)
 
     def _reply(self, op: str, status: int, ids: Sequence[int], message: str,
                unresolved: Sequence[str] = ()) -> events.KmodReply:
@@ -394,17 +433,25 @@ class Bridge:
 
     # --- views ---------------------------------------------------------------------
 
-    def pod_of(self, pidns: int) -> str:
+    def who_of(self, pidns: int) -> handlers.Who:
+        """(pod, container, role) of a namespace: who lives there, and where the detector placed it."""
         entry = self.watchset.get(pidns)
-        owner = self.resolver.snapshot.owners.get(pidns)
-        return handlers.owner_of(entry, owner)[0]
+        pod, container = handlers.owner_of(entry, self.resolver.snapshot.owners.get(pidns))
+        return pod, container, entry.role if entry is not None else ""
 
-    def gpu_calls(self) -> list[tuple[str, str, int]]:
-        """(pod, container, GPU calls) per pid namespace of the kernel's last statistics."""
+    def pod_of(self, pidns: int) -> str:
+        return self.who_of(pidns)[0]
+
+    def gpu_calls(self) -> list[CallCount]:
+        """The GPU calls of each pid namespace of the kernel's last statistics, and its placement."""
         stats = self.link.last_stats if self.link is not None else None
-        records = stats.stats if stats is not None else ()
-        return [(*handlers.owner_of(self.watchset.get(r.pidns), self.resolver.snapshot.owners.get(r.pidns)), r.hits)
-                for r in records]  # fmt: skip
+        found = []
+        for record in stats.stats if stats is not None else ():
+            entry = self.watchset.get(record.pidns)
+            pod, container, role = self.who_of(record.pidns)
+            found.append(CallCount(pod, container, record.hits, role, ",".join(entry.cards) if entry else "",
+                                   entry.shadow if entry else ""))  # fmt: skip
+        return found
 
     def _count_watched(self) -> None:
         for mode, count in self.watchset.counts().items():
@@ -426,7 +473,7 @@ class Bridge:
             "watch_set_unsaved": len(self.watchset.unsaved),
             "watch_set": [
                 {"pidns": e.pidns, "mode": e.mode, "pod": e.pod, "container": e.container,
-                 "container_id": e.container_id}
+                 "container_id": e.container_id, "role": e.role, "cards": list(e.cards), "shadow": e.shadow}
                 for e in sorted(self.watchset.entries.values(), key=lambda e: e.pidns)
             ],
             "last_notice": self.last_notice,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import gpushare_common.events as events
 from gpushare_common.hold import HoldTiming
@@ -139,24 +139,43 @@ def resend_plan(entries: Iterable[WatchEntry], kernel: dict[int, int]) -> tuple[
     return sorted(add), sorted(detect)
 
 
-def namespace_stats(record: protocol.StatsRecord, pod: str) -> events.NamespaceStats:
+Who = tuple[str, str, str]  # pod key, container, role
+
+
+def placed_of(placements: Sequence[events.Placement], owners: Mapping[int, tuple[str, str, str]]
+              ) -> dict[int, events.Placement]:
+    """pidns -> the placement the command gives the container living there (``ns/pod/container``)."""
+    by_key = {p.container: p for p in placements}
+    return {pidns: by_key[key] for pidns, (pod, container, _) in owners.items()
+            if (key := f"{pod}/{container}") in by_key}  # fmt: skip
+
+
+def counted_only_message(entries: Iterable[WatchEntry]) -> str:
+    return "; ".join(f"pid namespace {e.pidns} ({e.pod}/{e.container}) is a {e.role}'s: counted only, "
+                     "never detected or held" for e in entries)  # fmt: skip
+
+
+def namespace_stats(record: protocol.StatsRecord, who: Who) -> events.NamespaceStats:
+    pod, container, role = who
     return events.NamespaceStats(
         pidns=record.pidns, watched=bool(record.flags & protocol.F_WATCHED),
         need_notice=bool(record.flags & protocol.F_NEED_NOTICE), blocked=record.blocked,
         last_access_ns=record.last_access_ns, hits=record.hits, notices=record.notices, pod=pod,
+        container=container, role=role,
     )
 
 
 def reply_event(node: str, op: str, status: int, ids: Sequence[int], timing: HoldTiming, message: str = "",
                 replies: Sequence[protocol.Reply] = (),
-                pod_of: Callable[[int], str] = lambda _: "", unresolved: Sequence[str] = ()) -> events.KmodReply:
+                who_of: Callable[[int], Who] = lambda _: ("", "", ""),
+                unresolved: Sequence[str] = ()) -> events.KmodReply:
     """The answer to a command; every answer carries the kernel's hold parameters as last known
     (``timing``), so that the solver learns them from the kernel too."""
     records = [r for reply in replies for r in reply.stats]
     heads = [reply.stats_head for reply in replies if reply.stats_head is not None]
     return events.KmodReply(
         node=node, op=op, status=status, message=message, pidns=tuple(ids),
-        stats=tuple(namespace_stats(r, pod_of(r.pidns)) for r in records),
+        stats=tuple(namespace_stats(r, who_of(r.pidns)) for r in records),
         kernel_now_ns=heads[-1].now_ns if heads else 0,
         timeout_ms=timing.timeout_ms if timing.known else 0, max_hold_ms=timing.max_hold_ms if timing.known else 0,
         unresolved=tuple(unresolved),

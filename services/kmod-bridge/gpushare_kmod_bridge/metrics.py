@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from typing import NamedTuple
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, Metric
@@ -39,28 +40,43 @@ class BridgeMetrics:
         self.watched = Gauge("gpushare_kmod_watched_namespaces",
                              "Pid namespaces in the watch set by mode", ["mode"], registry=reg)
 
-    def follow_gpu_calls(self, source: Callable[[], Iterable[tuple[str, str, int]]]) -> None:
-        """Export the GPU calls the kernel module counted: ``source`` gives (pod, container, calls)."""
+    def follow_gpu_calls(self, source: Callable[[], Iterable[CallCount]]) -> None:
+        """Export the GPU calls the kernel module counted: ``source`` gives one count per namespace."""
         self.registry.register(GpuCalls(source))
 
 
-class GpuCalls:
-    """``gpushare_kmod_gpu_calls_total{pod,container}``: the GPU ioctls the kernel module counted
-    for each container it watches (per pid namespace, summed per container), from the module's
-    last STATS reply (the heartbeat reads it every few seconds). Prometheus computes the rate; a
-    container that starts again (a new pid namespace) restarts its count, which ``rate`` takes
-    as a counter reset. Namespaces not resolved to a pod are left out."""
+class CallCount(NamedTuple):
+    """The GPU calls counted in one pid namespace, and where its container sits."""
 
-    def __init__(self, source: Callable[[], Iterable[tuple[str, str, int]]]) -> None:
+    pod: str
+    container: str
+    calls: int
+    role: str = ""  # owner, sharer, borrower ("": not placed by the detector)
+    card: str = ""  # the real cards, comma-separated
+    shadow: str = ""  # a sharer's ShadowPod
+
+
+class GpuCalls:
+    """``gpushare_kmod_gpu_calls_total{pod,container,role,card,shadow}``: the GPU ioctls the
+    kernel module counted for each container it watches — every container gpushare placed on a
+    card: owners, SharePods, borrowers — per pid namespace, summed per container, from the
+    module's last STATS reply (the heartbeat reads it every few seconds). Prometheus computes the
+    rate; a container that starts again (a new pid namespace) restarts its count, which ``rate``
+    takes as a counter reset. Namespaces not resolved to a pod are left out."""
+
+    LABELS = ("pod", "container", "role", "card", "shadow")
+
+    def __init__(self, source: Callable[[], Iterable[CallCount]]) -> None:
         self.source = source
 
     def collect(self) -> Iterator[Metric]:
-        totals: dict[tuple[str, str], int] = {}
-        for pod, container, calls in self.source():
-            if pod:
-                totals[(pod, container)] = totals.get((pod, container), 0) + calls
-        family = CounterMetricFamily("gpushare_kmod_gpu_calls", "GPU calls the kernel module counted, per container",
-                                     labels=["pod", "container"])
-        for (pod, container), calls in sorted(totals.items()):
-            family.add_metric([pod, container], calls)
+        totals: dict[tuple[str, ...], int] = {}
+        for count in self.source():
+            if count.pod:
+                key = (count.pod, count.container, count.role, count.card, count.shadow)
+                totals[key] = totals.get(key, 0) + count.calls
+        family = CounterMetricFamily("gpushare_kmod_gpu_calls", "GPU calls the kernel module counted, per container "
+                                     "gpushare placed on a card", labels=list(self.LABELS))  # fmt: skip
+        for labels, calls in sorted(totals.items()):
+            family.add_metric(list(labels), calls)
         yield family

@@ -14,6 +14,11 @@ class Watched(Model):
     pod: str
     container: str
     container_id: str
+    role: str = ""
+    """Where the detector placed its container: owner, sharer or borrower (the last two counted only)."""
+    cards: list[str] = []
+    shadow: str = ""
+    """A sharer's ShadowPod."""
 
 
 class LastNotice(Model):

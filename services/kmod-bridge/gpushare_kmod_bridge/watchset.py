@@ -14,11 +14,12 @@ written again by :meth:`WatchSet.flush` (the service runs it every second) until
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal, Protocol, TypeVar
 
 import msgspec
 from gpushare_common.bus import BusError
+from gpushare_common.events import OWNER, Placement, counted_only
 from gpushare_common.logging import get_logger
 
 T = TypeVar("T")
@@ -33,6 +34,14 @@ class WatchEntry(msgspec.Struct, frozen=True, kw_only=True):
     pod: str = ""
     container: str = ""
     container_id: str = ""  # the runtime's id of the container the namespace was found in
+    role: str = ""  # where the detector placed its container: owner, sharer, borrower ("": not said)
+    cards: tuple[str, ...] = ()
+    shadow: str = ""  # a sharer's ShadowPod
+
+    @property
+    def count_only(self) -> bool:
+        """A sharer's or a borrower's: counted, never detected or held."""
+        return counted_only(self.role)
 
 
 class KeyValue(Protocol):
@@ -99,10 +108,19 @@ class WatchSet:
     async def set_mode(self, ids: Iterable[int], mode: Mode, owners: dict[int, Owned]) -> None:
         """Add or update entries; the owner of an earlier entry stays when none is given."""
         for pidns in ids:
+            old = self.entries.get(pidns) or WatchEntry(pidns=pidns)
+            pod, container, cid = owners.get(pidns) or (old.pod, old.container, old.container_id)
+            await self.put(msgspec.structs.replace(old, mode=mode, pod=pod, container=container, container_id=cid))
+
+    async def place(self, placed: Mapping[int, Placement]) -> None:
+        """Record where the detector placed the containers of these entries. An owner's stays an
+        owner's: a namespace shared by an owner's container and another (one pid namespace per
+        pod) is never made counted-only, so it can still be detected."""
+        for pidns, where in placed.items():
             old = self.entries.get(pidns)
-            pod, container, cid = owners.get(pidns) or ((old.pod, old.container, old.container_id)
-                                                        if old else ("", "", ""))  # fmt: skip
-            await self.put(WatchEntry(pidns=pidns, mode=mode, pod=pod, container=container, container_id=cid))
+            if old is None or (old.role == OWNER and where.role != OWNER):
+                continue
+            await self.put(msgspec.structs.replace(old, role=where.role, cards=where.cards, shadow=where.shadow))
 
     def of_pod(self, pod: str, container: str = "") -> list[int]:
         """The namespaces recorded for a pod (or one of its containers), live or gone."""
@@ -119,6 +137,10 @@ class WatchSet:
         for pidns in ids:
             if self.entries.pop(pidns, None) is not None:
                 await self._save(pidns)
+
+    def counted_only(self, ids: Iterable[int]) -> list[WatchEntry]:
+        """The entries of ``ids`` that are only counted (sharers', borrowers')."""
+        return [e for p in ids if (e := self.entries.get(p)) is not None and e.count_only]
 
     def counts(self) -> dict[str, int]:
         return {"watched": len(self.by_mode("watched")), "detected": len(self.by_mode("detected"))}

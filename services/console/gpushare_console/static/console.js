@@ -80,22 +80,32 @@ function drawFleet(doc) {
 
 // --- one node ---------------------------------------------------------------------------
 
-function podItem(row, role) {
+function activityOf(use) {
+  // the pod's GPU activity on this card: the kernel module's calls per second (every vendor)
+  if (!use) return null;
+  const rate = use.calls_per_s === null ? (use.calls === null ? "GPU calls not counted yet" : `${use.calls} GPU calls`)
+    : `${use.calls_per_s.toFixed(1)} GPU calls/s`;
+  const util = use.utilisation === null ? "" : ` · ${use.utilisation.toFixed(0)}% (exporter)`;
+  return h("span", { class: "activity", dataCalls: use.calls ?? "", dataCallsPerS: use.calls_per_s ?? "", dataRole: use.role },
+    ` · ${rate}${util}`);
+}
+
+function podItem(row, role, use) {
   const text = row.known ? `${row.key} (${row.kind}, ${row.phase || "?"}${row.terminating ? ", terminating" : ""})` : `${row.key} (gone)`;
-  return h("li", { class: role, dataPod: row.key }, text);
+  return h("li", { class: role, dataPod: row.key }, text, activityOf(use));
 }
 
 function cardPanel(card) {
   const parts = [h("h3", {}, shortCard(card.card), " ", h("span", { class: "muted" }, card.label))];
   if (card.holder_pod) {
     const role = card.holder_kind === "shadow" ? `ShadowPod (${card.share_devices} virtual devices)` : card.holder_kind === "spot-owner" ? "owner (away)" : "owner";
-    parts.push(h("div", { class: "role" }, role), h("ul", {}, podItem(card.holder_pod, "holder")));
+    parts.push(h("div", { class: "role" }, role), h("ul", {}, podItem(card.holder_pod, "holder", card.activity[card.holder])));
   }
   if (card.holder_kind === "shadow") {
     parts.push(h("div", { class: "role" }, `SharePods (${card.sharer_pods.length})`),
-      card.sharer_pods.length ? h("ul", {}, card.sharer_pods.map((p) => podItem(p, "sharer"))) : h("p", { class: "muted" }, "none"));
+      card.sharer_pods.length ? h("ul", {}, card.sharer_pods.map((p) => podItem(p, "sharer", card.activity[p.key]))) : h("p", { class: "muted" }, "none"));
   }
-  if (card.borrower_pod) parts.push(h("div", { class: "role" }, "borrower"), h("ul", {}, podItem(card.borrower_pod, "borrower")));
+  if (card.borrower_pod) parts.push(h("div", { class: "role" }, "borrower"), h("ul", {}, podItem(card.borrower_pod, "borrower", card.activity[card.borrower])));
   if (card.spot_health) parts.push(h("div", { class: "muted" }, `spot device: ${card.spot_health}`));
   return h("section", {
     class: "card-panel state-" + card.state, dataCard: card.card, dataState: card.state, dataHolder: card.holder,
