@@ -9,9 +9,10 @@ import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from gpushare_common.adapters.kube import Kube
+from gpushare_common.adapters.kube import Conflict, Kube, Retryable
 from gpushare_common.bus import Bus
 from gpushare_common.events import Event
+from gpushare_common.retry import retry
 from gpushare_common.settings import (
     CommonSettings,
     HttpSettings,
@@ -83,8 +84,18 @@ class World:
             self.kubelet.allocate(key, "c0", resource, found)
         for container_id in containers:
             self.start_container(container_id)
-        await self.kube.create_pod(namespace, pod_body(name, self.node, containers, requests, priority))
-        await self.kube.patch_pod_status(namespace, name, container_statuses(containers), strategic=False)
+        body = pod_body(name, self.node, containers, requests, priority)
+
+        async def create() -> None:
+            # a request the API did not answer in time is asked again, as the services do (Retryable);
+            # one that was applied before its answer was lost is there already
+            with contextlib.suppress(Conflict):
+                await self.kube.create_pod(namespace, body)
+
+        await retry(create, (Retryable,), "create the pod", deadline_s=60, pod=key)
+        await retry(lambda: self.kube.patch_pod_status(namespace, name, container_statuses(containers),
+                                                       strategic=False),
+                    (Retryable,), "patch the pod's status", deadline_s=60, pod=key)  # fmt: skip
 
     async def pod_exists(self, key: str) -> bool:
         from gpushare_common.adapters.kube import NotFound
