@@ -338,3 +338,13 @@ def test_the_fleet_shows_gpushares_pods_on_each_node_with_their_readiness() -> N
     assert [s["name"] for s in views.fleet(state, SETTINGS)["nodes"][0]["services"]] == ["detector"]
     state.pods_changed("SYNC", None, [])
     assert views.fleet(state, SETTINGS)["nodes"][0]["services"] == [] and state.services == {}
+
+
+def test_a_card_the_solver_knows_dra_shares_use_is_shared_before_its_claims_are_seen() -> None:
+    state = ClusterState(PodRules(), keep=10)
+    state.solver_changed(KeyChanges(True, (_put("d1.journal.state", CardFacts(
+        inventory={f"{dra.DRIVER}/nvidia.com/gpu": ["GPU-0", "GPU-1"]},
+        dra_shared={f"{dra.DRIVER}/nvidia.com/gpu": ["GPU-0"]})),)))
+    cards = {c["card"]: c for c in views.fleet(state, SETTINGS)["nodes"][0]["cards"]}
+    assert (cards["GPU-0"]["state"], cards["GPU-0"]["label"]) == ("shared", "shared (DRA)")
+    assert cards["GPU-1"]["state"] == "idle"

@@ -97,6 +97,7 @@ class CardInventory(Event, frozen=True, kw_only=True, tag="inventory"):
 
     vendor_resource: str
     devices: tuple[str, ...] = ()  # real device ids
+    shared: tuple[str, ...] = ()  # of these, the cards DRA share claims use (the DRA driver's): not lendable
 
 
 class LowPowerEvent(Event, frozen=True, kw_only=True, tag="lowpower"):

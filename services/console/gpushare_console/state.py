@@ -107,7 +107,7 @@ class SolverView:
     def cards(self) -> list[CardUse]:
         cache = MappingCache()
         cache.load(self.owners.values())
-        return card_map(cache, self.facts.inventory, self.facts.shadow_cards, self.spot_health)
+        return card_map(cache, self.facts.inventory, self.facts.shadow_cards, self.spot_health, self.facts.dra_shared)
 
 
 class Changes:

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import msgspec
-from gpushare_common.cardmap import CARD_STATES, CardUse
+from gpushare_common.cardmap import CARD_STATES, DRA_SHARES, CardUse
 from gpushare_common.events import ContainerActivity
 from gpushare_common.pods import Pod
 from gpushare_common.quantity import QuantityError, parse_count
@@ -62,7 +62,8 @@ def _cards(state: ClusterState, settings: ConsoleSettings, name: str, found: dic
 
 def card_cell(card: CardUse, found: DraCard | None = None) -> Obj:
     """A card's state and users; on a DRA node (``found``) its claims too."""
-    label = {"shared": f"shared by {len(card.sharers)}", "lent": "lent"}.get(card.state, card.state)
+    shared = f"shared by {len(card.sharers)}" if card.sharers or card.holder_kind != DRA_SHARES else "shared (DRA)"
+    label = {"shared": shared, "lent": "lent"}.get(card.state, card.state)
     claims = [{**msgspec.structs.asdict(c), "pods": list(c.pods)} for c in (found.claims if found else ())]
     return {"card": card.card, "state": card.state, "label": label, "holder": card.holder,
             "holder_kind": card.holder_kind, "sharers": list(card.sharers), "share_devices": card.share_devices,
