@@ -372,6 +372,7 @@ class Solver:
             "evicting": {p: msgspec.structs.asdict(v) for p, v in sorted(self.state.evicting.items())},
             "card_inventory": {r: list(c) for r, c in sorted(self.state.inventory.items())},
             "shadow_cards": {s: list(c) for s, c in sorted(self.state.shadow_cards.items())},
+            "dra_shared": {r: list(c) for r, c in sorted(self.state.dra_shared.items())},
             "evictions_in_flight": [_plan_view(p) for p in self.plans.values()],
         }
 
