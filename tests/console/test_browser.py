@@ -8,8 +8,10 @@ directory (the path is printed; ``pytest -s`` shows it).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ from gpushare_common.adapters.kube import NotFound
 from gpushare_common.pods import SYSTEM_NAMESPACE
 from gpushare_sim.scenarios.kit import container, pod_body, wait_until
 from gpushare_sim.scenarios.spot import owner_back
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.console.scene import DRA_BORROWER, DRA_IN_PAGE, QUARTERS, Scene, cards_in_page, expected_cards, expected_dra
 
@@ -74,6 +77,42 @@ async def test_node_page_shows_cards_sharers_borrowers_and_pods(scene: Scene, tm
     shown = await scene.page("[...document.querySelectorAll('tr.pod')].map(e => e.dataset.pod).sort()", 5, "pods")
     assert shown == on_node
     await scene.shot(tmp_path, "node")
+
+
+def _detector_utilisation(url: str) -> dict[str, float]:
+    """Each card's utilisation as the detector exports it (its last scrape of the exporter)."""
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        text = reply.read().decode()
+    return {s.labels["card"]: s.value for family in text_string_to_metric_families(text)
+            for s in family.samples if s.name == "gpushare_gpu_utilisation_percent"}  # fmt: skip
+
+
+async def test_the_fleet_shows_each_cards_utilisation_as_the_detector_scraped_it(scene: Scene, tmp_path: Path) -> None:
+    """A workload reports 42 % on card 3 to the fake exporter; each card's figure on the page is the
+    one the detector scraped (its own metrics say which)."""
+    busy = scene.report_dir.parents[2] / scene.s.namespace / "util-probe" / "main" / "nvidia3.json"
+    busy.parent.mkdir(parents=True, exist_ok=True)
+    busy.write_text(json.dumps({"dev": "nvidia3", "util": 42, "ts": time.time(), "every_ms": 60_000}))
+    await scene.open("/", "fleet")
+    url = f"{scene.s.cluster.service('detector', scene.node).http}/metrics"
+    shown_js = (f"Object.fromEntries([...document.querySelectorAll('.node-row[data-node=\"{scene.node}\"] .card')]"
+                ".filter(e => e.dataset.card).map(e => [e.dataset.card, e.dataset.util ?? null]))")
+    seen: dict[str, Any] = {}
+
+    async def same() -> bool:
+        scraped = await asyncio.to_thread(_detector_utilisation, url)
+        seen.update(shown=await scene.page(shown_js, 10, "the cards"), scraped=scraped)
+        return max(scraped.values(), default=0) >= 42 and \
+            seen["shown"] == {c: str(round(scraped[c])) for c in seen["shown"] if c in scraped}
+
+    try:
+        await wait_until(same, 30, "each card's utilisation as the detector's", scene.s.cluster, interval=0.2)
+    except TimeoutError:
+        pytest.fail(f"the page and the detector disagree: {json.dumps(seen, indent=1)}")
+    finally:
+        busy.unlink()
+    assert len(seen["shown"]) >= 4 and max(map(int, seen["shown"].values())) >= 42, seen
+    await scene.shot(tmp_path, "fleet-utilisation")
 
 
 async def test_a_change_reaches_the_open_page_within_a_second(scene: Scene, tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from gpushare_common import dra
 from gpushare_common.bus.watch import KeyChange, KeyChanges
 from gpushare_common.cardmap import CardFacts
 from gpushare_common.events import (
+    CardFigures,
     ContainerActivity,
     DeviceHealth,
     EvictionRecord,
@@ -348,3 +349,23 @@ def test_a_card_the_solver_knows_dra_shares_use_is_shared_before_its_claims_are_
     cards = {c["card"]: c for c in views.fleet(state, SETTINGS)["nodes"][0]["cards"]}
     assert (cards["GPU-0"]["state"], cards["GPU-0"]["label"]) == ("shared", "shared (DRA)")
     assert cards["GPU-1"]["state"] == "idle"
+
+
+
+def test_each_cards_utilisation_is_the_detectors_last_scrape_while_it_is_fresh() -> None:
+    state = _state()
+    before = state.changes.version
+    figures = {"GPU-0": CardFigures(utilisation=37.4, memory_used=2 << 30, memory_total=16 << 30),
+               "GPU-1": CardFigures()}
+    activity = GpuActivity(node="n1", cards=figures)
+    state.activity_seen(activity)
+    cards = {c["card"]: c for c in views.fleet(state, SETTINGS)["nodes"][0]["cards"]}
+    assert cards["GPU-0"]["usage"] == {"utilisation": 37.4, "memory_used": 2 << 30, "memory_total": 16 << 30}
+    assert cards["GPU-1"]["usage"] == {"utilisation": None, "memory_used": None, "memory_total": None}
+    assert cards[""]["usage"] is None and state.changes.version == before + 1
+    state.activity_seen(msgspec.structs.replace(activity, id="again"))  # the same figures: the page is not told
+    assert state.changes.version == before + 1
+    doc = views.node(state, SETTINGS, "n1")
+    assert doc is not None and doc["cards"][0]["usage"]["utilisation"] == 37.4
+    state.activity_seen(msgspec.structs.replace(activity, ts=activity.ts - views.FIGURES_MAX_AGE_S - 1))
+    assert all(c["usage"] is None for c in views.fleet(state, SETTINGS)["nodes"][0]["cards"])

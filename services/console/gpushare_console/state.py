@@ -6,8 +6,8 @@
   bucket), its journal's card facts (``<node>.journal.state``) and the desired health of the
   spot devices (``<node>.health.<spot resource>`` in the health bucket), followed by watches;
 - per node, the size of one ``vcpu``/``vmem`` device (the last SpareCapacity seen);
-- per node, the GPU activity of every container gpushare placed on a card (the detector's last
-  GpuActivity);
+- per node, the GPU activity of every container gpushare placed on a card and each card's
+  figures (the detector's last GpuActivity);
 - ResourceClaims and gpushare's ResourceSlices (the API, list + watch; :mod:`.dra`): a DRA
   card's claims, its shares and its spot mirror;
 - which pods are gpushare's own services (labels ``app.kubernetes.io/part-of: gpushare`` and
@@ -31,7 +31,7 @@ import msgspec
 from gpushare_common.bus import escape_key, unescape_key
 from gpushare_common.bus.watch import KeyChange, KeyChanges
 from gpushare_common.cardmap import CardFacts, CardUse, card_map
-from gpushare_common.events import ContainerActivity, DeviceHealth, GpuActivity, SpareCapacity
+from gpushare_common.events import CardFigures, ContainerActivity, DeviceHealth, GpuActivity, SpareCapacity
 from gpushare_common.logging import get_logger
 from gpushare_common.mapping import MappingCache, OwnerEntry
 from gpushare_common.pods import Pod, PodError, PodKind, PodRules, pod_key, read_pod
@@ -144,6 +144,7 @@ class ClusterState:
         self.solver: dict[str, SolverView] = {}
         self.units: dict[tuple[str, str], int] = {}  # (node, vcpu|vmem) -> size of one device
         self.activity: dict[str, tuple[ContainerActivity, ...]] = {}  # node -> its placed containers
+        self.card_figures: dict[str, tuple[float, dict[str, CardFigures]]] = {}  # node -> (when, card -> figures)
         self.services: dict[str, str] = {}  # pod key -> the gpushare service it runs
         self.claims: dict[str, Claim] = {}  # namespace/name -> ResourceClaim
         self.slices: dict[str, NodeSlice] = {}  # name -> ResourceSlice
@@ -290,7 +291,11 @@ class ClusterState:
     # --- events ---------------------------------------------------------------------
 
     def activity_seen(self, event: GpuActivity) -> None:
-        if self.activity.get(event.node) != event.containers:
+        """A node's activity; the page is told when a container's changed or a card's rounded
+        utilisation did."""
+        before = self.card_figures.get(event.node, (0.0, {}))[1]
+        self.card_figures[event.node] = (event.ts, dict(event.cards))
+        if self.activity.get(event.node) != event.containers or _percents(before) != _percents(event.cards):
             self.activity[event.node] = event.containers
             self.changes.bump()
 
@@ -298,6 +303,10 @@ class ClusterState:
         if event.unit > 0 and self.units.get((event.node, event.resource)) != event.unit:
             self.units[(event.node, event.resource)] = event.unit
             self.changes.bump()
+
+
+def _percents(cards: dict[str, CardFigures]) -> dict[str, int | None]:
+    return {card: None if f.utilisation is None else round(f.utilisation) for card, f in cards.items()}
 
 
 def _name(doc: Obj) -> str:

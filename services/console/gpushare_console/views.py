@@ -1,7 +1,8 @@
 """The JSON behind each page, built from :class:`~.state.ClusterState` (pure functions).
 
 - fleet: every node with its cards (held / shared by N / lent / idle / unhealthy) at a glance
-  and gpushare's pods on it with their readiness;
+  and each one's utilisation (the detector's scrape of the vendor exporter), gpushare's pods on
+  it with their readiness;
 - node: each card with its holder, ShadowPod and SharePods, borrower, and each of these pods'
   GPU activity on the card (``activity``: the kernel module's calls and their rate, the
   exporter's utilisation where it names the pod); on a DRA node its ResourceClaims with their
@@ -15,13 +16,14 @@ names is shown as an unnamed unhealthy card.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
 import msgspec
 from gpushare_common.cardmap import CARD_STATES, DRA_SHARES, CardUse
-from gpushare_common.events import ContainerActivity
+from gpushare_common.events import CardFigures, ContainerActivity
 from gpushare_common.pods import Pod
 from gpushare_common.quantity import QuantityError, parse_count
 
@@ -32,6 +34,7 @@ from .state import ClusterState, NodeInfo, SolverView
 
 Obj = dict[str, Any]
 Cards = list[tuple[CardUse, DraCard | None]]
+FIGURES_MAX_AGE_S = 60.0  # a node's card figures older than this (its detector silent) are not shown
 
 
 def _count(value: str) -> int:
@@ -60,15 +63,22 @@ def _cards(state: ClusterState, settings: ConsoleSettings, name: str, found: dic
     return cards + [(CardUse(card="", state="unhealthy"), None) for _ in range(max(0, missing))]
 
 
-def card_cell(card: CardUse, found: DraCard | None = None) -> Obj:
-    """A card's state and users; on a DRA node (``found``) its claims too."""
+def figures(state: ClusterState, name: str) -> dict[str, CardFigures]:
+    """The node's cards' vendor figures, when its detector sent them lately."""
+    when, cards = state.card_figures.get(name, (0.0, {}))
+    return cards if time.time() - when <= FIGURES_MAX_AGE_S else {}
+
+
+def card_cell(card: CardUse, found: DraCard | None = None, usage: CardFigures | None = None) -> Obj:
+    """A card's state and users, its vendor figures (``usage``: utilisation in percent, memory in
+    bytes; None: unknown); on a DRA node (``found``) its claims too."""
     shared = f"shared by {len(card.sharers)}" if card.sharers or card.holder_kind != DRA_SHARES else "shared (DRA)"
     label = {"shared": shared, "lent": "lent"}.get(card.state, card.state)
     claims = [{**msgspec.structs.asdict(c), "pods": list(c.pods)} for c in (found.claims if found else ())]
     return {"card": card.card, "state": card.state, "label": label, "holder": card.holder,
             "holder_kind": card.holder_kind, "sharers": list(card.sharers), "share_devices": card.share_devices,
             "borrower": card.borrower, "spot_health": card.spot_health, "dra": found is not None,
-            "claims": claims}  # fmt: skip
+            "claims": claims, "usage": msgspec.structs.asdict(usage) if usage is not None else None}  # fmt: skip
 
 
 def spare(state: ClusterState, settings: ConsoleSettings, info: NodeInfo | None, name: str) -> Obj:
@@ -98,11 +108,12 @@ def fleet(state: ClusterState, settings: ConsoleSettings) -> Obj:
     nodes, totals = [], Counter[str]()
     for name in node_names(state):
         info = state.nodes.get(name)
-        cards = _cards(state, settings, name, _dra_cards(state, name))
+        cards, usage = _cards(state, settings, name, _dra_cards(state, name)), figures(state, name)
         counts = Counter(c.state for c, _ in cards)
         totals.update(counts)
         nodes.append({"name": name, "ready": bool(info and info.ready), "known": info is not None,
-                      "cards": [card_cell(c, f) for c, f in cards], "counts": {s: counts[s] for s in CARD_STATES},
+                      "cards": [card_cell(c, f, usage.get(c.card)) for c, f in cards],
+                      "counts": {s: counts[s] for s in CARD_STATES},
                       "spare": spare(state, settings, info, name), "services": services(state, name)})  # fmt: skip
     return {"version": state.changes.version, "nodes": nodes, "totals": {s: totals[s] for s in CARD_STATES},
             "pods": len(state.pods), "synced": sorted(state.synced)}  # fmt: skip
@@ -138,8 +149,8 @@ def pod_activity(rows: Iterable[ContainerActivity], card: str) -> dict[str, Obj]
 
 
 def card_detail(card: CardUse, pods: dict[str, Pod], found: DraCard | None = None,
-                activity: Iterable[ContainerActivity] = ()) -> Obj:
-    return {**card_cell(card, found), "activity": pod_activity(activity, card.card),
+                activity: Iterable[ContainerActivity] = (), usage: CardFigures | None = None) -> Obj:
+    return {**card_cell(card, found, usage), "activity": pod_activity(activity, card.card),
             "holder_pod": pod_row(pods.get(card.holder), card.holder) if card.holder else None,
             "sharer_pods": [pod_row(pods.get(p), p) for p in card.sharers],
             "borrower_pod": pod_row(pods.get(card.borrower), card.borrower) if card.borrower else None}  # fmt: skip
@@ -150,13 +161,13 @@ def node(state: ClusterState, settings: ConsoleSettings, name: str) -> Obj | Non
     if info is None and name not in state.solver:
         return None
     pods = sorted((p for p in state.pods.values() if p.node == name), key=lambda p: (str(p.kind), p.key))
-    found = _dra_cards(state, name)
+    found, usage = _dra_cards(state, name), figures(state, name)
     roles = dra.pod_roles(found)
     return {
         "version": state.changes.version, "name": name, "ready": bool(info and info.ready),
         "unschedulable": bool(info and info.unschedulable),
         "capacity": info.capacity if info else {}, "allocatable": info.allocatable if info else {},
-        "cards": [card_detail(c, state.pods, f, state.activity.get(name, ()))
+        "cards": [card_detail(c, state.pods, f, state.activity.get(name, ()), usage.get(c.card))
                   for c, f in _cards(state, settings, name, found)],
         "pods": [pod_row(p, claims=roles.get(p.key)) for p in pods], "spare": spare(state, settings, info, name),
     }  # fmt: skip

@@ -52,6 +52,18 @@ function mib(bytes) {
   return (bytes / 1048576).toFixed(0) + " MiB";
 }
 
+// a card's vendor figures (the detector's scrape of the exporter): utilisation, memory used of total
+function usageText(usage) {
+  if (!usage || usage.utilisation === null) return "";
+  const memory = usage.memory_used !== null && usage.memory_total ? ` · ${mib(usage.memory_used)} / ${mib(usage.memory_total)}`
+    : usage.memory_used !== null ? ` · ${mib(usage.memory_used)}` : "";
+  return `${Math.round(usage.utilisation)} % busy${memory}`;
+}
+
+function utilisation(usage) {
+  return usage && usage.utilisation !== null ? String(Math.round(usage.utilisation)) : null;
+}
+
 // --- fleet ------------------------------------------------------------------------------
 
 // a DRA claim on a card: what it is for, the card's shares it takes, its pods
@@ -66,10 +78,11 @@ function cardCell(card, node) {
   return h("div", {
     class: "card state-" + card.state, dataCard: card.card, dataNode: node, dataState: card.state,
     dataHolder: card.holder, dataSharers: card.sharers.join(","), dataBorrower: card.borrower,
-    dataSpot: card.spot_health || null, dataClaims: String(card.claims.length),
+    dataSpot: card.spot_health || null, dataClaims: String(card.claims.length), dataUtil: utilisation(card.usage),
     title: [card.card, card.label, card.holder, ...card.sharers, card.borrower, ...card.claims.map(claimText),
-      card.spot_health ? "spot device: " + card.spot_health : ""].filter(Boolean).join("\n"),
-  }, h("b", {}, shortCard(card.card)), h("div", {}, card.label), h("div", { class: "who" }, who));
+      card.spot_health ? "spot device: " + card.spot_health : "", usageText(card.usage)].filter(Boolean).join("\n"),
+  }, h("b", {}, shortCard(card.card)), h("div", {}, card.label), h("div", { class: "who" }, who),
+  utilisation(card.usage) !== null ? h("div", { class: "util" }, `${utilisation(card.usage)} %`) : null);
 }
 
 // gpushare's pods on the node, each with its readiness (its Ready condition: the kubelet's probe of /readyz)
@@ -116,6 +129,7 @@ function podItem(row, role, use) {
 
 function cardPanel(card) {
   const parts = [h("h3", {}, shortCard(card.card), " ", h("span", { class: "muted" }, card.label))];
+  if (card.usage) parts.push(h("div", { class: "util muted" }, usageText(card.usage) || "utilisation unknown"));
   if (card.holder_pod) {
     const role = card.holder_kind === "shadow" ? `ShadowPod (${card.share_devices} virtual devices)` : card.holder_kind === "spot-owner" ? "owner (away)" : "owner";
     parts.push(h("div", { class: "role" }, role), h("ul", {}, podItem(card.holder_pod, "holder", card.activity[card.holder])));
@@ -134,6 +148,7 @@ function cardPanel(card) {
   return h("section", {
     class: "card-panel state-" + card.state, dataCard: card.card, dataState: card.state, dataHolder: card.holder,
     dataSharers: card.sharers.join(","), dataBorrower: card.borrower, dataSpot: card.spot_health || null,
+    dataUtil: utilisation(card.usage),
   }, parts);
 }
 
