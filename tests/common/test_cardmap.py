@@ -51,9 +51,11 @@ def test_an_away_owner_without_borrower_is_idle_and_no_inventory_means_none_unhe
 
 
 def test_the_solver_journal_reads_as_card_facts() -> None:
-    doc = JournalDoc(seen=["x"], inventory={"nvidia.com/gpu": ["GPU-0"]}, shadow_cards={"s/a": ["GPU-1"]})
+    doc = JournalDoc(seen=["x"], inventory={"nvidia.com/gpu": ["GPU-0"]}, shadow_cards={"s/a": ["GPU-1"]},
+                     dra_shared={"gpushare.k8s.io/nvidia.com/gpu": ["GPU-2"]})
     facts = msgspec.json.decode(msgspec.json.encode(doc), type=CardFacts)
     assert facts.inventory == doc.inventory and facts.shadow_cards == doc.shadow_cards
+    assert facts.dra_shared == doc.dra_shared
 
 
 @given(st.lists(st.sampled_from(CARDS), unique=True), st.lists(st.sampled_from(CARDS), unique=True))

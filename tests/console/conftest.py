@@ -16,7 +16,7 @@ from gpushare_sim.run.narrate import Timeline
 from gpushare_sim.scenarios.kit import Scenario, open_clients, recording
 
 from tests.console.cdp import Browser, chromium_binary
-from tests.console.scene import GPUS, Scene, populate
+from tests.console.scene import GPUS, Scene, populate, populate_dra
 from tests.e2e.conftest import needs
 from tests.support import procs
 
@@ -47,6 +47,15 @@ async def scene() -> AsyncIterator[Scene]:
             yield await populate(s, browser)
     for pid in procs.children():
         procs.disallow(pid)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def dra_node(scene: Scene) -> str:
+    """A DRA node joined to the scene's cluster, for the tests that ask for it (its name)."""
+    try:
+        return await populate_dra(scene.s)
+    finally:
+        _allow(scene.s.cluster)
 
 
 @pytest.fixture(autouse=True)

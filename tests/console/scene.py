@@ -8,6 +8,10 @@ whose card is then lent to a spot pod (``borrower``).
 :func:`expected_cards` says what each card should show from the node simulator's own device
 table (the kubelet stand-in's record of which container got which card and spot device) and
 the SharePods' ``device-owner`` annotations in the API: not from the state the console reads.
+
+:func:`populate_dra` adds a DRA node (for the tests that ask for it): two claims of 25 shares,
+then a spot claim; :func:`expected_dra` reads each of its cards' claims and spot mirror from
+the API's ResourceClaims and the driver's ResourceSlice.
 """
 
 from __future__ import annotations
@@ -19,7 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpushare_common import dra
+from gpushare_common.adapters.kube import resource_path
 from gpushare_common.pods import SYSTEM_NAMESPACE
+from gpushare_sim.scenarios import dra as dra_scenario
 from gpushare_sim.scenarios.kit import GPU, LIST_DEVICES, Scenario, container, pod_body, wait_until
 from gpushare_sim.scenarios.spot import LENDABLE, OWNER_LOOP, SPOT, lend, pinned
 
@@ -30,6 +37,9 @@ UNHEALTHY_INDEX = 4
 SHARE = "share-gpu-2"
 SHARE_PODS = ("share-1", "share-2", "share-3")
 DEVICE_OWNER = "gpushare.k8s.io/device-owner"
+QUARTERS = ("quarter-1", "quarter-2")  # a claim of 25 shares each
+DRA_BORROWER = "dra-borrower"  # a spot claim
+SLEEP = ["sleep", "3600"]
 Obj = dict[str, Any]
 
 
@@ -133,3 +143,63 @@ def cards_in_page(selector: str) -> str:
     return (f"[...document.querySelectorAll({json.dumps(selector)})].map(e => ({{card: e.dataset.card, "
             "state: e.dataset.state, holder: e.dataset.holder || '', borrower: e.dataset.borrower || '', "
             "sharers: (e.dataset.sharers || '').split(',').filter(Boolean).sort().join(',')}))")  # fmt: skip
+
+
+async def populate_dra(s: Scenario) -> str:
+    """A DRA node joins: two claims of 25 shares on one card, then (once the driver withdrew that
+    card's spot mirror) a spot claim borrowing an idle card. The DRA node's name."""
+    node = (await s.cluster.add_node(dra=True)).name
+    await dra_scenario.install_classes(s)
+    await dra_scenario.template(s, "quarter", dra_scenario.QUARTER)
+    await dra_scenario.template(s, "spot", dra_scenario.SPOT)
+    for name in QUARTERS:
+        await s.create(dra_scenario.claim_pod(name, "quarter", node, SLEEP))
+    for name in QUARTERS:
+        await s.wait_running(name, 90)
+
+    async def withdrawn() -> bool:
+        cards = await expected_dra(s, node)
+        return any(c["claims"] and c["spot"] == "Unhealthy" for c in cards.values())
+
+    await wait_until(withdrawn, 30, "the shared card's spot mirror out of the slice", s.cluster)
+    await s.create(dra_scenario.claim_pod(DRA_BORROWER, "spot", node, SLEEP))
+    await s.wait_running(DRA_BORROWER, 90)
+    return node
+
+
+async def expected_dra(s: Scenario, node: str) -> dict[str, Obj]:
+    """Each card of the DRA node, from the API: its state, its share and exclusive claims
+    ([claim, shares, pods]), its spot mirror (Healthy: offered, lent: a spot claim holds it,
+    Unhealthy: not offered) and its borrower."""
+    devices = await dra_scenario.slice_devices(s, node)
+    card_of = {d["name"]: d["attributes"][dra.ATTR_UUID]["string"] for d in devices}
+    offered = {card_of[d["name"]] for d in devices if d["attributes"][dra.ATTR_KIND]["string"] == dra.KIND_SPOT}
+    cards: dict[str, Obj] = {card_of[d["name"]]: {"claims": [], "spot": "Unhealthy", "borrower": ""} for d in devices
+                             if d["attributes"][dra.ATTR_KIND]["string"] == dra.KIND_CARD}  # fmt: skip
+    for card in offered:
+        cards[card]["spot"] = "Healthy"
+    claims, _ = await dra_scenario.api(s).list_objects(resource_path("resourceclaims", s.namespace))
+    for claim in claims:
+        status = claim.get("status") or {}
+        pods = ",".join(sorted(f"{s.namespace}/{r['name']}" for r in status.get("reservedFor") or []))
+        for result in ((status.get("allocation") or {}).get("devices") or {}).get("results") or []:
+            device = result["device"]
+            if result["pool"] != node:
+                continue
+            if device.startswith(dra.SPOT_DEVICE_PREFIX):
+                card = card_of.get(device) or card_of[device.removeprefix(dra.SPOT_DEVICE_PREFIX)]
+                cards[card].update(spot="lent", borrower=pods)
+                continue
+            shares = int((result.get("consumedCapacity") or {}).get(dra.SHARES, 0))
+            cards[card_of[device]]["claims"].append([f"{s.namespace}/{claim['metadata']['name']}", shares, pods])
+    for card in cards.values():
+        card["claims"].sort()
+        card["state"] = "lent" if card["borrower"] else "shared" if card["claims"] else "idle"
+    return cards
+
+
+DRA_IN_PAGE = ("Object.fromEntries([...document.querySelectorAll('.card-panel')].map(e => [e.dataset.card, {"
+               "state: e.dataset.state, spot: e.dataset.spot || '', borrower: e.dataset.borrower || '', "
+               "claims: [...e.querySelectorAll('li.claim')].filter(c => c.dataset.role !== 'spot')"
+               ".map(c => [c.dataset.claim, Number(c.dataset.shares), c.dataset.pods]).sort()}]))")
+"""JavaScript: the DRA node page's cards as :func:`expected_dra` lists them."""

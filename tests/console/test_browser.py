@@ -8,16 +8,22 @@ directory (the path is printed; ``pytest -s`` shows it).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
+import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 from gpushare_common import events
+from gpushare_common.adapters.kube import NotFound
+from gpushare_common.pods import SYSTEM_NAMESPACE
 from gpushare_sim.scenarios.kit import container, pod_body, wait_until
 from gpushare_sim.scenarios.spot import owner_back
+from prometheus_client.parser import text_string_to_metric_families
 
-from tests.console.scene import Scene, cards_in_page, expected_cards
+from tests.console.scene import DRA_BORROWER, DRA_IN_PAGE, QUARTERS, Scene, cards_in_page, expected_cards, expected_dra
 
 pytestmark = [pytest.mark.slow, pytest.mark.containerd, pytest.mark.asyncio(loop_scope="module")]
 LIVE_S = 1.0
@@ -73,6 +79,42 @@ async def test_node_page_shows_cards_sharers_borrowers_and_pods(scene: Scene, tm
     await scene.shot(tmp_path, "node")
 
 
+def _detector_utilisation(url: str) -> dict[str, float]:
+    """Each card's utilisation as the detector exports it (its last scrape of the exporter)."""
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        text = reply.read().decode()
+    return {s.labels["card"]: s.value for family in text_string_to_metric_families(text)
+            for s in family.samples if s.name == "gpushare_gpu_utilisation_percent"}  # fmt: skip
+
+
+async def test_the_fleet_shows_each_cards_utilisation_as_the_detector_scraped_it(scene: Scene, tmp_path: Path) -> None:
+    """A workload reports 42 % on card 3 to the fake exporter; each card's figure on the page is the
+    one the detector scraped (its own metrics say which)."""
+    busy = scene.report_dir.parents[2] / scene.s.namespace / "util-probe" / "main" / "nvidia3.json"
+    busy.parent.mkdir(parents=True, exist_ok=True)
+    busy.write_text(json.dumps({"dev": "nvidia3", "util": 42, "ts": time.time(), "every_ms": 60_000}))
+    await scene.open("/", "fleet")
+    url = f"{scene.s.cluster.service('detector', scene.node).http}/metrics"
+    shown_js = (f"Object.fromEntries([...document.querySelectorAll('.node-row[data-node=\"{scene.node}\"] .card')]"
+                ".filter(e => e.dataset.card).map(e => [e.dataset.card, e.dataset.util ?? null]))")
+    seen: dict[str, Any] = {}
+
+    async def same() -> bool:
+        scraped = await asyncio.to_thread(_detector_utilisation, url)
+        seen.update(shown=await scene.page(shown_js, 10, "the cards"), scraped=scraped)
+        return max(scraped.values(), default=0) >= 42 and \
+            seen["shown"] == {c: str(round(scraped[c])) for c in seen["shown"] if c in scraped}
+
+    try:
+        await wait_until(same, 30, "each card's utilisation as the detector's", scene.s.cluster, interval=0.2)
+    except TimeoutError:
+        pytest.fail(f"the page and the detector disagree: {json.dumps(seen, indent=1)}")
+    finally:
+        busy.unlink()
+    assert len(seen["shown"]) >= 4 and max(map(int, seen["shown"].values())) >= 42, seen
+    await scene.shot(tmp_path, "fleet-utilisation")
+
+
 async def test_a_change_reaches_the_open_page_within_a_second(scene: Scene, tmp_path: Path) -> None:
     await scene.open(f"/node/{scene.node}", "node")
     await scene.page("document.getElementById('live').dataset.state === 'live'", 10, "the live stream")
@@ -86,6 +128,33 @@ async def test_a_change_reaches_the_open_page_within_a_second(scene: Scene, tmp_
     print(f"pod created -> shown on the open node page: {elapsed * 1000:.0f} ms")
     assert elapsed < LIVE_S, f"the new pod took {elapsed:.2f}s to appear (more than {LIVE_S}s)"
     await scene.shot(tmp_path, "node-live")
+
+
+async def test_the_fleet_shows_each_nodes_gpushare_pods_with_their_readiness(scene: Scene, tmp_path: Path) -> None:
+    """The local cluster runs its services as processes: a pod labelled as the detector stands in
+    for the chart's DaemonSet pod; its Ready condition (the kubelet's) is what the page shows."""
+    name, labels = "gpushare-detector-probe", {"app.kubernetes.io/part-of": "gpushare",
+                                               "app.kubernetes.io/name": "gpushare-detector"}
+    body = pod_body(name, [container("main", ["sleep", "3600"])], labels=labels)
+    body["spec"]["nodeName"] = scene.node
+    await scene.open("/", "fleet")
+    await scene.s.kube.create_pod(SYSTEM_NAMESPACE, body)
+    try:
+        shown = f'.node-row[data-node="{scene.node}"] .svc[data-service="detector"]'
+        assert await scene.page(f"document.querySelector('{shown}')?.dataset.ready === 'true'", 60,
+                                "the detector's pod ready")  # fmt: skip
+        await scene.shot(tmp_path, "fleet-services")
+    finally:
+        await scene.s.delete(name, SYSTEM_NAMESPACE)
+
+        async def gone() -> bool:
+            try:
+                await scene.s.kube.get_pod(SYSTEM_NAMESPACE, name)
+            except NotFound:
+                return True
+            return False
+
+        await wait_until(gone, 60, f"{SYSTEM_NAMESPACE}/{name} gone", scene.s.cluster)
 
 
 async def test_evictions_show_the_owner_back_with_its_hops(scene: Scene, tmp_path: Path) -> None:
@@ -110,3 +179,35 @@ async def test_evictions_show_the_owner_back_with_its_hops(scene: Scene, tmp_pat
 
 def _owner_back_of(scene: Scene, trigger: str) -> events.OwnerBackEvent | None:
     return next((e for e in scene.s.owner_backs if e.id == trigger), None)
+
+
+async def test_a_dra_nodes_cards_show_their_claims_shares_spot_mirror_and_borrower(scene: Scene, dra_node: str,
+                                                                                   tmp_path: Path) -> None:
+    """Two claims of 25 shares on one card and a spot claim on another, on a DRA node: the page
+    shows the claims with their shares and pods, the spot mirrors as the ResourceSlice offers them
+    and the borrower, as the API has them."""
+    await scene.open(f"/node/{dra_node}", "node")
+    expected: dict[str, Any] = {}
+
+    async def same() -> bool:
+        nonlocal expected
+        expected = await expected_dra(scene.s, dra_node)
+        return bool(await scene.page(DRA_IN_PAGE, 10, "the DRA cards") == expected)
+
+    try:
+        await wait_until(same, 30, "the DRA cards to match the API", scene.s.cluster, interval=0.2)
+    except TimeoutError:
+        shown = scene.browser.evaluate(DRA_IN_PAGE)
+        pytest.fail(f"cards shown:\n{json.dumps(shown, indent=1)}\nexpected:\n{json.dumps(expected, indent=1)}")
+    cards = await expected_dra(scene.s, dra_node)
+    (shared,) = [c for c in cards.values() if c["claims"]]
+    ns = scene.s.namespace
+    assert [(shares, pods) for _, shares, pods in shared["claims"]] == [(25, f"{ns}/{q}") for q in QUARTERS]
+    assert (shared["state"], shared["spot"]) == ("shared", "Unhealthy")
+    (lent,) = [c for c in cards.values() if c["spot"] == "lent"]
+    assert (lent["state"], lent["borrower"]) == ("lent", f"{ns}/{DRA_BORROWER}")
+    assert any(c["spot"] == "Healthy" for c in cards.values()), "an idle card's spot mirror is offered"
+    roles = await scene.page("Object.fromEntries([...document.querySelectorAll('tr.pod')]"
+                             ".map(e => [e.dataset.pod, e.dataset.claims]))", 5, "the pods' claims")  # fmt: skip
+    assert [roles[f"{ns}/{p}"] for p in (*QUARTERS, DRA_BORROWER)] == ["share", "share", "spot"]
+    await scene.shot(tmp_path, "dra-node")

@@ -1,6 +1,7 @@
 """The chart's console (k8s/chart/gpushare, ``console.enabled``) matches the console: every
 variable it sets is one of the console's settings, its probes are routes the console serves,
-and its RBAC grants exactly the reads the console makes (list and watch pods and nodes)."""
+and its RBAC grants exactly the reads the console makes (list and watch pods and nodes; with DRA,
+ResourceClaims and ResourceSlices)."""
 
 from __future__ import annotations
 
@@ -57,3 +58,15 @@ def test_it_stays_in_the_cluster_and_asks_who_looks_only_when_told() -> None:
     assert settings.viewers == ("alice", "group:gpu-admins")
     review = {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]}
     assert review in docs["ClusterRole"]["rules"]
+
+
+def test_with_dra_the_console_reads_claims_and_slices() -> None:
+    """``dra.enabled``: the console follows ResourceClaims and ResourceSlices, and may (only read)."""
+    docs = {d["kind"]: d for d in render({"console": {"enabled": True}, "dra": {"enabled": True}})
+            if d["metadata"]["name"] == "gpushare-console"}
+    (container,) = docs["Deployment"]["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["GPUSHARE_CONSOLE_DRA"] == "true"
+    claims = {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims", "resourceslices"],
+              "verbs": ["get", "list", "watch"]}
+    assert claims in docs["ClusterRole"]["rules"]

@@ -8,9 +8,11 @@ from typing import Any
 
 import msgspec
 import pytest
+from gpushare_common import dra
 from gpushare_common.bus.watch import KeyChange, KeyChanges
 from gpushare_common.cardmap import CardFacts
 from gpushare_common.events import (
+    CardFigures,
     ContainerActivity,
     DeviceHealth,
     EvictionRecord,
@@ -22,13 +24,19 @@ from gpushare_common.mapping import RESERVED, SHADOW, DeviceStatus, OwnerEntry
 from gpushare_common.pods import PodRules
 from gpushare_common.settings import SettingsError
 from gpushare_console import views
+from gpushare_console.dra import read_claim, read_slice
 from gpushare_console.settings import ConsoleSettings
 from gpushare_console.state import ClusterState, read_node
 from gpushare_console.timeline import Timeline
+from gpushare_dra_driver.cards import Card
+from gpushare_dra_driver.slices import build_slice
 from hypothesis import given
 from hypothesis import strategies as st
 
 SETTINGS = ConsoleSettings()
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+                    max_leaves=12)
 
 
 def _node(name: str = "n1", gpus: str = "3", allocatable: str = "2", ready: str = "True") -> dict[str, Any]:
@@ -163,9 +171,7 @@ def test_the_timeline_keeps_the_newest(keep: int, count: int) -> None:
     assert list(timeline.records.values()) == records[-keep:] if count else timeline.records == {}
 
 
-@given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=5),
-                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
-                    max_leaves=12))
+@given(JSON)
 def test_any_node_object_reads_or_fails_with_a_value_error(doc: Any) -> None:
     for candidate in (doc, {"metadata": {"name": "n"}, "status": doc}, {"metadata": {"name": "n"}, "spec": doc}):
         try:
@@ -210,3 +216,156 @@ def test_a_nodes_own_watch_resets_that_node_only() -> None:
     assert list(state.solver["n2"].owners) == ["ml/other"] and state.solver["n2"].spot_health
     state.solver_changed(KeyChanges(True, ()), "n3")  # a node seen first by its reset
     assert state.solver["n3"].owners == {} and "ml/other" in state.solver["n2"].owners
+
+
+# --- DRA nodes: claims, shares, spot mirrors; gpushare's pods and their readiness ----------------
+
+DRA_CARDS = ("GPU-0", "GPU-1", "GPU-2", "GPU-3")
+
+
+def _slice(lendable: tuple[str, ...], unhealthy: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The slice the driver publishes for node d1 (its own builder)."""
+    cards = [Card(c, "nvidia.com/gpu", i, c not in unhealthy) for i, c in enumerate(DRA_CARDS)]
+    return build_slice("d1", dra.DRIVER, cards, dra.DEFAULT_SHARES, set(lendable), 1)
+
+
+def _claim(name: str, device: str, pod: str, shares: int = 25, device_class: str = dra.SHARE_CLASS) -> dict[str, Any]:
+    """A claim as the scheduler allocates it (one request ``gpu``, reserved for one pod)."""
+    result: dict[str, Any] = {"request": "gpu", "driver": dra.DRIVER, "pool": "d1", "device": device}
+    if shares:
+        result.update(consumedCapacity={dra.SHARES: str(shares)}, shareID=f"share-{name}")
+    return {"metadata": {"namespace": "ml", "name": name},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": device_class}}]}},
+            "status": {"allocation": {"devices": {"results": [result]}},
+                       "reservedFor": [{"resource": "pods", "name": pod, "uid": f"uid-{pod}"}]}}
+
+
+SHARES = [_claim("q1-gpu", dra.device_name("GPU-0"), "q1"), _claim("q2-gpu", dra.device_name("GPU-0"), "q2")]
+BORROWS = _claim("b-gpu", dra.spot_device_name("GPU-1"), "borrower", shares=0, device_class=dra.SPOT_CLASS)
+
+
+def _dra_state() -> ClusterState:
+    """A DRA node whose solver lends every card (it knows no shares), with two claims of 25 shares on
+    GPU-0 (the driver withholds its spot mirror), a spot claim borrowing GPU-1, GPU-3 unhealthy."""
+    state = ClusterState(PodRules(), keep=10)
+    state.nodes_changed("SYNC", None, [_node("d1", gpus="0", allocatable="0")])
+    state.pods_changed("SYNC", None, [_pod(p, node="d1", limits={"cpu": "1"}) for p in ("q1", "q2", "borrower")])
+    state.solver_changed(KeyChanges(True, (_put("d1.journal.state", CardFacts(
+        inventory={f"{dra.DRIVER}/nvidia.com/gpu": list(DRA_CARDS)})),)))
+    state.health_changed(KeyChanges(True, (_put("d1.health.spot-gpu", DeviceHealth(
+        node="d1", resource="spot-gpu", devices={f"spot-{c}": "Healthy" for c in DRA_CARDS})),)))
+    state.slices_changed("SYNC", None, [_slice(lendable=("GPU-1", "GPU-2"), unhealthy=("GPU-3",))])
+    state.claims_changed("SYNC", None, [*SHARES, BORROWS])
+    return state
+
+
+def test_a_dra_cards_claims_share_it_and_its_spot_mirror_is_what_the_slice_offers() -> None:
+    state = _dra_state()
+    doc = views.node(state, SETTINGS, "d1")
+    assert doc is not None
+    cards = {c["card"]: c for c in doc["cards"]}
+    assert {c: (v["state"], v["spot_health"]) for c, v in cards.items()} == {
+        "GPU-0": ("shared", "Unhealthy"), "GPU-1": ("lent", "lent"), "GPU-2": ("idle", "Healthy"),
+        "GPU-3": ("unhealthy", "Unhealthy")}
+    assert [(c["claim"], c["role"], c["shares"], c["pods"]) for c in cards["GPU-0"]["claims"]] == [
+        ("ml/q1-gpu", "share", 25, ["ml/q1"]), ("ml/q2-gpu", "share", 25, ["ml/q2"])]
+    assert cards["GPU-0"]["label"] == "shared by 2" and cards["GPU-0"]["dra"]
+    assert cards["GPU-1"]["borrower_pod"]["key"] == "ml/borrower"
+    assert [(c["claim"], c["role"]) for c in cards["GPU-1"]["claims"]] == [("ml/b-gpu", "spot")]
+    assert {p["key"]: p["claims"] for p in doc["pods"]} == {"ml/q1": ["share"], "ml/q2": ["share"],
+                                                           "ml/borrower": ["spot"]}
+    assert views.fleet(state, SETTINGS)["totals"] == {"held": 0, "shared": 1, "lent": 1, "idle": 1, "unhealthy": 1}
+
+
+def test_claims_and_slices_come_and_go_and_bad_ones_are_skipped() -> None:
+    state, skipped = _dra_state(), []
+    state.on_problem = skipped.append
+    for claim in SHARES:
+        state.claims_changed("DELETED", claim, [])
+    cards = {c["card"]: c for c in views.fleet(state, SETTINGS)["nodes"][0]["cards"]}
+    assert cards["GPU-0"]["state"] == "idle" and cards["GPU-0"]["claims"] == []
+    exclusive = _claim("dev-gpu", dra.device_name("GPU-2"), "dev", shares=100, device_class=dra.EXCLUSIVE_CLASS)
+    state.claims_changed("ADDED", exclusive, [])
+    cards = {c["card"]: c for c in views.fleet(state, SETTINGS)["nodes"][0]["cards"]}
+    assert (cards["GPU-2"]["state"], cards["GPU-2"]["holder"]) == ("held", "ml/dev")
+    bad = _claim("bad", "gpu-0", "x")
+    bad["status"]["allocation"]["devices"]["results"][0]["consumedCapacity"] = {dra.SHARES: "lots"}
+    state.claims_changed("ADDED", bad, [])
+    worse = {"metadata": {"namespace": "ml", "name": "worse"}, "status": {"reservedFor": "x"}}
+    state.claims_changed("ADDED", worse, [])
+    state.slices_changed("MODIFIED", {"metadata": {"name": "s"}, "spec": {"devices": []}}, [])
+    assert skipped == ["claims", "claims", "slices"] and not {"ml/bad", "ml/worse"} & set(state.claims)
+    state.slices_changed("DELETED", _slice(lendable=()), [])
+    cards = {c["card"]: c for c in views.fleet(state, SETTINGS)["nodes"][0]["cards"]}
+    assert not any(c["dra"] for c in cards.values()) and cards["GPU-0"]["spot_health"] == "Healthy"
+
+
+def test_a_slice_of_another_driver_names_no_card() -> None:
+    other = {"metadata": {"name": "n-other"}, "spec": {"driver": "gpu.example.com", "nodeName": "d1", "devices": [
+        {"name": "gpu-0", "attributes": {"kind": {"string": "card"}, "uuid": {"string": "GPU-0"}}}]}}
+    assert read_slice(other).devices == {}
+    assert read_claim(_claim("q", "gpu-0", "p")).devices[0].shares == 25
+
+
+@given(JSON)
+def test_any_claim_or_slice_object_reads_or_fails_with_a_value_error(doc: Any) -> None:
+    for read in (read_claim, read_slice):
+        for candidate in (doc, {"metadata": {"name": "c", "namespace": "ml"}, "status": doc},
+                          {"metadata": {"name": "s"}, "spec": doc}):
+            try:
+                read(candidate)
+            except ValueError:
+                pass
+
+
+def _service(name: str, service: str, ready: str, namespace: str = "gpushare-system") -> dict[str, Any]:
+    doc = _pod(name, limits={"cpu": "1"})
+    doc["metadata"].update(namespace=namespace, labels={"app.kubernetes.io/part-of": "gpushare",
+                                                         "app.kubernetes.io/name": service})
+    doc["status"]["conditions"] = [{"type": "Ready", "status": ready}]
+    return doc
+
+
+def test_the_fleet_shows_gpushares_pods_on_each_node_with_their_readiness() -> None:
+    state = _state()
+    state.pods_changed("ADDED", _service("gpushare-detector-a1", "gpushare-detector", "True"), [])
+    state.pods_changed("ADDED", _service("gpushare-solver-b2", "gpushare-solver", "False"), [])
+    state.pods_changed("ADDED", _service("lookalike", "gpushare-solver", "True", namespace="ml"), [])
+    (node,) = views.fleet(state, SETTINGS)["nodes"]
+    assert [(s["name"], s["pod"], s["ready"]) for s in node["services"]] == [
+        ("detector", "gpushare-system/gpushare-detector-a1", True),
+        ("solver", "gpushare-system/gpushare-solver-b2", False)]
+    state.pods_changed("DELETED", _service("gpushare-solver-b2", "gpushare-solver", "False"), [])
+    assert [s["name"] for s in views.fleet(state, SETTINGS)["nodes"][0]["services"]] == ["detector"]
+    state.pods_changed("SYNC", None, [])
+    assert views.fleet(state, SETTINGS)["nodes"][0]["services"] == [] and state.services == {}
+
+
+def test_a_card_the_solver_knows_dra_shares_use_is_shared_before_its_claims_are_seen() -> None:
+    state = ClusterState(PodRules(), keep=10)
+    state.solver_changed(KeyChanges(True, (_put("d1.journal.state", CardFacts(
+        inventory={f"{dra.DRIVER}/nvidia.com/gpu": ["GPU-0", "GPU-1"]},
+        dra_shared={f"{dra.DRIVER}/nvidia.com/gpu": ["GPU-0"]})),)))
+    cards = {c["card"]: c for c in views.fleet(state, SETTINGS)["nodes"][0]["cards"]}
+    assert (cards["GPU-0"]["state"], cards["GPU-0"]["label"]) == ("shared", "shared (DRA)")
+    assert cards["GPU-1"]["state"] == "idle"
+
+
+
+def test_each_cards_utilisation_is_the_detectors_last_scrape_while_it_is_fresh() -> None:
+    state = _state()
+    before = state.changes.version
+    figures = {"GPU-0": CardFigures(utilisation=37.4, memory_used=2 << 30, memory_total=16 << 30),
+               "GPU-1": CardFigures()}
+    activity = GpuActivity(node="n1", cards=figures)
+    state.activity_seen(activity)
+    cards = {c["card"]: c for c in views.fleet(state, SETTINGS)["nodes"][0]["cards"]}
+    assert cards["GPU-0"]["usage"] == {"utilisation": 37.4, "memory_used": 2 << 30, "memory_total": 16 << 30}
+    assert cards["GPU-1"]["usage"] == {"utilisation": None, "memory_used": None, "memory_total": None}
+    assert cards[""]["usage"] is None and state.changes.version == before + 1
+    state.activity_seen(msgspec.structs.replace(activity, id="again"))  # the same figures: the page is not told
+    assert state.changes.version == before + 1
+    doc = views.node(state, SETTINGS, "n1")
+    assert doc is not None and doc["cards"][0]["usage"]["utilisation"] == 37.4
+    state.activity_seen(msgspec.structs.replace(activity, ts=activity.ts - views.FIGURES_MAX_AGE_S - 1))
+    assert all(c["usage"] is None for c in views.fleet(state, SETTINGS)["nodes"][0]["cards"])

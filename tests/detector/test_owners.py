@@ -210,6 +210,7 @@ async def test_every_placed_pods_activity_is_published_with_its_rate(rig: Rig) -
     assert isinstance(first, ev.GpuActivity)
     assert [(c.pod, c.container, c.role, c.cards, c.calls, c.calls_per_s) for c in first.containers] == [
         ("ns/dev", "main", "owner", ("G1",), 10, None)]
+    assert first.cards == {"G1": ev.CardFigures(utilisation=0.0)}  # each card's own figures, for the fleet page
     rig.bridge.hits["ns/dev/main"] = 130  # 120 calls in the minute of a tick
     await rig.tick()
     second = await asyncio.wait_for(activity.get(), 5)

@@ -124,4 +124,8 @@ def test_inventory_keeps_cards_unhealthy_while_their_plugin_is_away() -> None:
     inventory.update(GPU, {"GPU-0": VendorCard("GPU-0", True)})
     (back,) = inventory.events()
     assert back.devices == ("GPU-0",) and back.id != first.id  # back to an earlier set: a new id
+    (shared,) = inventory.events(frozenset({"GPU-0", "GPU-elsewhere"}))  # shares prepared on GPU-0
+    assert shared.shared == ("GPU-0",) and shared.id != back.id and inventory.events(frozenset({"GPU-0"})) == []
+    (free,) = inventory.events()
+    assert free.shared == () and free.devices == ("GPU-0",)
     assert card(0).name == f"gpu-{NODE}-0"

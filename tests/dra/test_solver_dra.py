@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from gpushare_common import dra
 from gpushare_common.adapters.kube import TAINT_API, NotFound, resource_path
-from gpushare_common.events import CardInventory
+from gpushare_common.cardmap import card_map
+from gpushare_common.events import CardInventory, SpotEvent
 from gpushare_common.subjects import Subjects
 from gpushare_sim.node.adapters.kube import SimKube
 from gpushare_solver.actions import Plan, Reclaim, SetHealth
@@ -14,7 +15,7 @@ from gpushare_solver.executor import Executor
 from gpushare_solver.handlers import handle
 from gpushare_solver.settings import SolverSettings
 from gpushare_solver.spot import OWNER_BACK
-from gpushare_solver.state import SolverState
+from gpushare_solver.state import DRA_SHARES, SolverState
 from gpushare_solver.taints import TAINT_KEY, DeviceTaints, rule_name, taint_rule
 
 from tests.support.kubeapi import (
@@ -34,6 +35,27 @@ def test_the_drivers_inventory_stands_beside_the_detectors_empty_one() -> None:
     after = handle(CardInventory(node=NODE, vendor_resource="nvidia.com/gpu", devices=()), state)
     assert not [a for a in after if isinstance(a, SetHealth)], "the kubelet's empty inventory withdraws nothing"
     assert sorted(state.lent()) == ["spot-GPU-0", "spot-GPU-1"]
+
+
+def test_cards_the_drivers_share_claims_use_are_not_lent_until_no_share_does() -> None:
+    """Shares prepared on a lent card (a spot claim took its mirror meanwhile): its spot device is
+    withdrawn and the borrower reclaimed as from a card a ShadowPod takes; the card is shared in
+    the solver's map; lent again once no share uses it."""
+    state, resource = SolverState(), f"{dra.DRIVER}/nvidia.com/gpu"
+    handle(CardInventory(node=NODE, vendor_resource=resource, devices=("GPU-0", "GPU-1")), state)
+    handle(SpotEvent(node=NODE, pod="ml/spot", container="main", state="using", devices=("spot-GPU-0",),
+                     pod_uid="u-spot"), state)  # fmt: skip
+    shared = handle(CardInventory(node=NODE, vendor_resource=resource, devices=("GPU-0", "GPU-1"),
+                                  shared=("GPU-0",)), state)  # fmt: skip
+    assert [a.devices for a in shared if isinstance(a, SetHealth)] == [{"spot-GPU-0": "Unhealthy"}]
+    (reclaim,) = [a for a in shared if isinstance(a, Reclaim)]
+    assert (reclaim.pods, reclaim.reason, reclaim.owner) == (("ml/spot",), "reserved", DRA_SHARES)
+    cards = {c.card: c for c in card_map(state.cache, state.inventory, state.shadow_cards, state.health,
+                                         state.dra_shared)}  # fmt: skip
+    assert (cards["GPU-0"].state, cards["GPU-0"].spot_health, cards["GPU-1"].state) == ("shared", "Unhealthy", "idle")
+    freed = handle(CardInventory(node=NODE, vendor_resource=resource, devices=("GPU-0", "GPU-1")), state)
+    assert [a.devices for a in freed if isinstance(a, SetHealth)] == [{"spot-GPU-0": "Healthy"}]
+    assert state.dra_shared == {}
 
 
 def test_the_taint_rule_selects_the_spot_device_of_the_drivers_pool() -> None:

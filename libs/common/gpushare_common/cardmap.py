@@ -9,7 +9,8 @@ journal, :class:`CardFacts`), and the desired health of the spot devices. A card
 - ``unhealthy``: the node's inventory is known and does not list it (the kubelet cannot
   allocate it);
 - ``lent``: a borrower uses its spot device;
-- ``shared``: a ShadowPod holds it (shared by the SharePods using the ShadowPod's devices);
+- ``shared``: a ShadowPod holds it (shared by the SharePods using the ShadowPod's devices), or
+  DRA share claims use it (the DRA driver's inventory says which; their pods are the claims');
 - ``held``: a reserved pod, or a dev machine whose owner is active, holds it;
 - ``idle``: nobody holds it, or its owner is away, and nobody borrows it.
 """
@@ -28,6 +29,7 @@ from .mapping import IDLE_SPACE, RESERVED, SHADOW, SPOT_OWNER, MappingCache
 CardState = Literal["held", "shared", "lent", "idle", "unhealthy"]
 UserKind = Literal["owner", "sharer", "borrower"]
 CARD_STATES: tuple[CardState, ...] = ("held", "shared", "lent", "idle", "unhealthy")
+DRA_SHARES = "dra-shares"  # the holder kind of a card DRA share claims use
 _DIGITS = re.compile(r"(\d+)")
 
 
@@ -38,13 +40,14 @@ class CardFacts(msgspec.Struct, kw_only=True):
 
     inventory: dict[str, list[str]] = {}
     shadow_cards: dict[str, list[str]] = {}
+    dra_shared: dict[str, list[str]] = {}  # inventory -> the cards DRA share claims use
 
 
 class CardUse(msgspec.Struct, frozen=True, kw_only=True):
     card: str
     state: CardState
     holder: str = ""  # the pod holding the card: a reserved pod, a dev machine or a ShadowPod
-    holder_kind: str = ""  # reserved | spot-owner | shadow ("" when nobody holds it)
+    holder_kind: str = ""  # reserved | spot-owner | shadow | dra-shares ("" when nobody holds it)
     sharers: tuple[str, ...] = ()  # SharePods using the holding ShadowPod's virtual devices
     share_devices: int = 0  # the ShadowPod's virtual devices (N of share-gpu-N)
     borrower: str = ""  # the spot pod borrowing it
@@ -79,9 +82,11 @@ def _known_cards(cache: MappingCache, inventory: Iterable[str], shadow_cards: Ma
     return sorted({c for c in cards if c}, key=card_order)
 
 
-def _holders(cache: MappingCache, shadow_cards: Mapping[str, Sequence[str]]) -> dict[str, tuple[str, str]]:
-    """card -> (holder, its kind); a ShadowPod counts before a stale reserved entry."""
-    held: dict[str, tuple[str, str]] = {}
+def _holders(cache: MappingCache, shadow_cards: Mapping[str, Sequence[str]],
+             dra_shared: Iterable[str]) -> dict[str, tuple[str, str]]:
+    """card -> (holder, its kind); a ShadowPod counts before a stale reserved entry; a card DRA
+    share claims use has no holder pod (the claims' pods share it)."""
+    held: dict[str, tuple[str, str]] = {card: ("", DRA_SHARES) for card in dra_shared}
     for owner in cache.owners():
         entry = cache.get(owner)
         if entry is not None and entry.kind in (RESERVED, SPOT_OWNER):
@@ -96,16 +101,18 @@ def _state(card: str, holder_kind: str, borrower: str, inventory: set[str]) -> C
         return "unhealthy"
     if borrower:
         return "lent"
-    if holder_kind == SHADOW:
+    if holder_kind in (SHADOW, DRA_SHARES):
         return "shared"
     return "held" if holder_kind == RESERVED else "idle"
 
 
 def card_map(cache: MappingCache, inventory: Mapping[str, Sequence[str]],
-             shadow_cards: Mapping[str, Sequence[str]], spot_health: Mapping[str, str]) -> list[CardUse]:  # fmt: skip
-    """Every card the state names, in card order, with its users and state."""
+             shadow_cards: Mapping[str, Sequence[str]], spot_health: Mapping[str, str],
+             dra_shared: Mapping[str, Sequence[str]] | None = None) -> list[CardUse]:  # fmt: skip
+    """Every card the state names, in card order, with its users and state (``dra_shared``: per
+    inventory, the cards DRA share claims use)."""
     stock = {c for cards in inventory.values() for c in cards}
-    holders = _holders(cache, shadow_cards)
+    holders = _holders(cache, shadow_cards, (c for cards in (dra_shared or {}).values() for c in cards))
     lent = cache.get(IDLE_SPACE)
     found: list[CardUse] = []
     for card in _known_cards(cache, stock, shadow_cards, spot_health):

@@ -97,6 +97,7 @@ class CardInventory(Event, frozen=True, kw_only=True, tag="inventory"):
 
     vendor_resource: str
     devices: tuple[str, ...] = ()  # real device ids
+    shared: tuple[str, ...] = ()  # of these, the cards DRA share claims use (the DRA driver's): not lendable
 
 
 class LowPowerEvent(Event, frozen=True, kw_only=True, tag="lowpower"):
@@ -263,11 +264,21 @@ class ContainerActivity(msgspec.Struct, frozen=True, kw_only=True):
     memory_used: float | None = None
 
 
+class CardFigures(msgspec.Struct, frozen=True, kw_only=True):
+    """One card's vendor figures as the exporter gives them (None: it did not say)."""
+
+    utilisation: float | None = None  # percent
+    memory_used: float | None = None  # bytes
+    memory_total: float | None = None  # bytes
+
+
 class GpuActivity(Event, frozen=True, kw_only=True, tag="activity"):
-    """Every container gpushare placed on the node's cards, with its activity (the detector,
-    every scrape; a core message, not kept in the stream)."""
+    """Every container gpushare placed on the node's cards, with its activity, and each card's
+    own figures from the last fresh scrape (the detector, every scrape; a core message, not kept
+    in the stream)."""
 
     containers: tuple[ContainerActivity, ...] = ()
+    cards: dict[str, CardFigures] = {}  # vendor card ID -> its figures ({}: no fresh scrape)
 
 
 AnyEvent: TypeAlias = (

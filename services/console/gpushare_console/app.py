@@ -6,8 +6,8 @@ missing: ``nats``, ``kube`` (nodes and pods listed), ``state`` (both buckets rea
 Nothing here writes anything anywhere.
 
 - Consumes: the event stream (owner-backs, evictions), the ``solver`` and ``health`` buckets
-  (watched), every node's spare capacity and GPU activity (core subjects), pods and nodes (API
-  server watch).
+  (watched), every node's spare capacity and GPU activity (core subjects), pods and nodes, with
+  ``dra`` ResourceClaims and ResourceSlices (API server watch).
 - Publishes: nothing; the page, its live updates (server-sent events) and ``/api`` to browsers.
 - Runs: pod and node followers, NATS followers; HTTP.
 """
@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI
+from gpushare_common import dra
 from gpushare_common.adapters.kube import Kube
 from gpushare_common.bus import Bus
 from gpushare_common.logging import get_logger
@@ -74,8 +75,15 @@ class Service(ServiceBase):
     async def start(self) -> None:
         svc, stop = self.skeleton, self.skeleton.stop
         svc.on_exit(self.state.changes.bump)  # live streams end first: woken once ``stopping`` is set
-        svc.spawn("pods", self.followers.pods(self.kube, stop))
-        svc.spawn("nodes", self.followers.nodes(self.kube, stop))
+        kube, state, follow = self.kube, self.state, self.followers
+        svc.spawn("pods", follow.kube("pods", kube.watch_pods(stop), state.pods_changed))
+        svc.spawn("nodes", follow.kube("nodes", kube.watch_nodes(stop), state.nodes_changed))
+        if self.settings.dra:  # a DRA card's claims and spot mirror (gpushare's slices only)
+            svc.spawn("claims", follow.kube("claims", kube.watch_resources(stop, "resourceclaims"),
+                                            state.claims_changed))  # fmt: skip
+            svc.spawn("slices", follow.kube("slices", kube.watch_resources(stop, "resourceslices",
+                                                                           f"spec.driver={dra.DRIVER}"),
+                                            state.slices_changed))  # fmt: skip
         svc.spawn("nats", follow_nats(self.bus, self.followers, stop, self.settings.node_domains))
         log.info("console up", port=svc.port, nats=self.nats_url)
 

@@ -1,6 +1,7 @@
 """The console's followers: each keeps one part of :class:`~.state.ClusterState` current.
 
-- the Kubernetes API: pods and nodes, list + watch (the adapter resumes and re-lists);
+- the Kubernetes API: pods and nodes (and, with ``dra``, ResourceClaims and ResourceSlices),
+  list + watch (the adapter resumes and re-lists);
 - the solver's bucket and the health bucket: key-value watches (every key, then each change);
 - the event stream: eviction records and owner-back events by direct gets from the start of
   what the stream holds, then every ``poll_s`` (the newest ``keep`` are kept);
@@ -18,8 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
-from gpushare_common.adapters.kube import Kube
+from gpushare_common.adapters.kube import PodChange
 from gpushare_common.bus import Bus, BusError
 from gpushare_common.events import (
     AnyEvent,
@@ -53,16 +56,12 @@ class Followers:
         self.health.set("kube", {"nodes", "pods"} <= synced, "listed" if {"nodes", "pods"} <= synced else "")
         self.health.set("state", {"solver", "health"} <= synced, "")
 
-    async def pods(self, kube: Kube, stop: asyncio.Event) -> None:
-        async for change in kube.watch_pods(stop):
-            self.state.pods_changed(change.kind, change.pod, change.pods)
-            self.metrics.updates.labels("pods").inc()
-            self._ready()
-
-    async def nodes(self, kube: Kube, stop: asyncio.Event) -> None:
-        async for change in kube.watch_nodes(stop):
-            self.state.nodes_changed(change.kind, change.pod, change.pods)
-            self.metrics.updates.labels("nodes").inc()
+    async def kube(self, source: str, changes: AsyncIterator[PodChange],
+                   apply: Callable[[str, dict[str, Any] | None, list[dict[str, Any]]], None]) -> None:
+        """One kind of Kubernetes object (``source``), listed then watched, into the state."""
+        async for change in changes:
+            apply(change.kind, change.pod, change.pods)
+            self.metrics.updates.labels(source).inc()
             self._ready()
 
     async def solver(self, bus: Bus, stop: asyncio.Event, node: str = "", domain: str = "") -> None:

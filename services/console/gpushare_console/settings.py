@@ -25,6 +25,9 @@ class ConsoleSettings:
     node_domains: bool = True
     """Follow each node's stream and buckets on its leaf server (its JetStream domain); false: one
     server holds every node's."""
+    dra: bool = False
+    """Follow ResourceClaims and gpushare's ResourceSlices (a cluster serving ``resource.k8s.io/v1``;
+    the chart sets it with ``dra.enabled``): a DRA card's claims, shares and spot mirror."""
     auth: str = "none"
     """Who may look (guard.py): ``none`` (whoever reaches it: the chart keeps it in the cluster) or
     ``token`` (a bearer token the Kubernetes API authenticates)."""

@@ -6,8 +6,13 @@
   bucket), its journal's card facts (``<node>.journal.state``) and the desired health of the
   spot devices (``<node>.health.<spot resource>`` in the health bucket), followed by watches;
 - per node, the size of one ``vcpu``/``vmem`` device (the last SpareCapacity seen);
-- per node, the GPU activity of every container gpushare placed on a card (the detector's last
-  GpuActivity);
+- per node, the GPU activity of every container gpushare placed on a card and each card's
+  figures (the detector's last GpuActivity);
+- ResourceClaims and gpushare's ResourceSlices (the API, list + watch; :mod:`.dra`): a DRA
+  card's claims, its shares and its spot mirror;
+- which pods are gpushare's own services (labels ``app.kubernetes.io/part-of: gpushare`` and
+  ``app.kubernetes.io/name``, in the system namespace): their Ready condition is the kubelet's
+  probe of each one's ``/readyz``;
 - the eviction timeline (:mod:`.timeline`).
 
 A value that does not decode is skipped, logged and counted by source, never fatal.
@@ -16,6 +21,7 @@ A value that does not decode is skipped, logged and counted by source, never fat
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -25,16 +31,18 @@ import msgspec
 from gpushare_common.bus import escape_key, unescape_key
 from gpushare_common.bus.watch import KeyChange, KeyChanges
 from gpushare_common.cardmap import CardFacts, CardUse, card_map
-from gpushare_common.events import ContainerActivity, DeviceHealth, GpuActivity, SpareCapacity
+from gpushare_common.events import CardFigures, ContainerActivity, DeviceHealth, GpuActivity, SpareCapacity
 from gpushare_common.logging import get_logger
 from gpushare_common.mapping import MappingCache, OwnerEntry
-from gpushare_common.pods import Pod, PodError, PodRules, pod_key, read_pod
+from gpushare_common.pods import Pod, PodError, PodKind, PodRules, pod_key, read_pod
 from gpushare_common.subjects import node_from_token
 
+from .dra import Claim, NodeSlice, object_key, read_claim, read_slice
 from .timeline import Timeline
 
 log = get_logger("console.state")
 Obj = dict[str, Any]
+SERVICE_LABEL, PART_OF_LABEL, PART_OF = "app.kubernetes.io/name", "app.kubernetes.io/part-of", "gpushare"
 
 
 class NodeInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -68,6 +76,18 @@ def read_node(doc: Mapping[str, Any]) -> NodeInfo:
                     allocatable=_quantities(name, status.get("allocatable")))  # fmt: skip
 
 
+def service_of(doc: Mapping[str, Any], system_namespace: str) -> str:
+    """The gpushare service a pod runs (its ``app.kubernetes.io/name``: gpushare's own pods in the
+    system namespace), "" for any other pod."""
+    meta = doc.get("metadata")
+    labels = meta.get("labels") if isinstance(meta, Mapping) else None
+    if not isinstance(meta, Mapping) or not isinstance(labels, Mapping) or \
+            meta.get("namespace") != system_namespace or labels.get(PART_OF_LABEL) != PART_OF:
+        return ""
+    name = labels.get(SERVICE_LABEL)
+    return name if isinstance(name, str) else ""
+
+
 def _quantities(node: str, value: Any) -> dict[str, str]:
     if value is None:
         return {}
@@ -87,7 +107,7 @@ class SolverView:
     def cards(self) -> list[CardUse]:
         cache = MappingCache()
         cache.load(self.owners.values())
-        return card_map(cache, self.facts.inventory, self.facts.shadow_cards, self.spot_health)
+        return card_map(cache, self.facts.inventory, self.facts.shadow_cards, self.spot_health, self.facts.dra_shared)
 
 
 class Changes:
@@ -124,6 +144,10 @@ class ClusterState:
         self.solver: dict[str, SolverView] = {}
         self.units: dict[tuple[str, str], int] = {}  # (node, vcpu|vmem) -> size of one device
         self.activity: dict[str, tuple[ContainerActivity, ...]] = {}  # node -> its placed containers
+        self.card_figures: dict[str, tuple[float, dict[str, CardFigures]]] = {}  # node -> (when, card -> figures)
+        self.services: dict[str, str] = {}  # pod key -> the gpushare service it runs
+        self.claims: dict[str, Claim] = {}  # namespace/name -> ResourceClaim
+        self.slices: dict[str, NodeSlice] = {}  # name -> ResourceSlice
         self.timeline = Timeline(keep)
         self.changes = Changes()
         self.problems: Counter[str] = Counter()  # inputs skipped, by source
@@ -148,7 +172,18 @@ class ClusterState:
         self.nodes[node.name] = node
 
     def pods_changed(self, kind: str, obj: Obj | None, items: list[Obj]) -> None:
+        if kind == "SYNC":
+            self.services.clear()
+        elif obj is not None and kind == "DELETED":
+            with contextlib.suppress(PodError):
+                self.services.pop(pod_key(obj), None)
         self._changed("pods", self.pods, self._put_pod, pod_key, kind, obj, items)
+
+    def claims_changed(self, kind: str, obj: Obj | None, items: list[Obj]) -> None:
+        self._changed("claims", self.claims, self._put_claim, object_key, kind, obj, items)
+
+    def slices_changed(self, kind: str, obj: Obj | None, items: list[Obj]) -> None:
+        self._changed("slices", self.slices, self._put_slice, object_key, kind, obj, items)
 
     def _changed(self, source: str, book: dict[str, Any], put: Callable[[Obj], None],
                  key_of: Callable[[Obj], str], kind: str, obj: Obj | None, items: list[Obj]) -> None:  # fmt: skip
@@ -175,6 +210,25 @@ class ClusterState:
             self._problem("pods", err.pod, err.reason)
             return
         self.pods[pod.key] = pod
+        service = service_of(doc, self.rules.system_namespace) if pod.kind != PodKind.SHADOW else ""
+        if service:
+            self.services[pod.key] = service
+
+    def _put_claim(self, doc: Obj) -> None:
+        try:
+            claim = read_claim(doc)
+        except ValueError as err:
+            self._problem("claims", _name(doc), str(err))
+            return
+        self.claims[claim.key] = claim
+
+    def _put_slice(self, doc: Obj) -> None:
+        try:
+            found = read_slice(doc)
+        except ValueError as err:
+            self._problem("slices", _name(doc), str(err))
+            return
+        self.slices[found.name] = found
 
     # --- the solver's buckets ---------------------------------------------------
 
@@ -237,7 +291,11 @@ class ClusterState:
     # --- events ---------------------------------------------------------------------
 
     def activity_seen(self, event: GpuActivity) -> None:
-        if self.activity.get(event.node) != event.containers:
+        """A node's activity; the page is told when a container's changed or a card's rounded
+        utilisation did."""
+        before = self.card_figures.get(event.node, (0.0, {}))[1]
+        self.card_figures[event.node] = (event.ts, dict(event.cards))
+        if self.activity.get(event.node) != event.containers or _percents(before) != _percents(event.cards):
             self.activity[event.node] = event.containers
             self.changes.bump()
 
@@ -245,3 +303,14 @@ class ClusterState:
         if event.unit > 0 and self.units.get((event.node, event.resource)) != event.unit:
             self.units[(event.node, event.resource)] = event.unit
             self.changes.bump()
+
+
+def _percents(cards: dict[str, CardFigures]) -> dict[str, int | None]:
+    return {card: None if f.utilisation is None else round(f.utilisation) for card, f in cards.items()}
+
+
+def _name(doc: Obj) -> str:
+    try:
+        return object_key(doc)
+    except ValueError:
+        return "?"

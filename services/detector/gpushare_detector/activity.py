@@ -12,6 +12,12 @@ from .gpumetrics import DeviceMetrics, PodKey
 Figures = Mapping[PodKey, DeviceMetrics]
 
 
+def card_figures(devices: Mapping[str, DeviceMetrics]) -> dict[str, ev.CardFigures]:
+    """Each card's own figures from a scrape (for the console's fleet page)."""
+    return {card: ev.CardFigures(utilisation=m.utilisation, memory_used=m.memory_used, memory_total=m.memory_total)
+            for card, m in sorted(devices.items())}  # fmt: skip
+
+
 def calls_by_container(stats: Sequence[ev.NamespaceStats]) -> dict[str, int]:
     """GPU calls per ``ns/pod/container`` (summed over its namespaces)."""
     found: dict[str, int] = {}

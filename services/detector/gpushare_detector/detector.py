@@ -11,6 +11,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
+import msgspec
 from gpushare_common import events as ev
 from gpushare_common.adapters.kube import PodChange
 from gpushare_common.adapters.podresources import PodNotFound, PodResourcesError
@@ -19,7 +20,7 @@ from gpushare_common.logging import get_logger
 from gpushare_common.retry import wait_any, wait_for_stop
 from gpushare_common.subjects import Subjects
 
-from .activity import ActivityMeter
+from .activity import ActivityMeter, card_figures
 from .away import AwayMachine, Sample, State
 from .handlers import kind_of
 from .inventory import Inventory
@@ -268,6 +269,8 @@ class Detector:
                                 stats: Sequence[ev.NamespaceStats] | None) -> None:
         fresh = self.scraper.fresh() if self.scraper is not None else None
         event = self.activity.sample(placed, stats, fresh.pods if fresh is not None else {})
+        if fresh is not None:
+            event = msgspec.structs.replace(event, cards=card_figures(fresh.devices))
         try:
             await self.bus.publish(self.bus.subjects.activity(self.node), event)
         except BusError as err:  # the next sample says it again

@@ -8,7 +8,8 @@ node's card inventory).
 
 - Consumes: the vendor plugins' device lists, the solver's desired spot health (core subject;
   the ``health`` bucket after every reconnect), ResourceClaims (API server reads).
-- Publishes: the node's card inventory (``event.inventory``); its ResourceSlice; CDI specs and
+- Publishes: the node's card inventory (``event.inventory``, with the cards its share claims use:
+  not lendable); its ResourceSlice; CDI specs and
   prepared claims to the kubelet (DRA and plugin-registration gRPC).
 - Runs: socket keeper, vendor feeds, slice publisher, NATS; HTTP.
 """
@@ -216,6 +217,7 @@ class Service(ServiceBase):
                 publication.failed(err)
             else:
                 publication.progress()
+                await self._publish_inventory()  # the cards shared now, for the solver (and every resync)
 
     async def publish_slice(self, force: bool = False) -> bool:
         """Write the pool's slices when their content changed; True when it did."""
@@ -278,7 +280,7 @@ class Service(ServiceBase):
     async def _publish_inventory(self, resend: bool = False) -> None:
         if not self.settings.publish_inventory or not self.bus.is_connected:
             return
-        changed = self.inventory.events()
+        changed = self.inventory.events(self.shared_cards())
         for event in self.inventory.current() if resend else changed:
             try:
                 await self.bus.publish_reliably(self.bus.subjects.event(self.node, "inventory"), event,

@@ -2,9 +2,10 @@
 
 A card once listed stays (unhealthy) while its vendor plugin is away, so that claims on it
 keep a device to point at; a card the plugin no longer lists goes. Each change of a vendor's
-card set is one :class:`~gpushare_common.events.CardInventory` (the solver lends the cards no
-pod holds), its id a hash of its content salted with the id of the inventory it replaces, as
-the detector makes them: a republication keeps its id, a return to an earlier set does not.
+card set, or of the cards its share claims use (``shared``: the solver lends none of them), is
+one :class:`~gpushare_common.events.CardInventory` (the solver lends the cards no pod holds), its
+id a hash of its content salted with the id of the inventory it replaces, as the detector makes
+them: a republication keeps its id, a return to an earlier set does not.
 
 Its ``vendor_resource`` is ``<driver>/<vendor resource>`` (``gpushare.k8s.io/nvidia.com/gpu``):
 on a DRA node the kubelet knows no vendor card, so the detector's own inventory of the vendor
@@ -62,15 +63,18 @@ class Inventory:
             index[card.spot_name] = (card, True)
         return index
 
-    def events(self) -> list[ev.CardInventory]:
-        """The inventories that changed since the last call."""
+    def events(self, shared: frozenset[str] = frozenset()) -> list[ev.CardInventory]:
+        """The inventories that changed since the last call (``shared``: the cards with shares
+        prepared)."""
         changed = []
         for vendor, found in sorted(self.listed.items()):
             cards = tuple(sorted(found))
+            used = tuple(c for c in cards if c in shared)
             old = self.published.get(vendor)
-            if old is not None and old.devices == cards:
+            if old is not None and old.devices == cards and old.shared == used:
                 continue
-            event = ev.CardInventory(node=self.node, vendor_resource=f"{self.driver}/{vendor}", devices=cards)
+            event = ev.CardInventory(node=self.node, vendor_resource=f"{self.driver}/{vendor}", devices=cards,
+                                     shared=used)
             body = ev.encode(msgspec.structs.replace(event, id="", ts=0.0)) + (old.id if old else "").encode()
             event = msgspec.structs.replace(event, id=hashlib.blake2b(body, digest_size=16).hexdigest())
             self.published[vendor] = event

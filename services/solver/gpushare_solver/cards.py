@@ -16,6 +16,10 @@ container holds that the solver knows no holder of is not lent, nor the cards
 of a ShadowPod gone while a container still holds one of its virtual devices
 (the ShadowPod stays in ``shadow_cards`` until none does). The next inventory
 lends them once the kubelet lists nothing holding them.
+
+On a DRA node the driver's inventory names the cards its share claims use (``shared``): a
+share claim holds no card the kubelet lists, so they count as held (``DRA_SHARES``), withdrawn
+like a card a ShadowPod takes, and lent again once no share uses them.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from gpushare_common.ids import IdError, parse_share_device_id, parse_spot_devic
 from gpushare_common.pods import PodRules
 
 from .actions import Action, Reclaim, SetHealth
-from .state import HandlerError, KubeletView, SolverState
+from .state import DRA_SHARES, HandlerError, KubeletView, SolverState
 
 # pod-resources' answer for the node: "<ns>/<pod>" -> container -> resource -> device IDs
 Listing = Mapping[str, Mapping[str, Mapping[str, tuple[str, ...]]]]
@@ -92,6 +96,11 @@ def inventory(event: CardInventory, state: SolverState) -> list[Action]:
         raise HandlerError(event.id, str(err)) from None
     old = state.inventory.get(event.vendor_resource, ())
     state.inventory[event.vendor_resource] = tuple(dict.fromkeys(event.devices))
+    shared = tuple(c for c in dict.fromkeys(event.shared) if c in event.devices)
+    if shared:
+        state.dra_shared[event.vendor_resource] = shared
+    else:
+        state.dra_shared.pop(event.vendor_resource, None)
     for shadow in [s for s in state.shadow_cards if state.cache.get(s) is None and not state.still_held(s)]:
         del state.shadow_cards[shadow]  # a ShadowPod gone whose virtual devices nobody holds any more
     known = [*old, *(parse_spot_device_id(d) for d in state.lent())]
@@ -99,7 +108,7 @@ def inventory(event: CardInventory, state: SolverState) -> list[Action]:
     lent, healthy = set(state.lent()), {d for d, h in state.health.items() if h == "Healthy"}
     news = [c for c in event.devices
             if spot_device_id(c) not in lent or spot_device_id(c) not in healthy]
-    actions = withdraw(gone, state, CARD_GONE)
+    actions = withdraw(gone, state, CARD_GONE) + taken(DRA_SHARES, shared, state)
     if state.clock() < state.lend_after:  # rebuilt: who holds the cards is not known yet
         return actions
     return actions + lend_free(news, state, f"unallocated {event.vendor_resource}")

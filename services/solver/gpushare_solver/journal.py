@@ -15,6 +15,7 @@ class JournalDoc(msgspec.Struct, kw_only=True):
     terminating: list[str] = []
     inventory: dict[str, list[str]] = {}  # vendor resource -> cards the kubelet can allocate
     shadow_cards: dict[str, list[str]] = {}  # ShadowPod -> the real cards it holds
+    dra_shared: dict[str, list[str]] = {}  # inventory -> the cards DRA share claims use
     lend_after: float = 0.0  # the inventory lends nothing before (wall clock), after a rebuild
     evicting: dict[str, Victim] = {}  # pods taken out of the cache to be evicted
 

@@ -12,7 +12,7 @@ from gpushare_common.ids import IdError, parse_spot_device_id
 
 from . import cards, share, spot
 from .actions import Action, Reclaim
-from .state import RESERVED, SHADOW, SPOT_OWNER, SolverState
+from .state import DRA_SHARES, RESERVED, SHADOW, SPOT_OWNER, SolverState
 
 
 def _cleared_owners(state: SolverState, node: str, present: set[str]) -> list[Action]:
@@ -47,7 +47,7 @@ def _borrowers_on_active_cards(state: SolverState) -> list[Action]:
             continue
         if holder is not None:
             state.take_out(borrower, owner=holder)  # a victim on record: the reclaim verifies it
-            reason = cards.RESERVED_REASON if holder in state.shadow_cards else spot.OWNER_BACK
+            reason = cards.RESERVED_REASON if holder in state.shadow_cards or holder == DRA_SHARES else spot.OWNER_BACK
             actions.append(Reclaim(reason=reason, pods=(borrower,), owner=holder))
     return actions
 

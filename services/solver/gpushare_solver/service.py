@@ -113,6 +113,7 @@ class Solver:
         self.state.terminating = set(journal.terminating)
         self.state.inventory = {r: tuple(c) for r, c in journal.inventory.items()}
         self.state.shadow_cards = {s: tuple(c) for s, c in journal.shadow_cards.items()}
+        self.state.dra_shared = {r: tuple(c) for r, c in journal.dra_shared.items()}
         self.state.lend_after = journal.lend_after
         self.plans = await self._stores["plan"].items(Plan)
         self.state.evicting = dict(journal.evicting)
@@ -185,7 +186,7 @@ class Solver:
     def _cards_changed(self) -> None:
         """The sharing and lending map, for the metrics (``gpushare_card_*``)."""
         self.metrics.cards.update(card_map(self.state.cache, self.state.inventory, self.state.shadow_cards,
-                                           self.state.health))
+                                           self.state.health, self.state.dra_shared))
 
     def _rebuild(self, pods: NodePods) -> list[Any]:
         """An empty bucket: what the pods tell; the rest comes with the detector's republication,
@@ -301,6 +302,7 @@ class Solver:
         doc = JournalDoc(seen=self.seen.recent(_PERSISTED_SEEN), terminating=sorted(self.state.terminating),
                          inventory={r: list(c) for r, c in self.state.inventory.items()},
                          shadow_cards={s: list(c) for s, c in self.state.shadow_cards.items()},
+                         dra_shared={r: list(c) for r, c in self.state.dra_shared.items()},
                          lend_after=self.state.lend_after, evicting=dict(self.state.evicting))
         await self._stores["journal"].put(_JOURNAL, doc)
 
@@ -370,6 +372,7 @@ class Solver:
             "evicting": {p: msgspec.structs.asdict(v) for p, v in sorted(self.state.evicting.items())},
             "card_inventory": {r: list(c) for r, c in sorted(self.state.inventory.items())},
             "shadow_cards": {s: list(c) for s, c in sorted(self.state.shadow_cards.items())},
+            "dra_shared": {r: list(c) for r, c in sorted(self.state.dra_shared.items())},
             "evictions_in_flight": [_plan_view(p) for p in self.plans.values()],
         }
 

@@ -81,6 +81,8 @@ class HandlerError(ValueError):
         super().__init__(f"event {event_id}: {reason}")
 
 
+DRA_SHARES = "DRA share claims"  # the holder of a card the DRA driver prepared shares of
+
 @dataclass
 class SolverState:
     cache: MappingCache = field(default_factory=MappingCache)
@@ -89,6 +91,7 @@ class SolverState:
     terminating: set[str] = field(default_factory=set)  # ShadowPods being deleted
     inventory: dict[str, tuple[str, ...]] = field(default_factory=dict)  # vendor resource -> cards
     shadow_cards: dict[str, tuple[str, ...]] = field(default_factory=dict)  # ShadowPod -> its real cards
+    dra_shared: dict[str, tuple[str, ...]] = field(default_factory=dict)  # inventory -> cards DRA shares use
     lend_after: float = 0.0  # wall clock before which the inventory lends nothing (after a rebuild)
     evicting: dict[str, Victim] = field(default_factory=dict)  # pod -> what the cache knew of it
     evicted: Evicted = field(default_factory=Evicted)  # pods evicted lately
@@ -125,6 +128,8 @@ class SolverState:
         kinds = (RESERVED,) if active_only else (RESERVED, SPOT_OWNER)
         if owner is not None and self.kind_of(owner) in kinds:
             return owner
+        if any(card in cards for cards in self.dra_shared.values()):
+            return DRA_SHARES
         return next((s for s, cards in sorted(self.shadow_cards.items()) if card in cards), None)
 
     def held_unknown(self, card: str) -> bool:

@@ -69,5 +69,7 @@ class SolverStatus(ServiceStatus):
     """Vendor resource -> the node's cards (the detector's inventory)."""
     shadow_cards: dict[str, list[str]]
     """ShadowPod -> the cards it holds."""
+    dra_shared: dict[str, list[str]]
+    """DRA driver's inventory -> the cards its share claims use (held, not lent)."""
     evictions_in_flight: list[PlanView]
     pressure: Pressure

@@ -105,5 +105,7 @@ def shadow_controller(cluster: Cluster) -> dict[str, str]:
 
 
 def console(cluster: Cluster) -> dict[str, str]:
-    """The console's settings: the stream read every 0.1 s, lost watches seen within 3 s."""
-    return env_of(console_settings.ConsoleSettings, console_settings.PREFIX, poll_s=0.1, heartbeat_s=1.0)
+    """The console's settings: the stream read every 0.1 s, lost watches seen within 3 s, DRA
+    claims and slices followed (the API emulator serves ``resource.k8s.io/v1``)."""
+    return env_of(console_settings.ConsoleSettings, console_settings.PREFIX, poll_s=0.1, heartbeat_s=1.0,
+                  dra=True)

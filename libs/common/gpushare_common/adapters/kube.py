@@ -235,6 +235,18 @@ class Kube:
                                         label_selector, resource_version):  # fmt: skip
             yield change
 
+    async def watch_resources(self, stop: asyncio.Event, plural: str, field_selector: str = ""
+                              ) -> AsyncIterator[PodChange]:
+        """Every object of one ``resource.k8s.io`` kind (``resourceclaims``, ``resourceslices``), of
+        every namespace, as :meth:`watch_pods` gives pods."""
+        path = resource_path(plural)
+
+        async def listing() -> tuple[list[Obj], str]:
+            return await self._list_objects(path, field_selector)
+
+        async for change in self._watch(stop, plural, path, listing, field_selector):
+            yield change
+
     async def _watch(self, stop: asyncio.Event, what: str, path: str,
                      listing: Callable[[], Awaitable[tuple[list[Obj], str]]], field_selector: str = "",
                      label_selector: str = "", resource_version: str = "") -> AsyncIterator[PodChange]:  # fmt: skip

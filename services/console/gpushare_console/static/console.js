@@ -52,15 +52,46 @@ function mib(bytes) {
   return (bytes / 1048576).toFixed(0) + " MiB";
 }
 
+// a card's vendor figures (the detector's scrape of the exporter): utilisation, memory used of total
+function usageText(usage) {
+  if (!usage || usage.utilisation === null) return "";
+  const memory = usage.memory_used !== null && usage.memory_total ? ` · ${mib(usage.memory_used)} / ${mib(usage.memory_total)}`
+    : usage.memory_used !== null ? ` · ${mib(usage.memory_used)}` : "";
+  return `${Math.round(usage.utilisation)} % busy${memory}`;
+}
+
+function utilisation(usage) {
+  return usage && usage.utilisation !== null ? String(Math.round(usage.utilisation)) : null;
+}
+
 // --- fleet ------------------------------------------------------------------------------
 
+// a DRA claim on a card: what it is for, the card's shares it takes, its pods
+function claimText(c) {
+  const shares = c.role === "share" && c.shares ? `, ${c.shares} shares` : "";
+  return `${c.claim} (${c.role}${shares}) → ${c.pods.join(", ") || "no pod"}`;
+}
+
 function cardCell(card, node) {
-  const who = card.borrower ? "→ " + card.borrower : card.holder || "";
+  const claims = card.claims.length ? `${card.claims.length} claims` : "";
+  const who = card.borrower ? "→ " + card.borrower : card.holder || claims;
   return h("div", {
     class: "card state-" + card.state, dataCard: card.card, dataNode: node, dataState: card.state,
     dataHolder: card.holder, dataSharers: card.sharers.join(","), dataBorrower: card.borrower,
-    title: [card.card, card.label, card.holder, ...card.sharers, card.borrower].filter(Boolean).join("\n"),
-  }, h("b", {}, shortCard(card.card)), h("div", {}, card.label), h("div", { class: "who" }, who));
+    dataSpot: card.spot_health || null, dataClaims: String(card.claims.length), dataUtil: utilisation(card.usage),
+    title: [card.card, card.label, card.holder, ...card.sharers, card.borrower, ...card.claims.map(claimText),
+      card.spot_health ? "spot device: " + card.spot_health : "", usageText(card.usage)].filter(Boolean).join("\n"),
+  }, h("b", {}, shortCard(card.card)), h("div", {}, card.label), h("div", { class: "who" }, who),
+  utilisation(card.usage) !== null ? h("div", { class: "util" }, `${utilisation(card.usage)} %`) : null);
+}
+
+// gpushare's pods on the node, each with its readiness (its Ready condition: the kubelet's probe of /readyz)
+function servicesLine(node) {
+  if (!node.services.length) return h("div", { class: "services muted" }, "no gpushare pod seen");
+  return h("div", { class: "services" }, node.services.map((s) => h("span", {
+    class: "svc" + (s.ready ? "" : " down"), dataService: s.name, dataReady: String(s.ready),
+    title: `${s.pod}: ${s.ready ? "ready" : "not ready"} (${s.phase || "?"})`,
+  }, s.name)));
 }
 
 function drawFleet(doc) {
@@ -69,7 +100,8 @@ function drawFleet(doc) {
     h("div", { class: "meta" },
       h("a", { href: "#/node/" + encodeURIComponent(node.name) }, node.name),
       h("span", { class: "badge" + (node.ready ? "" : " down") }, node.ready ? "Ready" : "not ready"),
-      h("div", {}, `${node.cards.length} cards · spare ${node.spare.vcpu_millicores}m CPU, ${mib(node.spare.vmem_bytes)}`)),
+      h("div", {}, `${node.cards.length} cards · spare ${node.spare.vcpu_millicores}m CPU, ${mib(node.spare.vmem_bytes)}`),
+      servicesLine(node)),
     h("div", { class: "cards" }, node.cards.map((c) => cardCell(c, node.name)))));
   const waiting = ["nodes", "pods", "solver", "health"].filter((s) => !doc.synced.includes(s));
   return [h("h2", {}, `Fleet: ${doc.nodes.length} nodes`),
@@ -97,6 +129,7 @@ function podItem(row, role, use) {
 
 function cardPanel(card) {
   const parts = [h("h3", {}, shortCard(card.card), " ", h("span", { class: "muted" }, card.label))];
+  if (card.usage) parts.push(h("div", { class: "util muted" }, usageText(card.usage) || "utilisation unknown"));
   if (card.holder_pod) {
     const role = card.holder_kind === "shadow" ? `ShadowPod (${card.share_devices} virtual devices)` : card.holder_kind === "spot-owner" ? "owner (away)" : "owner";
     parts.push(h("div", { class: "role" }, role), h("ul", {}, podItem(card.holder_pod, "holder", card.activity[card.holder])));
@@ -105,11 +138,17 @@ function cardPanel(card) {
     parts.push(h("div", { class: "role" }, `SharePods (${card.sharer_pods.length})`),
       card.sharer_pods.length ? h("ul", {}, card.sharer_pods.map((p) => podItem(p, "sharer", card.activity[p.key]))) : h("p", { class: "muted" }, "none"));
   }
+  if (card.claims.length) {
+    parts.push(h("div", { class: "role" }, `ResourceClaims (${card.claims.length})`), h("ul", {}, card.claims.map((c) =>
+      h("li", { class: "claim", dataClaim: c.claim, dataRole: c.role, dataShares: String(c.shares), dataPods: c.pods.join(",") },
+        claimText(c)))));
+  }
   if (card.borrower_pod) parts.push(h("div", { class: "role" }, "borrower"), h("ul", {}, podItem(card.borrower_pod, "borrower", card.activity[card.borrower])));
-  if (card.spot_health) parts.push(h("div", { class: "muted" }, `spot device: ${card.spot_health}`));
+  if (card.spot_health) parts.push(h("div", { class: "spot muted" }, `spot device: ${card.spot_health}`));
   return h("section", {
     class: "card-panel state-" + card.state, dataCard: card.card, dataState: card.state, dataHolder: card.holder,
-    dataSharers: card.sharers.join(","), dataBorrower: card.borrower,
+    dataSharers: card.sharers.join(","), dataBorrower: card.borrower, dataSpot: card.spot_health || null,
+    dataUtil: utilisation(card.usage),
   }, parts);
 }
 
@@ -117,10 +156,10 @@ function drawNode(doc) {
   const spare = h("div", { class: "spare" },
     h("div", { id: "spare-cpu" }, h("b", {}, `${doc.spare.vcpu_millicores}m`), `spare CPU (${doc.spare.vcpu_devices} gpushare/vcpu)`),
     h("div", { id: "spare-mem" }, h("b", {}, mib(doc.spare.vmem_bytes)), `spare memory (${doc.spare.vmem_devices} gpushare/vmem)`));
-  const pods = h("table", { id: "pods" }, h("tr", {}, ["pod", "kind", "phase", "share", "device owner"].map((t) => h("th", {}, t))),
-    doc.pods.map((p) => h("tr", { class: "pod", dataPod: p.key, dataKind: p.kind, dataPhase: p.phase },
+  const pods = h("table", { id: "pods" }, h("tr", {}, ["pod", "kind", "phase", "share", "device owner", "DRA claims"].map((t) => h("th", {}, t))),
+    doc.pods.map((p) => h("tr", { class: "pod", dataPod: p.key, dataKind: p.kind, dataPhase: p.phase, dataClaims: p.claims.join(",") },
       h("td", {}, p.key), h("td", {}, p.kind + (p.lendable ? " (lendable)" : "")), h("td", {}, p.terminating ? "Terminating" : p.phase),
-      h("td", {}, p.share), h("td", {}, p.device_owner))));
+      h("td", {}, p.share), h("td", {}, p.device_owner), h("td", {}, p.claims.join(", ")))));
   return [h("h2", {}, doc.name, h("span", { class: "badge" + (doc.ready ? "" : " down") }, doc.ready ? "Ready" : "not ready")),
     legend(), h("div", { class: "panels" }, doc.cards.map(cardPanel)), spare,
     h("h3", {}, `Pods on ${doc.name} (${doc.pods.length})`), pods];
