@@ -4,9 +4,11 @@ from its settings struct; a bad value is one line naming the variable, and exit 
 from __future__ import annotations
 
 import importlib
+import inspect
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -60,6 +62,19 @@ def test_a_bad_value_is_one_line_naming_the_variable_and_exit_2(
     captured = capsys.readouterr()
     (line,) = captured.err.strip().splitlines()
     assert line.startswith(f"gpushare-{service}: {variable.name}='soon': expected a number")
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_the_command_line_names_the_service_as_it_names_itself(service: str) -> None:
+    """``--help`` is answered before the service is imported: its name and description come from
+    the entry point and the app module's source; they are the service's own."""
+    from gpushare_common.entry import docstring_of
+
+    app = importlib.import_module(f"{package(service)}.app")
+    assert service == app.SERVICE
+    assert docstring_of(f"{package(service)}.app") == inspect.cleandoc(app.__doc__ or "") != ""
+    main_source = importlib.import_module(f"{package(service)}.main").__file__
+    assert main_source and f'service_main("{service}", ' in Path(main_source).read_text(encoding="utf-8")
 
 
 def test_python_dash_m_help_of_every_service() -> None:

@@ -6,10 +6,11 @@ import asyncio
 from dataclasses import dataclass
 
 import pytest
+from gpushare_common.entry import service_main
 from gpushare_common.ports import listen
 from gpushare_common.service import Skeleton
 from gpushare_common.settings import HttpSettings, SettingsError, topic
-from gpushare_common.tasks import ServiceMain, Tasks, run_service, service_main, wait_first
+from gpushare_common.tasks import ServiceMain, Tasks, run_service, wait_first
 
 
 async def test_a_crashing_critical_task_stops_the_service() -> None:

@@ -9,12 +9,11 @@ service (the supervisor restarts the process) instead of leaving it half-alive.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 from . import logging as gs_logging
@@ -23,7 +22,7 @@ from .ids import IdError
 from .logging import get_logger
 from .ports import BindError
 from .retry import wait_any
-from .settings import LogSettings, SettingsError, describe, load_service, part
+from .settings import LogSettings, SettingsError, load_service, part
 
 log = get_logger("tasks")
 
@@ -113,17 +112,12 @@ ServiceMain = Callable[[asyncio.Event], Awaitable[int | None]]
 S = TypeVar("S")
 
 
-def service_main(name: str, settings: type[S], build: Callable[[S], ServiceMain], about: str | None = "",
-                 argv: Sequence[str] | None = None) -> int:  # fmt: skip
-    """A service's entry point: ``--help`` lists every setting ``settings`` reads (generated from
-    it); the settings are read from the environment once, logging set up, and ``build(settings)``
-    (which reads whatever else the service needs, such as its keys) returns the service's
-    ``main(stop)``. A bad setting prints one line that names the variable and what it expects, and
-    exits 2 before anything starts; so does a Kubernetes configuration that cannot be used (read
-    when the service connects)."""
-    parser = argparse.ArgumentParser(prog=f"gpushare-{name}", description=(about or "").strip().split("\n\n")[0],
-                                     epilog=describe(settings), formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.parse_args(argv)
+def start_service(name: str, settings: type[S], build: Callable[[S], ServiceMain]) -> int:
+    """Run a service whose command line was read (:func:`gpushare_common.entry.service_main`):
+    its settings read from the environment once, logging set up, ``build(settings)`` returns the
+    service's ``main(stop)``. A bad setting prints one line that names the variable and what it
+    expects, and exits 2 before anything starts; so does a Kubernetes configuration that cannot be
+    used (read when the service connects)."""
     try:
         loaded = load_service(settings)
         logs = part(loaded, LogSettings) or LogSettings()

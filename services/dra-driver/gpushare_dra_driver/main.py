@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
+from gpushare_common.entry import docstring_of, service_main
 from gpushare_common.settings import SettingsError
-from gpushare_common.tasks import ServiceMain, service_main
 from gpushare_common.vendors import VendorError, load_vendor_table
 
-from . import app
 from .settings import Settings
+
+if TYPE_CHECKING:
+    from gpushare_common.tasks import ServiceMain
 
 
 def main(argv: list[str] | None = None) -> int:
     def build(settings: Settings) -> ServiceMain:
+        from . import app  # only now: --help needs none of the service
+
         own = settings.dra
         settings.common.node.require()
         try:
@@ -23,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
                                 f"a readable vendor table ({err})") from None
         return lambda stop: app.Service(settings.common, own, vendors, stop=stop).run()
 
-    return service_main(app.SERVICE, Settings, build, app.__doc__, argv)
+    return service_main("dra-driver", Settings, build, docstring_of(f"{__package__}.app"), argv)
 
 
 if __name__ == "__main__":

@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
-from gpushare_common.tasks import ServiceMain, service_main
+from gpushare_common.entry import docstring_of, service_main
 
-from . import app
 from .settings import Settings
+
+if TYPE_CHECKING:
+    from gpushare_common.tasks import ServiceMain
 
 
 def main(argv: list[str] | None = None) -> int:
     def build(settings: Settings) -> ServiceMain:
+        from . import app  # only now: --help needs none of the service
+
         return lambda stop: app.Service(settings, stop=stop).run()
 
-    return service_main(app.SERVICE, Settings, build, app.__doc__, argv)
+    return service_main("shadow-controller", Settings, build, docstring_of(f"{__package__}.app"), argv)
 
 
 if __name__ == "__main__":
