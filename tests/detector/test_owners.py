@@ -198,13 +198,19 @@ async def test_a_busy_borrower_on_the_lent_card_never_brings_the_owner_back(rig:
     await rig.seen.wait_for(is_(ev.LowPowerEvent, owner="ns/dev", using=True, reason="gpu-access"))
 
 
-async def test_every_placed_pods_activity_is_published_with_its_rate(rig: Rig) -> None:
+async def activity_of(rig: Rig) -> asyncio.Queue[ev.AnyEvent]:
+    """The node's activity messages as they come."""
     activity: asyncio.Queue[ev.AnyEvent] = asyncio.Queue()
 
     async def seen(event: ev.AnyEvent) -> None:
         activity.put_nowait(event)
 
     await rig.bus.subscribe(rig.bus.subjects.activity(NODE), seen)
+    return activity
+
+
+async def test_every_placed_pods_activity_is_published_with_its_rate(rig: Rig) -> None:
+    activity = await activity_of(rig)
     await rig.tick()
     first = await asyncio.wait_for(activity.get(), 5)
     assert isinstance(first, ev.GpuActivity)
@@ -231,12 +237,7 @@ async def test_an_exporters_per_process_figures_name_the_borrower_itself(rig: Ri
     rig.bridge.processes[777] = ("ns/b", "job")
     rig.exporter.text = dcgm("60") + 'DCGM_FI_DEV_GPU_UTIL{UUID="G1",pid="777"} 60\n' \
         'DCGM_FI_DEV_GPU_UTIL{UUID="G1",pid="888"} 5\n'  # a pid of no known container
-    activity: asyncio.Queue[ev.AnyEvent] = asyncio.Queue()
-
-    async def seen(event: ev.AnyEvent) -> None:
-        activity.put_nowait(event)
-
-    await rig.bus.subscribe(rig.bus.subjects.activity(NODE), seen)
+    activity = await activity_of(rig)
     await rig.tick()
     event = await asyncio.wait_for(activity.get(), 5)
     assert isinstance(event, ev.GpuActivity)

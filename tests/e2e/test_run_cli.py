@@ -107,6 +107,17 @@ def _nothing_left(run_dir: str, started: set[int], sig: signal.Signals) -> None:
     assert run_dir not in Path("/proc/self/mounts").read_text()
 
 
+def _interrupt(proc: subprocess.Popen[str], run_dir: str, sig: signal.Signals, parts: int) -> None:
+    """``sig`` to a runner that started at least ``parts`` processes: it ends with 130, and so does
+    everything it started; its run directory is gone."""
+    started = _descendants(proc.pid)
+    assert len(started) >= parts and _mentions(run_dir)
+    proc.send_signal(sig)
+    assert proc.wait(120) == 130
+    _nothing_left(run_dir, started, sig)
+    assert not Path(run_dir).exists()
+
+
 def test_keep_lists_status_endpoints_and_ctrl_c_tears_everything_down() -> None:
     """Ctrl-C of a runner with everything up: it answers its status endpoints until then, and every
     process it started (nats-server, the API emulator, the kernel stand-in, the node simulator's
@@ -117,12 +128,7 @@ def test_keep_lists_status_endpoints_and_ctrl_c_tears_everything_down() -> None:
         url = re.search(r"(http://\S+/status)", lines[-1]).group(1)  # type: ignore[union-attr]
         with urllib.request.urlopen(url, timeout=5) as response:
             assert json.loads(response.read())["node"] == "gpu-node-1"
-        started = _descendants(proc.pid)
-        assert len(started) >= 8 and _mentions(run_dir)  # the cluster's parts and their helpers
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(120) == 130
-        _nothing_left(run_dir, started, signal.SIGINT)
-        assert not Path(run_dir).exists()
+        _interrupt(proc, run_dir, signal.SIGINT, parts=8)  # the cluster's parts and their helpers
     finally:
         _stop(proc)
 
@@ -132,12 +138,7 @@ def test_a_runner_terminated_while_it_starts_leaves_nothing() -> None:
     needs()
     proc, run_dir, _ = _start_runner(until="node gpu-node-1 up")
     try:
-        started = _descendants(proc.pid)
-        assert len(started) >= 3 and _mentions(run_dir)  # nats-server, the API emulator, the node's parts
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(120) == 130
-        _nothing_left(run_dir, started, signal.SIGTERM)
-        assert not Path(run_dir).exists()
+        _interrupt(proc, run_dir, signal.SIGTERM, parts=3)  # nats-server, the API emulator, the node's parts
     finally:
         _stop(proc)
         shutil.rmtree(run_dir, ignore_errors=True)
