@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from gpushare_common.adapters.kube import Kube
-from gpushare_common.bus import Bus
+from gpushare_common.bus import Bus, Store
 from gpushare_common.events import CardInventory, DeviceHealth, EvictionRecord, ShadowEvent, SpotEvent
 from gpushare_common.settings import NatsSettings
 from gpushare_sim.containerd import Containerd
@@ -110,3 +110,45 @@ async def test_inventory_and_shadow_cards_survive_a_restart(nats_settings: NatsS
             assert second.solver.state.health == {"spot-GPU-0": "Unhealthy", "spot-GPU-1": "Healthy"}
     finally:
         await bus.drain()
+
+
+async def test_a_stop_mid_event_writes_its_state_whole(nats_settings: NatsSettings, bridge: FakeBridge) -> None:
+    """Stopped while the state of an event is being written (the ShadowPod's mapping entry not yet
+    in its bucket), the solver finishes the write before it stops: restarted, it still knows the
+    ShadowPod, and the next inventory does not lend the ShadowPod's card."""
+    pods, tasks = FakePods(), FakeTasks()
+    pods.add(SHADOW, NODE, ["s"])
+    async with wired(nats_settings, pods, tasks) as first:
+        await first.solver.on_event(inventory("GPU-0", "GPU-1"))
+        gate = hold_put(first.solver._stores["mapping"], SHADOW)
+        handling = asyncio.create_task(first.solver.on_event(shadow_running("GPU-0")))
+        await asyncio.wait_for(gate.reached.wait(), timeout=10.0)
+        handling.cancel()  # as the service's stop does to its events task
+        gate.release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await handling
+    async with wired(nats_settings, pods, tasks) as second:
+        assert second.solver.state.cache.get(SHADOW) is not None
+        await second.solver.on_event(inventory("GPU-0", "GPU-1"))
+        assert second.solver.state.health == {"spot-GPU-0": "Unhealthy", "spot-GPU-1": "Healthy"}
+
+
+class Gate:
+    """Holds a write until released; ``reached`` once the write is held."""
+
+    def __init__(self) -> None:
+        self.reached, self.release = asyncio.Event(), asyncio.Event()
+
+
+def hold_put(store: Store, key: str) -> Gate:
+    """Hold ``store``'s write of ``key`` until the gate is released."""
+    gate, original = Gate(), store.put
+
+    async def held(name: str, value: object) -> int:
+        if name == key:
+            gate.reached.set()
+            await gate.release.wait()
+        return await original(name, value)
+
+    store.put = held  # type: ignore[method-assign]
+    return gate

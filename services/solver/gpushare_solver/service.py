@@ -66,6 +66,7 @@ _PERSISTED_SEEN = 256
 # the solver's state in its buckets: scope (after the node) -> bucket
 _STORES = {"mapping": "solver", "plan": "solver", "journal": "solver", "health": "health"}
 _JOURNAL = "state"
+_WRITE_ON_STOP_S = 2.0  # a state write cut by a stop may end this long (the skeleton waits 5 s for a task)
 
 
 async def _settled(persisting: asyncio.Future[None]) -> None:
@@ -281,9 +282,23 @@ class Solver:
             if plan is not None:
                 await self._execute(plan, persisting)
             await _settled(persisting)
+        except asyncio.CancelledError:  # a stop mid-event: the state goes to the buckets whole
+            await self._finish_write(persisting, trigger_id, tag)
+            raise
         finally:
             if not persisting.done():
                 persisting.cancel()
+
+    async def _finish_write(self, persisting: asyncio.Future[None], trigger_id: str, tag: str) -> None:
+        """Let the state write that a stop cut into end (``_WRITE_ON_STOP_S`` at most). Cut half way,
+        the journal may name the event applied (with a ShadowPod's cards) while its MappingCache
+        entries are not written: the event's redelivery is then dropped as a duplicate, and the
+        restarted solver, which no longer knows the ShadowPod, lends its card."""
+        done, _ = await asyncio.wait({persisting}, timeout=_WRITE_ON_STOP_S)
+        error = None if not done or persisting.cancelled() else persisting.exception()
+        if not done or error is not None:
+            log.warning("stopped while the state of an event was written; written in part", node=self.node,
+                        trigger=trigger_id, event=tag, error=repr(error) if error else "timed out")
 
     async def _persist(self, plan: Plan | None) -> None:
         assert self.mapping is not None
