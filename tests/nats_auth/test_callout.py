@@ -5,6 +5,8 @@ first, verdicts kept, reviews bounded."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import time
 
 from gpushare_common.layout import Layout
@@ -21,16 +23,22 @@ from tests.nats_auth.requests import ISSUER, SERVER, sa_token, signed_request, u
 DETECTOR = "system:serviceaccount:gpushare-system:gpushare-detector"
 
 
+def tag_of(token: str) -> str:
+    """The tag :func:`sa_token` wrote into a token (its ``jti``)."""
+    body = token.split(".")[1]
+    return str(json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))["jti"])
+
+
 class FakeReviewer:
     """Answers by token tag (:func:`sa_token`): ``reviews[tag]`` is a Review, an exception to raise, or "hang"."""
 
     def __init__(self, reviews: dict[str, object]) -> None:
-        self.reviews = {sa_token(tag): review for tag, review in reviews.items()}
+        self.reviews = reviews
         self.asked: list[str] = []
 
     async def review(self, token: str) -> Review:
         self.asked.append(token)
-        answer = self.reviews[token]
+        answer = self.reviews[tag_of(token)]  # the tag, not the token: one made a second later expires later
         if answer == "hang":
             await asyncio.Event().wait()
         if isinstance(answer, Exception):
@@ -106,11 +114,12 @@ async def test_a_verdict_is_kept_for_its_tokens_lifetime() -> None:
     now = [time.time()]
     service, metrics, _ = callout({"good": Review(True, DETECTOR, "gpu-node-1")})
     service.verdicts = Verdicts(8, lambda: now[0])
+    token = sa_token("good")  # one token, shown three times (one made a second later is another token)
     for _ in range(3):
-        assert "jwt" in answer_of(await service.answer(signed_request(sa_token("good"))))
+        assert "jwt" in answer_of(await service.answer(signed_request(token)))
     assert len(service.reviewer.asked) == 1 and metrics.granted["detector"] == 3  # type: ignore[attr-defined]
     now[0] += 3601  # past the token's expiry: no verdict kept (and the cheap check refuses it too)
-    assert service.verdicts.get(sa_token("good")) is None
+    assert service.verdicts.get(token) is None
 
 
 async def test_reviews_are_bounded_per_second_and_a_late_one_is_refused() -> None:
