@@ -23,9 +23,11 @@ ANYWHERE_TEXT = ""
 
 @dataclass(frozen=True, slots=True)
 class Placement:
-    """A pod's node constraints as canonical JSON (``""``: anywhere)."""
+    """A pod's node constraints as canonical JSON (``""``: anywhere); made by :meth:`of`, which also
+    keeps the node it names when it names only a node (read on every pass, so parsed once)."""
 
     text: str = ANYWHERE_TEXT
+    hostname: str = ""  # the node it names when it names a node and nothing else
 
     @classmethod
     def of_pod(cls, pod: dict[str, Any]) -> Placement:
@@ -45,7 +47,11 @@ class Placement:
             body["nodeSelector"] = {str(k): str(v) for k, v in node_selector.items()}
         if required:
             body["required"] = required
-        return cls(json.dumps(body, sort_keys=True, separators=(",", ":")) if body else ANYWHERE_TEXT)
+        if not body:
+            return cls()
+        selector = body.get("nodeSelector", {})
+        only_node = set(body) == {"nodeSelector"} and set(selector) == {HOSTNAME}
+        return cls(json.dumps(body, sort_keys=True, separators=(",", ":")), selector[HOSTNAME] if only_node else "")
 
     @classmethod
     def of_annotation(cls, value: object) -> Placement:
@@ -72,15 +78,6 @@ class Placement:
         value = json.loads(self.text) if self.text else {}
         assert isinstance(value, dict)
         return value
-
-    @property
-    def hostname(self) -> str:
-        """The node it names when it names a node and nothing else, else ``""``."""
-        body = self.body()
-        selector = body.get("nodeSelector", {})
-        if set(body) == {"nodeSelector"} and set(selector) == {HOSTNAME}:
-            return str(selector[HOSTNAME])
-        return ""
 
     def serves(self, wanted: Placement, node: str) -> bool:
         """Whether a ShadowPod of this placement, on ``node`` (``""`` before it is scheduled), can
