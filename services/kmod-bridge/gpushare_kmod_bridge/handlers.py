@@ -11,7 +11,7 @@ from gpushare_common.hold import HoldTiming
 
 from . import protocol
 from .resolver import Owner, Snapshot
-from .watchset import WatchEntry
+from .watchset import Owned, WatchEntry
 
 ENOTCONN = -errno.ENOTCONN
 ENOENT = -errno.ENOENT
@@ -142,7 +142,7 @@ def resend_plan(entries: Iterable[WatchEntry], kernel: dict[int, int]) -> tuple[
 Who = tuple[str, str, str]  # pod key, container, role
 
 
-def placed_of(placements: Sequence[events.Placement], owners: Mapping[int, tuple[str, str, str]]
+def placed_of(placements: Sequence[events.Placement], owners: Mapping[int, Owned]
               ) -> dict[int, events.Placement]:
     """pidns -> the placement the command gives the container living there (``ns/pod/container``)."""
     by_key = {p.container: p for p in placements}
