@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -98,7 +98,20 @@ async def test_a_server_that_is_not_there_is_retryable(tmp_path: Path) -> None:
 
 
 def threads(prefix: str) -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name.startswith(prefix)]
+    """This test's threads named ``prefix``: another test in this worker process may have left a
+    client of its own open, whose threads are not this test's to count."""
+    return [t for t in threading.enumerate() if t.name.startswith(prefix) and t not in _BEFORE]
+
+
+_BEFORE: set[threading.Thread] = set()
+
+
+@pytest.fixture(autouse=True)
+def _threads_before() -> Iterator[None]:
+    _BEFORE.clear()
+    _BEFORE.update(threading.enumerate())
+    yield
+    _BEFORE.clear()
 
 
 async def test_calls_run_on_the_adapters_own_few_threads(kube_api: KubeApi) -> None:
