@@ -18,7 +18,7 @@ from gpushare_sim.scenarios.kit import Scenario, open_clients, recording
 from tests.console.cdp import Browser, chromium_binary
 from tests.console.scene import GPUS, Scene, populate, populate_dra
 from tests.e2e.conftest import needs
-from tests.support import procs
+from tests.support import procs, threads
 
 
 def _allow(cluster: Cluster, browser: Browser | None = None) -> None:
@@ -35,6 +35,7 @@ async def scene() -> AsyncIterator[Scene]:
     binary = chromium_binary()
     if binary is None:
         pytest.fail("chromium is not installed: run `make deps` (Debian package chromium)")
+    started = threads.snapshot()
     timeline = Timeline(out=sys.stdout)
     async with Cluster(ClusterSettings(nodes=1, gpus=GPUS), timeline) as cluster, AsyncExitStack() as stack:
         kube, bus = await open_clients(cluster, stack)
@@ -47,6 +48,7 @@ async def scene() -> AsyncIterator[Scene]:
             yield await populate(s, browser)
     for pid in procs.children():
         procs.disallow(pid)
+    threads.assert_none_left(started, "the module's cluster")
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

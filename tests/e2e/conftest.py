@@ -11,22 +11,22 @@ from dataclasses import dataclass
 
 import pytest
 import pytest_asyncio
-from gpushare_common.adapters.kube import Kube
 from gpushare_common.bus import Bus
 from gpushare_sim.node.adapters.backend import containerd_usable
+from gpushare_sim.node.adapters.kube import SimKube
 from gpushare_sim.run.cluster import Cluster, ClusterSettings
 from gpushare_sim.run.evidence import keep_evidence
 from gpushare_sim.run.narrate import Timeline
 from gpushare_sim.scenarios.kit import Scenario, open_clients, run_scenario
 
-from tests.support import procs
+from tests.support import procs, threads
 
 
 @dataclass
 class E2E:
     cluster: Cluster
     timeline: Timeline
-    kube: Kube
+    kube: SimKube
     bus: Bus
 
     def scenario(self, name: str) -> Scenario:
@@ -57,6 +57,7 @@ def needs() -> None:
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def e2e() -> AsyncIterator[E2E]:
     needs()
+    started = threads.snapshot()
     timeline = Timeline(out=sys.stdout)
     keep = bool(os.environ.get("GPUSHARE_E2E_KEEP_LOGS"))  # leave the run directory for a post-mortem
     async with Cluster(ClusterSettings(nodes=1, keep_dir=keep), timeline) as cluster, AsyncExitStack() as stack:
@@ -66,6 +67,7 @@ async def e2e() -> AsyncIterator[E2E]:
         yield env
     for pid in procs.children():
         procs.disallow(pid)
+    threads.assert_none_left(started, "the module's cluster")
 
 
 @pytest.fixture(autouse=True)

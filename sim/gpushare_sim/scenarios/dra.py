@@ -41,14 +41,10 @@ from gpushare_sim.scenarios.kit import (
 )
 from gpushare_sim.scenarios.spot import LENDABLE, OWNER_LOOP, narrate_trial, owner_back, pinned, spot_health, spot_id
 
-_APIS: dict[int, SimKube] = {}
-
 
 def api(s: Scenario) -> SimKube:
     """The scenario's client for any resource.k8s.io object (the services use typed calls)."""
-    if id(s) not in _APIS:
-        _APIS[id(s)] = SimKube.from_kubeconfig(str(s.cluster.kubeconfig))
-    return _APIS[id(s)]
+    return s.kube
 
 
 REPORT = ["sh", "-c", "ls -l /dev > /run/gpuload/devs; env > /run/gpuload/env; exec sleep 3600"]
@@ -291,15 +287,10 @@ async def _untainted(s: Scenario, node: str, card: str) -> bool:
 
 @scenario("dra")
 async def dra_scenario(s: Scenario) -> str:
-    try:
-        node = await dra_node(s)
-        await install_classes(s)
-        await published(s, node)
-        shared = await shares(s, node)
-        served = await unchanged(s, node, _env)
-        stolen = await spot(s, node)
-    finally:
-        client = _APIS.pop(id(s), None)
-        if client is not None:
-            await client.close()
+    node = await dra_node(s)
+    await install_classes(s)
+    await published(s, node)
+    shared = await shares(s, node)
+    served = await unchanged(s, node, _env)
+    stolen = await spot(s, node)
     return f"{shared}; unchanged pods: {served}; spot on DRA: {stolen}"

@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any, TypeVar, overload
 
 from gpushare_common import events
-from gpushare_common.adapters.kube import Kube, KubeError, NotFound, Retryable
+from gpushare_common.adapters.kube import KubeError, NotFound, Retryable
 from gpushare_common.bus import Bus, BusError, Transient
 from gpushare_common.retry import retry
-from gpushare_common.settings import KubeSettings
 
+from gpushare_sim.node.adapters.kube import SimKube
 from gpushare_sim.run.cluster import Cluster
 from gpushare_sim.run.evidence import keep_evidence
 from gpushare_sim.run.kubeapi import ensure_namespace
@@ -59,7 +59,7 @@ class Scenario:
     name: str
     cluster: Cluster
     timeline: Timeline
-    kube: Kube
+    kube: SimKube  # the typed calls, and any object (resource.k8s.io) through the same client
     bus: Bus  # the cluster's NATS, as the installer: what reaches the cluster from every node
     evictions: list[events.EvictionRecord] = field(default_factory=list)
     owner_backs: list[events.OwnerBackEvent] = field(default_factory=list)
@@ -255,8 +255,8 @@ def scenario(
     return register
 
 
-async def open_clients(cluster: Cluster, stack: AsyncExitStack) -> tuple[Kube, Bus]:
-    kube = Kube(KubeSettings(kubeconfig=str(cluster.kubeconfig)))
+async def open_clients(cluster: Cluster, stack: AsyncExitStack) -> tuple[SimKube, Bus]:
+    kube = SimKube.from_kubeconfig(str(cluster.kubeconfig))
     stack.push_async_callback(kube.close)
     bus = Bus(cluster.nats_settings(), "installer")  # the scenarios also feed malformed input
     await bus.connect()
@@ -329,7 +329,7 @@ async def run_scenario(s: Scenario) -> str:
         return await SCENARIOS[s.name](s)
 
 
-async def play_one(name: str, cluster: Cluster, timeline: Timeline, kube: Kube, bus: Bus) -> bool:
+async def play_one(name: str, cluster: Cluster, timeline: Timeline, kube: SimKube, bus: Bus) -> bool:
     s = Scenario(name, cluster, timeline, kube, bus)
     started = time.monotonic()
     try:
