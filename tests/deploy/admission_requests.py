@@ -9,6 +9,7 @@ the settings its Deployment in k8s/base gives it.
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -28,10 +29,19 @@ TENANT = "alice@example.com"
 NODE_NAME = "authentication.kubernetes.io/node-name"
 USING = "gpushare.k8s.io/Using"
 
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml where PyYAML was built with it
+
 
 def shipped_docs() -> list[dict[str, Any]]:
+    """The objects in k8s/base, a copy of its own for each caller (they edit what they get)."""
+    return copy.deepcopy(_parsed_base())
+
+
+@functools.cache
+def _parsed_base() -> list[dict[str, Any]]:
+    """Parsed once per process: the module's requests are built from it at import, for every case."""
     return [d for p in sorted(BASE.glob("*.yaml")) if p.name != "kustomization.yaml"
-            for d in yaml.safe_load_all(p.read_text()) if d]  # fmt: skip
+            for d in yaml.load_all(p.read_text(), Loader=_LOADER) if d]  # fmt: skip
 
 
 def solver_token(node: str) -> dict[str, list[str]]:
