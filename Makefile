@@ -27,6 +27,10 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 # the environment's files hard-linked from uv's cache (2 s) rather than copied (10-30 s); where the
 # cache is on another file system uv copies them itself. Nothing writes into an installed package.
 export UV_LINK_MODE ?= hardlink
+# Python keeps each module's compiled form in __pycache__ (ignored by git), and pytest its rewritten
+# test modules: a test run starts hundreds of Python processes (services, runtimes, four workers),
+# each of which would otherwise compile the same sources again
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: help run test lint bench deps venv protos system clean tools kmod soak manifests images push-images
 
@@ -86,6 +90,7 @@ kmod: system
 deps: system venv tools
 
 test: deps
+	$(PY) -m compileall -q -j 0 libs services sim runtime bench tests >/dev/null
 	TMPDIR=$(TEST_TMPDIR) $(PY) -m pytest $(PYTEST_XDIST) $(PYTEST_ARGS) --deselect $(ALONE)
 	# the fleet benchmark measures CPU and latency of a real node: alone, not beside three workers
 	TMPDIR=$(TEST_TMPDIR) $(PY) -m pytest $(PYTEST_ARGS) $(ALONE)
