@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 from . import logging as gs_logging
-from .adapters.kubeclient import KubeConfigError
+from .adapters.kubeerrors import KubeConfigError
 from .ids import IdError
 from .logging import get_logger
 from .ports import BindError

@@ -42,6 +42,7 @@ from kubernetes.client import ApiClient, ApiException, Configuration
 from kubernetes.config.config_exception import ConfigException
 
 from ..settings import KubeSettings
+from .kubeerrors import KubeConfigError
 
 __all__ = ["Configuration", "Conflict", "Gone", "Invalid", "KubeClient", "KubeConfigError", "KubeError", "NotFound",
            "Retryable", "load_configuration", "mapped", "query_of", "status_error"]
@@ -52,13 +53,6 @@ USER_AGENT = "gpushare"
 WATCH_READ_MARGIN_S = 30  # a watch silent this long past its own timeout is dead
 STOP_POLL_S = 0.05
 _END = object()  # a watch request's stream is over
-
-
-class KubeConfigError(ValueError):
-    def __init__(self, source: str, reason: str) -> None:
-        self.source = source
-        self.reason = reason
-        super().__init__(f"Kubernetes configuration {source}: {reason}")
 
 
 def load_configuration(settings: KubeSettings) -> Configuration:
