@@ -178,7 +178,7 @@ async def expected_dra(s: Scenario, node: str) -> dict[str, Obj]:
                              if d["attributes"][dra.ATTR_KIND]["string"] == dra.KIND_CARD}  # fmt: skip
     for card in offered:
         cards[card]["spot"] = "Healthy"
-    claims, _ = await dra_scenario.api(s).list_objects(resource_path("resourceclaims", s.namespace))
+    claims, _ = await s.kube.list_objects(resource_path("resourceclaims", s.namespace))
     for claim in claims:
         status = claim.get("status") or {}
         pods = ",".join(sorted(f"{s.namespace}/{r['name']}" for r in status.get("reservedFor") or []))

@@ -24,7 +24,6 @@ from gpushare_common.adapters.kube import TAINT_API as TAINTS
 from gpushare_common.adapters.kube import Conflict, NotFound, resource_path
 
 from gpushare_sim.fakegpu import vendor
-from gpushare_sim.node.adapters.kube import SimKube
 from gpushare_sim.run.cluster import Node
 from gpushare_sim.run.procs import http_json
 from gpushare_sim.scenarios.dra_unchanged import unchanged
@@ -40,12 +39,6 @@ from gpushare_sim.scenarios.kit import (
     wait_until,
 )
 from gpushare_sim.scenarios.spot import LENDABLE, OWNER_LOOP, narrate_trial, owner_back, pinned, spot_health, spot_id
-
-
-def api(s: Scenario) -> SimKube:
-    """The scenario's client for any resource.k8s.io object (the services use typed calls)."""
-    return s.kube
-
 
 REPORT = ["sh", "-c", "ls -l /dev > /run/gpuload/devs; env > /run/gpuload/env; exec sleep 3600"]
 QUARTER = {"deviceClassName": dra.SHARE_CLASS, "capacity": {"requests": {dra.SHARES: "25"}}}
@@ -88,7 +81,7 @@ async def install_classes(s: Scenario) -> None:
     services = s.cluster.settings.services
     for body in dra.device_classes(services.share_specs, services.share_dev_specs, extended=True):
         try:
-            await api(s).create_object(resource_path("deviceclasses"), body)
+            await s.kube.create_object(resource_path("deviceclasses"), body)
         except Conflict:
             continue
 
@@ -98,7 +91,7 @@ async def template(s: Scenario, name: str, request: Obj) -> None:
             "metadata": {"name": name, "namespace": s.namespace},
             "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": request}]}}}}
     try:
-        await api(s).create_object(resource_path("resourceclaimtemplates", s.namespace), body)
+        await s.kube.create_object(resource_path("resourceclaimtemplates", s.namespace), body)
     except Conflict:
         pass
 
@@ -117,7 +110,7 @@ async def slice_devices(s: Scenario, node: str) -> list[Obj]:
 
 
 async def claim_devices(s: Scenario, pod: str) -> list[str]:
-    claims, _ = await api(s).list_objects(resource_path("resourceclaims", s.namespace))
+    claims, _ = await s.kube.list_objects(resource_path("resourceclaims", s.namespace))
     owned = [c for c in claims if any(o.get("name") == pod for o in c["metadata"].get("ownerReferences") or [])]
     return [r["device"] for c in owned for r in ((c.get("status") or {}).get("allocation") or {})
             .get("devices", {}).get("results", [])]
@@ -257,7 +250,7 @@ async def lend(s: Scenario, node: Node, card: str) -> float:
 async def taint_rule(s: Scenario, node: str, card: str) -> Obj | None:
     name = f"gpushare-owner-back-{node}-{dra.spot_device_name(spot_id(node, card).removeprefix('spot-'))}"
     try:
-        return await api(s).get_object(resource_path("devicetaintrules", name=name, api=TAINTS))
+        return await s.kube.get_object(resource_path("devicetaintrules", name=name, api=TAINTS))
     except NotFound:
         return None
 
