@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -18,6 +18,7 @@ from gpushare_sim.apiserver import ApiSettings
 from gpushare_sim.apiserver.server import write_kubeconfig
 from kubernetes.client import ApiException
 
+from tests.support import threads as support_threads
 from tests.support.kubeapi import KubeApi, start_kube_api
 
 
@@ -97,24 +98,18 @@ async def test_a_server_that_is_not_there_is_retryable(tmp_path: Path) -> None:
             await kube.close()
 
 
-def threads(prefix: str) -> list[threading.Thread]:
-    """This test's threads named ``prefix``: another test in this worker process may have left a
-    client of its own open, whose threads are not this test's to count."""
-    return [t for t in threading.enumerate() if t.name.startswith(prefix) and t not in _BEFORE]
+OwnThreads = Callable[[str], list[threading.Thread]]
 
 
-_BEFORE: set[threading.Thread] = set()
+@pytest.fixture
+def own_threads() -> OwnThreads:
+    """This test's live threads named ``prefix``: another test in this worker process may have left
+    a client of its own open, whose threads are not this test's to count."""
+    before = support_threads.snapshot()
+    return lambda prefix: support_threads.born_since(before, prefix)
 
 
-@pytest.fixture(autouse=True)
-def _threads_before() -> Iterator[None]:
-    _BEFORE.clear()
-    _BEFORE.update(threading.enumerate())
-    yield
-    _BEFORE.clear()
-
-
-async def test_calls_run_on_the_adapters_own_few_threads(kube_api: KubeApi) -> None:
+async def test_calls_run_on_the_adapters_own_few_threads(own_threads: OwnThreads, kube_api: KubeApi) -> None:
     kube_api.namespaces("ml")
     kube = Kube(KubeSettings(kubeconfig=str(kube_api.kubeconfig), threads=2))
     seen: set[str] = set()
@@ -125,7 +120,7 @@ async def test_calls_run_on_the_adapters_own_few_threads(kube_api: KubeApi) -> N
             nonlocal ticks
             while True:
                 ticks += 1
-                seen.update(t.name for t in threads("kube-call"))
+                seen.update(t.name for t in own_threads("kube-call"))
                 await asyncio.sleep(0)
 
         ticker = asyncio.create_task(ticking())
@@ -135,7 +130,7 @@ async def test_calls_run_on_the_adapters_own_few_threads(kube_api: KubeApi) -> N
         assert 1 <= len(seen) <= 2
     finally:
         await kube.close()
-    await wait_until(lambda: not threads("kube-call"))
+    await wait_until(lambda: not own_threads("kube-call"))
 
 
 async def _collect(kube: Kube, stop: asyncio.Event, out: list[PodChange], **kw: str) -> None:
@@ -232,27 +227,28 @@ async def test_bookmarks_keep_the_resume_version_fresh() -> None:
     assert syncs(changes) == 1
 
 
-async def test_stop_ends_a_watch_blocked_in_its_read_at_once() -> None:
+async def test_stop_ends_a_watch_blocked_in_its_read_at_once(own_threads: OwnThreads) -> None:
     with start_kube_api(ApiSettings(bookmark_interval=3600), namespaces=("ml",)) as api:
         kube = Kube(KubeSettings(kubeconfig=str(api.kubeconfig), watch_timeout_s=300))
         stop, changes = asyncio.Event(), []
         task = asyncio.create_task(_collect(kube, stop, changes))
         await wait_until(lambda: syncs(changes) == 1 and len(watch_versions(api)()) == 1)
-        assert len(threads("kube-watch-pods")) == 1  # one reading thread per open watch
+        assert len(own_threads("kube-watch-pods")) == 1  # one reading thread per open watch
         stop.set()
         await asyncio.wait_for(task, 2)  # the server would keep it open for five minutes
-        await wait_until(lambda: not threads("kube-watch-pods"), timeout=2)
+        await wait_until(lambda: not own_threads("kube-watch-pods"), timeout=2)
         await kube.close()
 
 
-async def test_cancelling_the_watching_task_ends_the_watch(kube: Kube, kube_api: KubeApi) -> None:
+async def test_cancelling_the_watching_task_ends_the_watch(
+        own_threads: OwnThreads, kube: Kube, kube_api: KubeApi) -> None:  # fmt: skip
     stop, changes = asyncio.Event(), []
     task = asyncio.create_task(_collect(kube, stop, changes))
     await wait_until(lambda: syncs(changes) == 1 and len(watch_versions(kube_api)()) == 1)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    await wait_until(lambda: not threads("kube-watch-pods"), timeout=2)
+    await wait_until(lambda: not own_threads("kube-watch-pods"), timeout=2)
     await wait_until(lambda: not watch_versions(kube_api)(), timeout=5)  # the server saw it go
 
 

@@ -14,10 +14,15 @@ def snapshot() -> set[threading.Thread]:
     return set(threading.enumerate())
 
 
+def born_since(before: set[threading.Thread], prefixes: str | tuple[str, ...] = PREFIXES) -> list[threading.Thread]:
+    """The live threads named with one of ``prefixes`` that were not in ``before``."""
+    return [t for t in threading.enumerate() if t not in before and t.name.startswith(prefixes)]
+
+
 def assert_none_left(before: set[threading.Thread], what: str, timeout: float = 5) -> None:
     """Fail unless every adapter thread started since ``before`` has ended within ``timeout``."""
     deadline = time.monotonic() + timeout
-    while left := [t.name for t in threading.enumerate() if t not in before and t.name.startswith(PREFIXES)]:
+    while left := [t.name for t in born_since(before)]:
         if time.monotonic() > deadline:
             raise AssertionError(f"{what} left threads running (a client not closed?): {sorted(left)}")
         time.sleep(0.05)
