@@ -9,15 +9,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
-from gpushare_common.adapters.kube import Kube
+from gpushare_common.adapters.kube import Kube, NotFound, Retryable
 from gpushare_common.bus import Bus
 from gpushare_common.events import CardInventory, SpotEvent
 from gpushare_common.settings import NatsSettings
 from gpushare_solver import app
 from gpushare_solver.actions import Plan, Reclaim, Release
 from gpushare_solver.confirm import unconfirmed
+from gpushare_solver.pressure import PRESSURE
 from gpushare_solver.reclaim import Seen, refusal
 from gpushare_solver.settings import SolverSettings
 from gpushare_solver.state import Victim
@@ -156,3 +158,48 @@ async def test_a_forged_spot_event_kills_nothing_the_kubelet_does_not_confirm(
         namespace, name = victim.split("/")
         assert (await kube.get_pod(namespace, name))["metadata"]["name"] == name  # still there
         assert running.solver.metrics.evictions.labels("card-gone", "evicted")._value.get() == 0
+
+
+class _ApiDownOnce(Kube):
+    """The API server gone for the first read of ``pod``, just after the reclaim's kill began: the
+    kill frees the pod's devices, so the kubelet no longer lists them when the reclaim is retried."""
+
+    def __init__(self, kube: Kube, pod: str, kubelet: Kubelet) -> None:
+        super().__init__(kube.client.settings)
+        self.pod, self.kubelet, self.failed = pod, kubelet, False
+
+    async def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
+        if f"{namespace}/{name}" == self.pod and not self.failed:
+            self.failed = True
+            self.kubelet.lister.table[namespace, name] = {"main": {}}  # listed, holding nothing: the kill's doing
+            raise Retryable(f"get pod {self.pod}: connection refused")
+        return await super().get_pod(namespace, name)
+
+
+async def test_a_retried_reclaim_kills_what_the_kubelet_confirmed_before_its_own_kill_freed_it(
+    nats_settings: NatsSettings, kube_api: KubeApi, kube: Kube, bridge: FakeBridge, kubelet: Kubelet,
+) -> None:
+    """A pressure eviction: the kubelet confirmed spot/b1 (a gpushare device) and the kill began;
+    the API server then failed the pod's read, so the plan is tried again. The retry must not
+    refuse the pod because its own kill freed the device: it is evicted (asked again, the kubelet
+    would list it holding nothing). The same holds for an owner-back's borrower."""
+    uid = await create_pod(kube, "spot/b1", NODE)
+    kubelet.allocate("spot/b1", "main", "gpushare/spot-gpu", ["spot-GPU-0"])
+    pods = _ApiDownOnce(kube, "spot/b1", kubelet)
+    stop = asyncio.Event()
+    settings = SolverSettings(ack_wait_s=2.0, retry_first_s=0.05, retry_max_s=0.5,
+                              pod_resources_socket=str(kubelet.socket))
+    try:
+        async with app.Service(common_settings(nats_settings, kube_api.kubeconfig, NODE), settings, stop,
+                               pods=pods, tasks_api=FakeTasks()).started() as running:  # fmt: skip
+            with contextlib.suppress(Retryable):
+                await running.solver.evict("retried-1", PRESSURE, {"spot/b1": uid})
+            await wait_for(lambda: not running.solver.plans, what="the retried plan done")
+            assert pods.failed, "the read never failed"
+            assert refused(running, "holds-no-gpushare-device") == 0
+            assert running.solver.metrics.evictions.labels(PRESSURE, "evicted")._value.get() == 1
+            with pytest.raises(NotFound):
+                await kube.get_pod("spot", "b1")
+            stop.set()
+    finally:
+        await pods.close()

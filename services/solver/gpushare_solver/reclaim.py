@@ -12,7 +12,10 @@ solver resumes at the step it stopped):
    on the word of the service whose event put it on record (:func:`unconfirmed`). A pod that
    fails is *refused* (logged, counted by reason, neither killed nor deleted), whatever the
    plan says — a plan is data in a bucket, the checks are not; a kubelet that cannot answer
-   stops the reclaim before any kill, and the plan is tried again. The lookup of borrowers not
+   stops the reclaim before any kill, and the plan is tried again. A pod the kubelet confirmed to
+   this process is not asked about again when its reclaim is retried (an API server down for the
+   read after the kill): the kill already freed its devices (``Reclaimer.confirmed``, memory only,
+   so a plan in the bucket never vouches for a pod). The lookup of borrowers not
    reported yet comes only after a *fence*: the device plugin has applied the Unhealthy health
    of the devices taken back and answered, so it refuses every Allocate of them from then on
    and no pod admitted after the lookup can hold one;
@@ -120,6 +123,10 @@ class Reclaimer:
         self.pids: dict[str, int] = {}  # container id -> init pid seen earlier (checked before use)
         self.timing = HoldTiming()  # the kernel's hold parameters, as the kmod-bridge last reported them
         self._failures_told: set[tuple[str, str]] = set()  # (pod, step) whose failure has its Warning Event
+        # pods the kubelet confirmed to this process for a reclaim not finished yet: a retry of it
+        # does not ask again, as the kill it began frees the pod's devices (memory only, never the
+        # plan in the bucket: a plan cannot vouch for a pod)
+        self.confirmed: set[str] = set()
 
     async def run(self, action: Reclaim, progress: ReclaimProgress, trigger_id: str,
                   received: float, save: Save) -> None:
@@ -135,6 +142,7 @@ class Reclaimer:
         for pod, (outcome, delete_ms, error) in zip(pods, outcomes, strict=True):
             await self._record(action, progress, trigger_id, received, pod, (outcome, delete_ms, error))
             self.victims().pop(pod, None)
+            self.confirmed.discard(pod)
             self.evicted.add(pod, progress.uids.get(pod, ""))
             self._failures_told.difference_update({(pod, "kill"), (pod, "delete")})
         if action.reason == OWNER_BACK:
@@ -159,6 +167,7 @@ class Reclaimer:
     def _refuse(self, pod: str, why: str, action: Reclaim, progress: ReclaimProgress) -> None:
         progress.refused[pod] = why
         self.victims().pop(pod, None)
+        self.confirmed.discard(pod)
         self.metrics.refused.labels(why).inc()
         log.error("eviction refused: not a borrower or sharer this solver took out", node=self.node,
                   pod=pod, reason=action.reason, owner=action.owner, why=why)
@@ -219,11 +228,15 @@ class Reclaimer:
         listing = await self.kubelet.listing(action)
         unlisted = set[str]()
         for pod in _pods(action, progress):
-            why = "" if pod in progress.refused else self.kubelet.confirm(pod, ledger().get(pod), listing)
+            if pod in progress.refused or pod in self.confirmed:
+                continue
+            why = self.kubelet.confirm(pod, ledger().get(pod), listing)
             if why == NOT_ON_KUBELET:
                 unlisted.add(pod)
             elif why:
                 self._refuse(pod, why, action, progress)
+            else:
+                self.confirmed.add(pod)
         return unlisted
 
     def _discover(self, action: Reclaim, progress: ReclaimProgress) -> asyncio.Future[list[str]] | None:
